@@ -1,0 +1,65 @@
+"""`litebert <verb>`: one entry point, each verb implemented beside the code it drives.
+
+Verbs are looked up lazily (module:function), so `litebert params` does not pay for importing the data
+pipeline and `--help` is instant. Each verb's function takes argv and returns an exit code; errors that a
+user can fix (bad path, bad config, corrupt file) are printed as one line, without a traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+VERBS: dict[str, tuple[str, str]] = {
+    # verb: (module:function, one-line help)
+    "demo": ("litebert.demo:main", "the whole life cycle on the bundled corpus, with a readable summary"),
+    "tokenizer": ("litebert.tokenizer:cli", "train a SentencePiece tokenizer with ALBERT's conventions"),
+    "prepare": ("litebert.pretrain_data:cli", "turn raw documents into sharded sentence-order pretraining pairs"),
+    "pretrain": ("litebert.pretrain:cli", "pretrain AlbertForPreTraining with MLM + SOP (or NSP) and LAMB"),
+    "finetune": ("litebert.finetune:cli", "fine-tune on a classification, QA, multiple-choice or tagging task"),
+    "evaluate": ("litebert.finetune:cli_evaluate", "score a fine-tuned checkpoint on a task's dev/test file"),
+    "predict": ("litebert.finetune:cli_predict", "write predictions of a fine-tuned checkpoint"),
+    "embed": ("litebert.embed:cli", "sentence embeddings for a file of sentences; S-ALBERT training"),
+    "convert": ("litebert.convert:cli", "convert HF or original TF ALBERT checkpoints to a litebert/HF directory"),
+    "export": ("litebert.export:cli", "export a checkpoint for inference (TorchScript / ONNX)"),
+    "params": ("litebert.params:cli", "parameter counts of every preset beside the paper's Tables 1 and 5"),
+    "analyze": ("litebert.analysis:cli", "layer-to-layer L2 / cosine transitions (paper Figure 1)"),
+    "extend-vocab": ("litebert.vocab:cli", "add pieces to a tokenizer and resize a model's embeddings to match"),
+}
+
+
+class UserError(Exception):
+    """An error the user can fix; the CLI prints its message as one line and exits 2."""
+
+
+def _usage() -> str:
+    width = max(map(len, VERBS))
+    lines = ["usage: litebert <verb> [options]   (litebert <verb> --help for details)", "", "verbs:"]
+    lines += [f"  {verb:<{width}}  {help_}" for verb, (_, help_) in VERBS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0
+    verb, rest = argv[0], argv[1:]
+    if verb not in VERBS:
+        print(f"litebert: unknown verb {verb!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    module_name, func_name = VERBS[verb][0].split(":")
+    func = getattr(importlib.import_module(module_name), func_name)
+    try:
+        return int(func(rest) or 0)
+    except (UserError, FileNotFoundError, ValueError, OSError) as e:
+        # Expected, user-fixable failures: one line, no traceback. Anything else is a bug and shows one.
+        print(f"litebert {verb}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"litebert {verb}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,200 @@
+"""AlbertConfig: the architecture, and nothing else.
+
+Field names are those of HuggingFace's / the original TF `config.json`, so a released ALBERT config reads
+as it is and a litebert config loads in transformers unchanged. The one addition is `sharing`, the knob of
+the paper's Table 5 ablation, which HF ignores (see `sharing` below for why HF still computes the same thing).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "quick_gelu", "relu", "silu", "swish", "tanh")
+SHARING = ("all", "attention", "ffn", "none")
+
+# Keys that HF writes into config.json for its own bookkeeping, and the original ALBERT config's unused
+# research knobs. They are kept (round-tripped) but have no effect; the research knobs must hold their
+# neutral value, since litebert (like HF) does not implement them.
+_NEUTRAL_RESEARCH_KNOBS = {"down_scale_factor": 1, "gap_size": 0, "net_structure_type": 0, "num_memory_blocks": 0}
+
+
+class ConfigError(ValueError):
+    """A config value that cannot describe a working ALBERT."""
+
+
+@dataclass
+class AlbertConfig:
+    """ALBERT architecture. Defaults are albert-base-v2."""
+
+    vocab_size: int = 30000
+    embedding_size: int = 128  # E: the factorized vocabulary embedding (paper section 3.1)
+    hidden_size: int = 768  # H
+    num_hidden_layers: int = 12  # L: how many times a layer is applied
+    num_hidden_groups: int = 1  # G: distinct parameter groups; layer l uses group l * G // L
+    inner_group_num: int = 1  # blocks inside each group, all run at every application of the group
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu_new"
+    hidden_dropout_prob: float = 0.0
+    attention_probs_dropout_prob: float = 0.0
+    classifier_dropout_prob: float | None = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int = 0
+    bos_token_id: int = 2
+    eos_token_id: int = 3
+    # Heads. HF derives num_labels from id2label; we keep both so config.json matches HF's.
+    num_labels: int = 2
+    id2label: dict[int, str] | None = None
+    problem_type: str | None = None  # "regression" | "single_label_classification" | "multi_label_classification"
+    # Table 5 of the paper. "all" is ALBERT: layers share through the G groups above. The others give each
+    # layer its own group (needs G == L, inner_group_num == 1) and then tie one sub-layer across all layers:
+    # "attention" shares only attention, "ffn" only the feed-forward, "none" nothing (BERT-style).
+    sharing: str = "all"
+    architectures: list[str] | None = None
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)  # unknown config.json keys, round-tripped
+
+    def __post_init__(self) -> None:
+        if self.id2label is not None:
+            self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
+            self.num_labels = len(self.id2label)
+        self.validate()
+
+    def validate(self) -> None:
+        def need(ok: bool, msg: str) -> None:
+            if not ok:
+                raise ConfigError(f"invalid AlbertConfig: {msg}")
+
+        for name in ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers", "num_hidden_groups",
+                     "inner_group_num", "num_attention_heads", "intermediate_size", "max_position_embeddings",
+                     "type_vocab_size"):
+            value = getattr(self, name)
+            need(isinstance(value, int) and not isinstance(value, bool) and value > 0,
+                 f"{name} must be a positive integer, got {value!r}")
+        need(self.hidden_size % self.num_attention_heads == 0,
+             f"hidden_size {self.hidden_size} is not divisible by num_attention_heads {self.num_attention_heads}")
+        need(self.num_hidden_layers % self.num_hidden_groups == 0,
+             f"num_hidden_layers {self.num_hidden_layers} is not divisible by num_hidden_groups {self.num_hidden_groups}")
+        need(self.hidden_act in ACTIVATIONS, f"unknown hidden_act {self.hidden_act!r}; choose from {', '.join(ACTIVATIONS)}")
+        need(self.sharing in SHARING, f"unknown sharing {self.sharing!r}; choose from {', '.join(SHARING)}")
+        if self.sharing != "all":
+            need(self.num_hidden_groups == self.num_hidden_layers and self.inner_group_num == 1,
+                 f"sharing={self.sharing!r} gives every layer its own group: set num_hidden_groups = "
+                 f"num_hidden_layers ({self.num_hidden_layers}) and inner_group_num = 1")
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout_prob"):
+            value = getattr(self, name)
+            need(value is None or 0.0 <= value < 1.0, f"{name} must be in [0, 1), got {value!r}")
+        need(self.layer_norm_eps > 0, f"layer_norm_eps must be > 0, got {self.layer_norm_eps!r}")
+        need(0 <= self.pad_token_id < self.vocab_size, f"pad_token_id {self.pad_token_id} outside vocab_size {self.vocab_size}")
+        need(self.num_labels >= 1, f"num_labels must be >= 1, got {self.num_labels}")
+        for key, neutral in _NEUTRAL_RESEARCH_KNOBS.items():
+            if key in self.extra:
+                need(self.extra[key] == neutral, f"{key}={self.extra[key]!r} is not supported (only {neutral})")
+
+    # -- derived -----------------------------------------------------------------------------------
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def layer_to_group(self) -> list[int]:
+        """Which parameter group each of the L layer applications uses (HF: int(l / (L / G)))."""
+        return [layer * self.num_hidden_groups // self.num_hidden_layers for layer in range(self.num_hidden_layers)]
+
+    def replace(self, **changes: Any) -> "AlbertConfig":
+        return dataclasses.replace(self, **changes)
+
+    # -- config.json ---------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("extra", "id2label")}
+        out.update(self.extra)
+        id2label = self.id2label or {i: f"LABEL_{i}" for i in range(self.num_labels)}
+        out["id2label"] = {str(i): label for i, label in id2label.items()}
+        out["label2id"] = {label: i for i, label in id2label.items()}
+        out["model_type"] = "albert"
+        if out["architectures"] is None:
+            del out["architectures"]
+        if out["problem_type"] is None:
+            del out["problem_type"]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "AlbertConfig":
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        known = {k: v for k, v in data.items() if k in names}
+        extra = {k: v for k, v in data.items() if k not in names and k not in ("label2id", "model_type")}
+        if data.get("model_type", "albert") != "albert":
+            raise ConfigError(f"invalid AlbertConfig: model_type is {data['model_type']!r}, not 'albert'")
+        if "id2label" not in known and "num_labels" not in known and "_num_labels" in extra:
+            known["num_labels"] = extra["_num_labels"]
+        return cls(**known, extra=extra)
+
+    def save(self, directory: str | os.PathLike) -> str:
+        path = os.path.join(directory, "config.json")
+        os.makedirs(directory, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(self.to_dict(), f, indent=2, sort_keys=True)
+            f.write("\n")
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "AlbertConfig":
+        """Read a config.json, or the config.json inside a directory."""
+        path = os.fspath(path)
+        if os.path.isdir(path):
+            path = os.path.join(path, "config.json")
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"no config.json at {path}")
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{path}: not a valid JSON config ({e})") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: expected a JSON object")
+        try:
+            return cls.from_dict(data)
+        except TypeError as e:
+            raise ConfigError(f"{path}: {e}") from None
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> "AlbertConfig":
+        if name not in PRESETS:
+            raise ConfigError(f"unknown preset {name!r}; choose from {', '.join(PRESETS)}")
+        return cls(**{**PRESETS[name], **overrides})
+
+
+def _albert(h: int, layers: int, heads: int, v1: bool) -> dict[str, Any]:
+    # The released v1 models were trained with dropout 0.1 and TF's tanh "gelu" (= HF "gelu_new"; the v1
+    # configs on the Hub say "gelu", which is the erf form and does not match training). v2 drops dropout.
+    dropout = 0.1 if v1 else 0.0
+    return dict(embedding_size=128, hidden_size=h, num_hidden_layers=layers, num_attention_heads=heads,
+                intermediate_size=4 * h, hidden_act="gelu_new", hidden_dropout_prob=dropout,
+                attention_probs_dropout_prob=dropout)
+
+
+def _bert(h: int, layers: int, heads: int) -> dict[str, Any]:
+    # The paper's BERT baselines: E = H and no sharing, on ALBERT's 30k vocabulary.
+    return dict(embedding_size=h, hidden_size=h, num_hidden_layers=layers, num_hidden_groups=layers,
+                num_attention_heads=heads, intermediate_size=4 * h, hidden_act="gelu_new", sharing="none",
+                hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    **{f"albert-{size}-v{v}": _albert(h, layers, heads, v1=(v == 1))
+       for size, (h, layers, heads) in {"base": (768, 12, 12), "large": (1024, 24, 16),
+                                        "xlarge": (2048, 24, 16), "xxlarge": (4096, 12, 64)}.items()
+       for v in (1, 2)},
+    "bert-base": _bert(768, 12, 12),
+    "bert-large": _bert(1024, 24, 16),
+    "bert-xlarge": _bert(2048, 24, 16),
+    # CPU-sized: trains in minutes on 2 cores (see configs/demo.toml for the recipe around it).
+    "tiny": dict(vocab_size=8000, embedding_size=64, hidden_size=128, num_hidden_layers=4,
+                 num_attention_heads=4, intermediate_size=512, max_position_embeddings=128),
+}
