@@ -108,6 +108,8 @@ class AlbertConfig:
         return [layer * self.num_hidden_groups // self.num_hidden_layers for layer in range(self.num_hidden_layers)]
 
     def replace(self, **changes: Any) -> "AlbertConfig":
+        if "num_labels" in changes and "id2label" not in changes:
+            changes["id2label"] = None  # a new label count makes the old label names meaningless
         return dataclasses.replace(self, **changes)
 
     # -- config.json ---------------------------------------------------------------------------------

@@ -1,0 +1,149 @@
+"""Fine-tuning heads on the ALBERT encoder, with HuggingFace's class and weight names.
+
+Each head is a few lines: the encoder, a dropout and a linear layer. Sequence-level heads read the pooled
+[CLS]; token-level heads read every position. Loss functions follow HF's choices so that a litebert model
+and its transformers twin compute the same loss on the same batch.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from litebert.config import AlbertConfig
+from litebert.model import AlbertModel
+from litebert.weights import PretrainedMixin
+
+
+class ClassifierOutput(NamedTuple):
+    loss: torch.Tensor | None
+    logits: torch.Tensor  # (B, num_labels) | (B, T, num_labels) | (B, num_choices)
+
+
+class QuestionAnsweringOutput(NamedTuple):
+    loss: torch.Tensor | None
+    start_logits: torch.Tensor  # (B, T)
+    end_logits: torch.Tensor  # (B, T)
+
+
+def classifier_dropout(config: AlbertConfig) -> nn.Dropout:
+    p = config.classifier_dropout_prob
+    return nn.Dropout(config.hidden_dropout_prob if p is None else p)
+
+
+def sequence_loss(logits: torch.Tensor, labels: torch.Tensor, config: AlbertConfig) -> torch.Tensor:
+    """HF's rule: one label -> regression (MSE); integer labels -> cross-entropy; else multi-label BCE."""
+    problem = config.problem_type
+    if problem is None:
+        if config.num_labels == 1:
+            problem = "regression"
+        elif labels.dtype in (torch.long, torch.int):
+            problem = "single_label_classification"
+        else:
+            problem = "multi_label_classification"
+    if problem == "regression":
+        if config.num_labels == 1:
+            return F.mse_loss(logits.squeeze().float(), labels.squeeze().float())
+        return F.mse_loss(logits.float(), labels.float())
+    if problem == "single_label_classification":
+        return F.cross_entropy(logits.view(-1, config.num_labels).float(), labels.view(-1))
+    return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+
+
+class AlbertForSequenceClassification(PretrainedMixin, nn.Module):
+    """GLUE-style classification or regression (num_labels=1) on the pooled [CLS]."""
+
+    def __init__(self, config: AlbertConfig):
+        super().__init__()
+        self.config = config
+        self.albert = AlbertModel(config)
+        self.dropout = classifier_dropout(config)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.init_weights()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None) -> ClassifierOutput:
+        _, pooled = self.albert(input_ids, attention_mask, token_type_ids, position_ids)
+        logits = self.classifier(self.dropout(pooled))  # (B, num_labels)
+        return ClassifierOutput(None if labels is None else sequence_loss(logits, labels, self.config), logits)
+
+
+class AlbertForTokenClassification(PretrainedMixin, nn.Module):
+    """Per-token labels (NER, POS); label -100 marks positions without a label (sub-tokens, padding)."""
+
+    def __init__(self, config: AlbertConfig):
+        super().__init__()
+        self.config = config
+        self.albert = AlbertModel(config, add_pooling_layer=False)
+        self.dropout = classifier_dropout(config)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.init_weights()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None) -> ClassifierOutput:
+        h, _ = self.albert(input_ids, attention_mask, token_type_ids, position_ids)
+        logits = self.classifier(self.dropout(h))  # (B, T, num_labels)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.view(-1, self.config.num_labels).float(), labels.view(-1))
+        return ClassifierOutput(loss, logits)
+
+
+class AlbertForQuestionAnswering(PretrainedMixin, nn.Module):
+    """Extractive QA (SQuAD): a start and an end logit per token."""
+
+    def __init__(self, config: AlbertConfig):
+        super().__init__()
+        self.config = config = config if config.num_labels == 2 else config.replace(num_labels=2)  # HF: num_labels
+        self.albert = AlbertModel(config, add_pooling_layer=False)                               # sizes qa_outputs
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.init_weights()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                start_positions: torch.Tensor | None = None, end_positions: torch.Tensor | None = None
+                ) -> QuestionAnsweringOutput:
+        h, _ = self.albert(input_ids, attention_mask, token_type_ids, position_ids)
+        start_logits, end_logits = self.qa_outputs(h).float().unbind(-1)  # (B, T) each
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            # Positions outside the sequence are ignored, as in HF (they clamp to T and ignore index T).
+            T = start_logits.shape[1]
+            start = start_positions.view(-1).clamp(0, T)
+            end = end_positions.view(-1).clamp(0, T)
+            loss = (F.cross_entropy(start_logits, start, ignore_index=T)
+                    + F.cross_entropy(end_logits, end, ignore_index=T)) / 2
+        return QuestionAnsweringOutput(loss, start_logits, end_logits)
+
+
+class AlbertForMultipleChoice(PretrainedMixin, nn.Module):
+    """RACE/SWAG-style: score each (context, option) pair on its pooled [CLS]; softmax over the options."""
+
+    def __init__(self, config: AlbertConfig):
+        super().__init__()
+        self.config = config
+        self.albert = AlbertModel(config)
+        self.dropout = classifier_dropout(config)
+        self.classifier = nn.Linear(config.hidden_size, 1)
+        self.init_weights()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None) -> ClassifierOutput:
+        B, C, T = input_ids.shape
+
+        def flat(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.reshape(B * C, T)
+
+        _, pooled = self.albert(flat(input_ids), flat(attention_mask), flat(token_type_ids), flat(position_ids))
+        logits = self.classifier(self.dropout(pooled)).view(B, C)  # (B, C)
+        return ClassifierOutput(None if labels is None else F.cross_entropy(logits.float(), labels), logits)
+
+
+HEADS = {cls.__name__: cls for cls in (AlbertForSequenceClassification, AlbertForTokenClassification,
+                                        AlbertForQuestionAnswering, AlbertForMultipleChoice)}

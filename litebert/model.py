@@ -1,0 +1,320 @@
+"""The ALBERT network, in one file: embeddings -> shared encoder -> pretraining heads.
+
+ALBERT is BERT with three changes (Lan et al., 2019), all visible here:
+  1. factorized embeddings: tokens live in a small E-dim space, projected to H once (`embedding_hidden_mapping_in`);
+  2. cross-layer sharing: L layer applications reuse G parameter groups (`layer_to_group`), or, for the paper's
+     Table 5, share only attention or only the feed-forward;
+  3. sentence-order prediction: a binary head on the pooled [CLS] (`sop_classifier`).
+
+Attribute names are HuggingFace's state-dict names on purpose (the checkpoint is the API): an HF ALBERT
+checkpoint loads with `load_state_dict`, and every litebert checkpoint loads in transformers unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from litebert.config import AlbertConfig
+from litebert.weights import PretrainedMixin
+
+
+def activation_fn(name: str):
+    """Activations by their config.json names. TF ALBERT's "gelu" is the tanh form, which HF calls "gelu_new"."""
+    if name in ("gelu_new", "gelu_pytorch_tanh", "gelu_fast"):
+        return lambda x: F.gelu(x, approximate="tanh")  # one fused kernel instead of HF's eight
+    return {
+        "gelu": F.gelu,
+        "quick_gelu": lambda x: x * torch.sigmoid(1.702 * x),
+        "relu": F.relu,
+        "silu": F.silu,
+        "swish": F.silu,
+        "tanh": torch.tanh,
+    }[name]
+
+
+class AlbertEmbeddings(nn.Module):
+    def __init__(self, config: AlbertConfig):
+        super().__init__()
+        E = config.embedding_size
+        self.word_embeddings = nn.Embedding(config.vocab_size, E, padding_idx=config.pad_token_id)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, E)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, E)
+        self.LayerNorm = nn.LayerNorm(E, eps=config.layer_norm_eps)  # capitalised: TF/HF checkpoint name
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None) -> torch.Tensor:
+        T = input_ids.shape[1]
+        if T > self.position_embeddings.num_embeddings:
+            raise ValueError(f"sequence length {T} exceeds max_position_embeddings "
+                             f"{self.position_embeddings.num_embeddings}; truncate the input")
+        if position_ids is None:
+            position_ids = torch.arange(T, device=input_ids.device)[None]
+        x = self.word_embeddings(input_ids) + self.position_embeddings(position_ids)
+        if token_type_ids is None:
+            x = x + self.token_type_embeddings.weight[0]
+        else:
+            x = x + self.token_type_embeddings(token_type_ids)
+        return self.dropout(self.LayerNorm(x))  # (B, T, E)
+
+
+class AlbertAttention(nn.Module):
+    """Post-LN multi-head self-attention: LayerNorm(x + dense(attention(x)))."""
+
+    def __init__(self, config: AlbertConfig):
+        super().__init__()
+        H = config.hidden_size
+        self.num_heads = config.num_attention_heads
+        self.query = nn.Linear(H, H)
+        self.key = nn.Linear(H, H)
+        self.value = nn.Linear(H, H)
+        self.dense = nn.Linear(H, H)
+        self.LayerNorm = nn.LayerNorm(H, eps=config.layer_norm_eps)
+        self.attention_dropout = config.attention_probs_dropout_prob
+        self.output_dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def packed_qkv(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Q, K, V weights as one (3H, H) matrix: one GEMM instead of three. The encoder packs once per
+        forward and reuses the result for every application of a shared layer."""
+        weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])
+        bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])
+        return weight, bias
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None,
+                qkv: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        B, T, H = x.shape
+        weight, bias = qkv if qkv is not None else self.packed_qkv()
+        q, k, v = F.linear(x, weight, bias).view(B, T, 3, self.num_heads, H // self.num_heads).unbind(2)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
+                                           dropout_p=self.attention_dropout if self.training else 0.0)
+        y = y.transpose(1, 2).reshape(B, T, H)  # (B, T, H)
+        return self.LayerNorm(x + self.output_dropout(self.dense(y)))
+
+
+class AlbertLayer(nn.Module):
+    """One transformer block: attention, then LayerNorm(a + ffn_output(act(ffn(a))))."""
+
+    def __init__(self, config: AlbertConfig):
+        super().__init__()
+        H, I = config.hidden_size, config.intermediate_size
+        self.full_layer_layer_norm = nn.LayerNorm(H, eps=config.layer_norm_eps)  # HF's name for the FFN's LN
+        self.attention = AlbertAttention(config)
+        self.ffn = nn.Linear(H, I)
+        self.ffn_output = nn.Linear(I, H)
+        self.activation = activation_fn(config.hidden_act)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None,
+                qkv: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        a = self.attention(x, attn_mask, qkv)
+        # Dropout on the FFN output as in TF ALBERT (HF omits it; identical in eval mode and for v2's p=0).
+        return self.full_layer_layer_norm(self.dropout(self.ffn_output(self.activation(self.ffn(a)))) + a)
+
+
+class AlbertLayerGroup(nn.Module):
+    """`inner_group_num` distinct blocks, all run each time the group is applied."""
+
+    def __init__(self, config: AlbertConfig):
+        super().__init__()
+        self.albert_layers = nn.ModuleList([AlbertLayer(config) for _ in range(config.inner_group_num)])
+
+
+class AlbertTransformer(nn.Module):
+    """E -> H projection, then L layer applications over G shared groups."""
+
+    def __init__(self, config: AlbertConfig):
+        super().__init__()
+        self.embedding_hidden_mapping_in = nn.Linear(config.embedding_size, config.hidden_size)
+        self.albert_layer_groups = nn.ModuleList([AlbertLayerGroup(config) for _ in range(config.num_hidden_groups)])
+        self.layer_to_group = config.layer_to_group  # layer l runs group l * G // L
+        self.gradient_checkpointing = False
+        # Table 5's partial sharing: each layer has its own group, and one sub-layer is the *same module*
+        # in all of them. The state dict still lists it under every group (as HF expects), with equal values.
+        first = self.albert_layer_groups[0].albert_layers[0]
+        for group in self.albert_layer_groups[1:]:
+            layer = group.albert_layers[0]
+            if config.sharing == "attention":
+                layer.attention = first.attention
+            elif config.sharing == "ffn":
+                layer.ffn, layer.ffn_output = first.ffn, first.ffn_output
+                layer.full_layer_layer_norm = first.full_layer_layer_norm
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
+        x = self.embedding_hidden_mapping_in(x)  # (B, T, E) -> (B, T, H)
+        packed: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id(attention) -> its QKV, packed once
+        for group_index in self.layer_to_group:
+            for layer in self.albert_layer_groups[group_index].albert_layers:
+                key = id(layer.attention)
+                if key not in packed:
+                    packed[key] = layer.attention.packed_qkv()
+                if self.gradient_checkpointing and self.training:
+                    x = torch.utils.checkpoint.checkpoint(layer, x, attn_mask, packed[key], use_reentrant=False)
+                else:
+                    x = layer(x, attn_mask, packed[key])
+        return x
+
+
+class BaseOutput(NamedTuple):
+    last_hidden_state: torch.Tensor  # (B, T, H)
+    pooler_output: torch.Tensor | None  # (B, H): tanh(W h_[CLS])
+
+
+def padding_mask(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """(B, T) 1/0 mask -> additive (B, 1, 1, T) mask for SDPA; None when nothing is padded (faster kernel)."""
+    if attention_mask is None or bool(attention_mask.all()):
+        return None
+    return torch.zeros(attention_mask.shape, dtype=dtype, device=attention_mask.device).masked_fill(
+        attention_mask == 0, torch.finfo(dtype).min)[:, None, None, :]
+
+
+class AlbertModel(PretrainedMixin, nn.Module):
+    """The encoder: what every head builds on. `add_pooling_layer=False` matches HF's MLM/QA/token models."""
+
+    def __init__(self, config: AlbertConfig, add_pooling_layer: bool = True):
+        super().__init__()
+        self.config = config
+        self.embeddings = AlbertEmbeddings(config)
+        self.encoder = AlbertTransformer(config)
+        self.pooler = nn.Linear(config.hidden_size, config.hidden_size) if add_pooling_layer else None
+        self.pooler_activation = nn.Tanh() if add_pooling_layer else None
+        self.init_weights()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None) -> BaseOutput:
+        x = self.embeddings(input_ids, token_type_ids, position_ids)
+        h = self.encoder(x, padding_mask(attention_mask, x.dtype))
+        pooled = self.pooler_activation(self.pooler(h[:, 0])) if self.pooler is not None else None
+        return BaseOutput(h, pooled)
+
+
+class AlbertMLMHead(nn.Module):
+    """H -> E, activation, LayerNorm, then the decoder whose weight *is* the V x E word embedding."""
+
+    def __init__(self, config: AlbertConfig):
+        super().__init__()
+        self.LayerNorm = nn.LayerNorm(config.embedding_size, eps=config.layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+        self.dense = nn.Linear(config.hidden_size, config.embedding_size)
+        self.decoder = nn.Linear(config.embedding_size, config.vocab_size)
+        self.decoder.bias = self.bias  # one bias, two names, as in HF
+        self.activation = activation_fn(config.hidden_act)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.LayerNorm(self.activation(self.dense(h))))  # (..., V)
+
+
+class AlbertSOPHead(nn.Module):
+    """Binary classifier on the pooled [CLS]. The same head serves NSP: the objective is in the data
+    (label 0 = B follows A; 1 = swapped for SOP, random document for NSP)."""
+
+    def __init__(self, config: AlbertConfig):
+        super().__init__()
+        self.dropout = nn.Dropout(config.classifier_dropout_prob or 0.0)
+        self.classifier = nn.Linear(config.hidden_size, 2)
+
+    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.dropout(pooled))  # (B, 2)
+
+
+def masked_lm(head: AlbertMLMHead, h: torch.Tensor, labels: torch.Tensor | None
+              ) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """MLM loss and logits. With labels, logits are computed only at the labelled positions (~15% of
+    tokens): the same loss as HF's full (B, T, V) computation, for a fraction of the work and memory.
+    Returns (loss, logits) with logits (M, V) for the M labelled positions in row-major order, or (B, T, V)."""
+    if labels is None:
+        return None, head(h)
+    selected = labels != -100
+    logits = head(h[selected])  # (M, V)
+    if logits.shape[0] == 0:  # nothing to predict in this batch: zero loss, not HF's NaN
+        return logits.sum() * 0.0, logits
+    return F.cross_entropy(logits.float(), labels[selected]), logits
+
+
+class PreTrainingOutput(NamedTuple):
+    loss: torch.Tensor | None  # mlm_loss + sop_loss (whichever are given)
+    prediction_logits: torch.Tensor  # (B, T, V), or (M, V) at labelled positions when labels are given
+    sop_logits: torch.Tensor  # (B, 2)
+    mlm_loss: torch.Tensor | None
+    sop_loss: torch.Tensor | None
+
+
+class AlbertForPreTraining(PretrainedMixin, nn.Module):
+    """MLM + sentence-order prediction (paper section 3.1). Pass no `sentence_order_label` for MLM alone."""
+
+    tied_weights = {"predictions.decoder.weight": "albert.embeddings.word_embeddings.weight",
+                    "predictions.decoder.bias": "predictions.bias"}
+
+    def __init__(self, config: AlbertConfig):
+        super().__init__()
+        self.config = config = config if config.num_labels == 2 else config.replace(num_labels=2)  # HF sizes the
+        self.albert = AlbertModel(config)                                                         # SOP head so
+        self.predictions = AlbertMLMHead(config)
+        self.sop_classifier = AlbertSOPHead(config)
+        self.init_weights()
+        self.predictions.decoder.weight = self.albert.embeddings.word_embeddings.weight  # weight tying
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None, sentence_order_label: torch.Tensor | None = None
+                ) -> PreTrainingOutput:
+        h, pooled = self.albert(input_ids, attention_mask, token_type_ids, position_ids)
+        mlm_loss, prediction_logits = masked_lm(self.predictions, h, labels)
+        sop_logits = self.sop_classifier(pooled)
+        sop_loss = None if sentence_order_label is None else F.cross_entropy(sop_logits.float(), sentence_order_label.view(-1))
+        losses = [loss for loss in (mlm_loss, sop_loss) if loss is not None]
+        return PreTrainingOutput(sum(losses) if losses else None, prediction_logits, sop_logits, mlm_loss, sop_loss)
+
+
+class MaskedLMOutput(NamedTuple):
+    loss: torch.Tensor | None
+    logits: torch.Tensor  # (B, T, V), or (M, V) at labelled positions when labels are given
+
+
+class AlbertForMaskedLM(PretrainedMixin, nn.Module):
+    tied_weights = AlbertForPreTraining.tied_weights
+
+    def __init__(self, config: AlbertConfig):
+        super().__init__()
+        self.config = config
+        self.albert = AlbertModel(config, add_pooling_layer=False)
+        self.predictions = AlbertMLMHead(config)
+        self.init_weights()
+        self.predictions.decoder.weight = self.albert.embeddings.word_embeddings.weight  # weight tying
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None) -> MaskedLMOutput:
+        h, _ = self.albert(input_ids, attention_mask, token_type_ids, position_ids)
+        return MaskedLMOutput(*masked_lm(self.predictions, h, labels))
+
+
+def init_module_weights(module: nn.Module, std: float) -> None:
+    """BERT's initialisation, as HF applies it: N(0, std) weights, zero biases, unit LayerNorms."""
+    if isinstance(module, nn.Linear):
+        nn.init.normal_(module.weight, std=std)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, std=std)
+        if module.padding_idx is not None:
+            with torch.no_grad():
+                module.weight[module.padding_idx].zero_()
+    elif isinstance(module, nn.LayerNorm):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)
+    elif isinstance(module, AlbertMLMHead):
+        nn.init.zeros_(module.bias)
+
+
+def count_parameters(module: nn.Module) -> int:
+    """Distinct parameters: a shared layer or a tied embedding counts once."""
+    return sum(p.numel() for p in module.parameters())  # parameters() already deduplicates shared tensors
+
+
+__all__ = ["AlbertModel", "AlbertForPreTraining", "AlbertForMaskedLM", "activation_fn", "count_parameters",
+           "init_module_weights", "masked_lm"]

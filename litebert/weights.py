@@ -1,0 +1,183 @@
+"""Reading and writing model weights in the HuggingFace layout (config.json + model.safetensors).
+
+A litebert model directory *is* an HF model directory: transformers' `AlbertFor*.from_pretrained` reads what
+`save_pretrained` writes, and litebert reads what transformers writes. Loading accounts for every key: a
+missing encoder weight, a shape mismatch or a corrupt file is a one-line error naming the file; head weights
+that a different head class left behind (or lacks) are reported, as when fine-tuning a pretrained encoder.
+Nothing is ever unpickled: safetensors, or torch.load(weights_only=True) for legacy `pytorch_model.bin`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, TypeVar
+
+import torch
+from torch import nn
+
+from litebert.config import AlbertConfig
+
+log = logging.getLogger("litebert")
+
+WEIGHTS_NAME = "model.safetensors"
+LEGACY_WEIGHTS_NAME = "pytorch_model.bin"
+ENCODER_PREFIX = "albert."
+IGNORED_KEYS = ("albert.embeddings.position_ids", "embeddings.position_ids")  # non-persistent buffers in old HF saves
+
+M = TypeVar("M", bound="PretrainedMixin")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be loaded as the requested model."""
+
+
+def resolve_model_dir(name_or_path: str | os.PathLike) -> str:
+    """A local directory as is; otherwise try it as a Hub id (needs network and huggingface_hub)."""
+    path = os.fspath(name_or_path)
+    if os.path.isdir(path):
+        return path
+    if os.path.exists(path) or path.startswith((".", "/")) or path.count("/") > 1:
+        raise FileNotFoundError(f"{path}: not a model directory")
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise FileNotFoundError(f"{path}: no such directory (and huggingface_hub is not installed to fetch it "
+                                "as a Hub id)") from None
+    try:
+        return snapshot_download(path, allow_patterns=["*.json", "*.safetensors", "*.bin", "*.model"])
+    except Exception as e:  # network down, unknown repo, ...: all the user needs is which and why
+        raise FileNotFoundError(f"{path}: no such directory, and fetching it from the Hub failed "
+                                f"({type(e).__name__})") from None
+
+
+def read_state_dict(directory: str) -> tuple[dict[str, torch.Tensor], str]:
+    """The tensors of a model directory and the file they came from."""
+    path = os.path.join(directory, WEIGHTS_NAME)
+    if os.path.isfile(path):
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+        try:
+            return load_file(path), path
+        except (SafetensorError, OSError, RuntimeError) as e:
+            raise CheckpointError(f"{path}: corrupt or truncated safetensors file ({e})") from None
+    path = os.path.join(directory, LEGACY_WEIGHTS_NAME)
+    if os.path.isfile(path):
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:  # weights_only refuses pickled code; zip errors mean truncation
+            raise CheckpointError(f"{path}: unreadable or unsafe PyTorch checkpoint ({type(e).__name__}: "
+                                  f"{str(e).splitlines()[0] if str(e) else ''})") from None
+        if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+            raise CheckpointError(f"{path}: not a state dict of tensors")
+        return state, path
+    raise FileNotFoundError(f"{directory}: no {WEIGHTS_NAME} or {LEGACY_WEIGHTS_NAME}")
+
+
+class PretrainedMixin:
+    """from_pretrained / save_pretrained / init_weights for every litebert model class."""
+
+    config: AlbertConfig
+    tied_weights: dict[str, str] = {}  # key -> the key it is the same tensor as (not stored twice)
+
+    def init_weights(self) -> None:
+        from litebert.model import init_module_weights
+        self.apply(lambda m: init_module_weights(m, self.config.initializer_range))
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    # -- save --------------------------------------------------------------------------------------
+    def save_pretrained(self, directory: str | os.PathLike, *, config_only: bool = False) -> None:
+        """Write config.json and model.safetensors. Tied weights are stored once; layers that partial sharing
+        ties are stored under every layer's name (equal values), so transformers computes the same thing."""
+        from safetensors.torch import save_file
+        directory = os.fspath(directory)
+        os.makedirs(directory, exist_ok=True)
+        self.config.architectures = [type(self).__name__]
+        self.config.save(directory)
+        if config_only:
+            return
+        state = {k: v for k, v in self.state_dict().items() if k not in self.tied_weights}
+        seen: set[int] = set()
+        tensors = {}
+        for key, tensor in state.items():
+            ptr = tensor.untyped_storage().data_ptr()
+            tensors[key] = tensor.detach().clone().contiguous() if ptr in seen else tensor.detach().contiguous()
+            seen.add(ptr)
+        tmp = os.path.join(directory, WEIGHTS_NAME + ".tmp")
+        save_file(tensors, tmp, metadata={"format": "pt"})
+        os.replace(tmp, os.path.join(directory, WEIGHTS_NAME))
+
+    # -- load --------------------------------------------------------------------------------------
+    @classmethod
+    def from_pretrained(cls: type[M], name_or_path: str | os.PathLike, **config_overrides: Any) -> M:
+        """Load a model directory (litebert or HF) or a Hub id. Config fields can be overridden, e.g.
+        `AlbertForSequenceClassification.from_pretrained(pretrained_dir, num_labels=4)`."""
+        directory = resolve_model_dir(name_or_path)
+        config = AlbertConfig.load(directory)
+        if config_overrides:
+            config = config.replace(**config_overrides)
+        model = cls(config)
+        state, path = read_state_dict(directory)
+        model.load_checkpoint_state(state, path)
+        return model
+
+    def load_checkpoint_state(self, state: dict[str, torch.Tensor], path: str = "<state dict>") -> None:
+        """Load with strict accounting. Encoder weights must all be present with the right shapes; head
+        weights may be absent (fresh head, reported) or belong to another head (ignored, reported)."""
+        own = self.state_dict()
+        state = {k: v for k, v in state.items() if k not in IGNORED_KEYS}
+        has_prefix = any(k.startswith(ENCODER_PREFIX) for k in own)
+        if has_prefix and not any(k.startswith(ENCODER_PREFIX) for k in state):
+            state = {ENCODER_PREFIX + k: v for k, v in state.items()}  # a bare AlbertModel checkpoint
+        if not has_prefix and any(k.startswith(ENCODER_PREFIX) for k in state):
+            state = {k[len(ENCODER_PREFIX):]: v for k, v in state.items() if k.startswith(ENCODER_PREFIX)}
+        for key, target in self.tied_weights.items():
+            if key not in state and target in state:
+                state[key] = state[target]
+
+        def is_encoder(key: str) -> bool:
+            return key.startswith(ENCODER_PREFIX) or not has_prefix
+
+        missing = [k for k in own if k not in state]
+        unexpected = [k for k in state if k not in own]
+        missing_encoder = [k for k in missing if is_encoder(k) and not k.startswith(("albert.pooler", "pooler"))]
+        if missing_encoder:
+            raise CheckpointError(f"{path}: missing {len(missing_encoder)} encoder weights, e.g. {missing_encoder[0]} "
+                                  "(not an ALBERT checkpoint of this layout?)")
+        unexpected_encoder = [k for k in unexpected if is_encoder(k) and not k.startswith(("albert.pooler", "pooler"))]
+        if unexpected_encoder:
+            raise CheckpointError(f"{path}: unexpected encoder weights, e.g. {unexpected_encoder[0]} "
+                                  "(config.json does not match the weights: num_hidden_groups / inner_group_num?)")
+        for key, tensor in state.items():
+            if key in own and own[key].shape != tensor.shape:
+                raise CheckpointError(f"{path}: {key} has shape {tuple(tensor.shape)}, the config expects "
+                                      f"{tuple(own[key].shape)}")
+        self._check_shared_copies_agree(state, path)
+        self.load_state_dict({k: v for k, v in state.items() if k in own}, strict=False)
+        if missing:
+            log.info("%s: initialised fresh: %s", path, ", ".join(sorted({k.rsplit('.', 1)[0] for k in missing})))
+        if unexpected:
+            log.info("%s: not used by %s: %s", path, type(self).__name__,
+                     ", ".join(sorted({k.rsplit('.', 1)[0] for k in unexpected})))
+
+    def _check_shared_copies_agree(self, state: dict[str, torch.Tensor], path: str) -> None:
+        """Keys that name one shared tensor (partial sharing) must carry equal values, or loading would
+        silently keep whichever came last."""
+        by_storage: dict[int, str] = {}
+        for key, tensor in self.state_dict().items():
+            if key in self.tied_weights or key not in state:
+                continue
+            ptr = tensor.untyped_storage().data_ptr()
+            first = by_storage.setdefault(ptr, key)
+            if first != key and not torch.equal(state[first], state[key]):
+                raise CheckpointError(f"{path}: {key} differs from {first}, but sharing={self.config.sharing!r} "
+                                      "ties them; load it with sharing='none'")
+
+
+def module_of(model: nn.Module) -> nn.Module:
+    """The model under DDP / torch.compile wrappers."""
+    while hasattr(model, "module") or hasattr(model, "_orig_mod"):
+        model = getattr(model, "module", None) or getattr(model, "_orig_mod")
+    return model
