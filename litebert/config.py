@@ -133,6 +133,9 @@ class AlbertConfig:
         extra = {k: v for k, v in data.items() if k not in names and k not in ("label2id", "model_type")}
         if data.get("model_type", "albert") != "albert":
             raise ConfigError(f"invalid AlbertConfig: model_type is {data['model_type']!r}, not 'albert'")
+        id2label = known.get("id2label")
+        if id2label is not None and all(str(v) == f"LABEL_{k}" for k, v in id2label.items()):
+            known["id2label"], known["num_labels"] = None, len(id2label)  # HF's default names: keep the count only
         if "id2label" not in known and "num_labels" not in known and "_num_labels" in extra:
             known["num_labels"] = extra["_num_labels"]
         return cls(**known, extra=extra)
