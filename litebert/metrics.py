@@ -1,0 +1,243 @@
+"""Evaluation metrics: GLUE-style classification/regression scores, entity-level F1 for BIO tagging, and the
+official SQuAD v1.1/v2.0 EM/F1 (with v2.0's no-answer threshold search).
+
+Every function takes plain sequences (lists, numpy arrays, CPU tensors) and returns Python floats, so the
+training loop, the CLI and the tests can call them without ceremony. scipy / scikit-learn are imported inside
+the functions that use them: core litebert does not depend on them (they are the `eval` extra).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import re
+import string
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# classification and regression
+
+
+def accuracy(preds: Sequence, labels: Sequence) -> float:
+    preds, labels = _pair(preds, labels)
+    return float((preds == labels).mean())
+
+
+def f1(preds: Sequence, labels: Sequence, positive=1) -> float:
+    """Binary F1 of the `positive` class (GLUE's MRPC/QQP F1: positive = 1 = paraphrase/duplicate)."""
+    from sklearn.metrics import f1_score
+
+    preds, labels = _pair(preds, labels)
+    return float(f1_score(labels, preds, pos_label=positive, average="binary", zero_division=0))
+
+
+def macro_f1(preds: Sequence, labels: Sequence) -> float:
+    """Unweighted mean of per-class F1 over the classes present in labels or predictions."""
+    from sklearn.metrics import f1_score
+
+    preds, labels = _pair(preds, labels)
+    return float(f1_score(labels, preds, average="macro", zero_division=0))
+
+
+def mcc(preds: Sequence, labels: Sequence) -> float:
+    """Matthews correlation (CoLA's metric); 0.0 when undefined (a constant predictor)."""
+    from sklearn.metrics import matthews_corrcoef
+
+    preds, labels = _pair(preds, labels)
+    return float(matthews_corrcoef(labels, preds))
+
+
+def pearson(preds: Sequence, labels: Sequence) -> float:
+    from scipy.stats import pearsonr
+
+    preds, labels = _pair(preds, labels, dtype=np.float64)
+    return float(pearsonr(preds, labels)[0])
+
+
+def spearman(preds: Sequence, labels: Sequence) -> float:
+    from scipy.stats import spearmanr
+
+    preds, labels = _pair(preds, labels, dtype=np.float64)
+    return float(spearmanr(preds, labels)[0])
+
+
+def masked_accuracy(preds: Sequence, labels: Sequence, ignore_index: int = -100) -> float:
+    """MLM accuracy: mean over positions whose label is not `ignore_index` (the unmasked ones)."""
+    preds, labels = _pair(preds, labels)
+    keep = labels != ignore_index
+    return float((preds[keep] == labels[keep]).mean()) if keep.any() else 0.0
+
+
+METRICS: dict[str, Callable[[Sequence, Sequence], float]] = {
+    "accuracy": accuracy, "f1": f1, "macro_f1": macro_f1, "mcc": mcc, "pearson": pearson, "spearman": spearman,
+}
+
+
+def compute_metrics(names: Sequence[str], preds: Sequence, labels: Sequence) -> dict[str, float]:
+    """{name: value} for the named metrics (a task's `metrics` in litebert.tasks.TASKS)."""
+    unknown = [n for n in names if n not in METRICS]
+    if unknown:
+        raise ValueError(f"unknown metric(s) {unknown}; known: {sorted(METRICS)}")
+    return {name: METRICS[name](preds, labels) for name in names}
+
+
+def _pair(preds, labels, dtype=None) -> tuple[np.ndarray, np.ndarray]:
+    preds, labels = np.asarray(preds, dtype=dtype), np.asarray(labels, dtype=dtype)
+    if preds.shape != labels.shape:
+        raise ValueError(f"predictions {preds.shape} and labels {labels.shape} differ in shape")
+    if preds.size == 0:
+        raise ValueError("no predictions to score")
+    return preds, labels
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# entity-level F1 for BIO tags (conlleval / seqeval default semantics)
+
+
+def entity_spans(tags: Sequence[str]) -> set[tuple[str, int, int]]:
+    """The entities of one tag sequence as (type, start, end_exclusive).
+
+    An entity is a maximal run B-X I-X*. As in conlleval, an I-X that follows O, the end of the sentence's start,
+    or a tag of another type opens a new entity (so IOB1 files score the same way), and B-X always opens one.
+    """
+    spans, start, kind = set(), None, None
+    for i, tag in enumerate(list(tags) + ["O"]):  # the sentinel O closes a trailing entity
+        if tag == "O":
+            prefix, tag_kind = "O", None
+        elif len(tag) > 2 and tag[1] == "-" and tag[0] in "BI":
+            prefix, tag_kind = tag[0], tag[2:]
+        else:
+            raise ValueError(f"tag {tag!r} at position {i} is not O, B-X or I-X")
+        continues = prefix == "I" and tag_kind == kind
+        if kind is not None and not continues:
+            spans.add((kind, start, i))
+            kind = None
+        if prefix in "BI" and not continues:
+            start, kind = i, tag_kind
+    return spans
+
+
+def entity_f1(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> dict:
+    """Micro precision/recall/F1 over exact entity matches, plus the same per entity type under "per_type"."""
+    if len(gold) != len(pred):
+        raise ValueError(f"{len(gold)} gold sentences but {len(pred)} predicted")
+    counts = collections.defaultdict(lambda: [0, 0, 0])  # type -> [correct, predicted, gold]
+    for i, (g, p) in enumerate(zip(gold, pred)):
+        if len(g) != len(p):
+            raise ValueError(f"sentence {i}: {len(g)} gold tags but {len(p)} predicted")
+        g, p = entity_spans(g), entity_spans(p)
+        for kind, *_ in g & p:
+            counts[kind][0] += 1
+        for kind, *_ in p:
+            counts[kind][1] += 1
+        for kind, *_ in g:
+            counts[kind][2] += 1
+
+    def prf(correct, predicted, actual):
+        precision = correct / predicted if predicted else 0.0
+        recall = correct / actual if actual else 0.0
+        f = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        return {"precision": precision, "recall": recall, "f1": f}
+
+    total = [sum(c[k] for c in counts.values()) for k in range(3)]
+    return {**prf(*total), "per_type": {kind: prf(*c) for kind, c in sorted(counts.items())}}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# SQuAD: the official v2.0 evaluation script's definitions (v1.1 is the same on answerable questions)
+
+
+def normalize_answer(s: str) -> str:
+    """Lower-case, drop punctuation, drop the articles a/an/the, collapse whitespace (the official order)."""
+    s = "".join(ch for ch in s.lower() if ch not in _PUNCT)
+    s = re.sub(r"\b(a|an|the)\b", " ", s)
+    return " ".join(s.split())
+
+
+_PUNCT = set(string.punctuation)
+
+
+def exact_match(prediction: str, gold: str) -> int:
+    return int(normalize_answer(prediction) == normalize_answer(gold))
+
+
+def token_f1(prediction: str, gold: str) -> float:
+    """Bag-of-tokens F1 of the normalized strings. Two empty answers (a correct no-answer) score 1."""
+    pred_toks, gold_toks = normalize_answer(prediction).split(), normalize_answer(gold).split()
+    if not pred_toks or not gold_toks:
+        return float(pred_toks == gold_toks)
+    same = sum((collections.Counter(pred_toks) & collections.Counter(gold_toks)).values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(pred_toks), same / len(gold_toks)
+    return 2 * precision * recall / (precision + recall)
+
+
+def squad_scores(gold: Mapping[str, Sequence[str]], predictions: Mapping[str, str],
+                 na_probs: Mapping[str, float] | None = None, na_prob_thresh: float = 1.0) -> dict[str, float]:
+    """The official SQuAD v2.0 evaluation, as percentages.
+
+    gold: question id -> gold answer texts ([] for an unanswerable question). predictions: id -> answer text
+    ("" = no answer). na_probs: id -> no-answer score (higher = more likely unanswerable; litebert's decoder gives
+    the null-minus-best logit difference); a question counts as "no answer" when its score > na_prob_thresh.
+    Returns exact, f1, total, HasAns_*/NoAns_* breakdowns when both kinds occur, and, when na_probs is given, the
+    best threshold search: best_exact, best_exact_thresh, best_f1, best_f1_thresh. A question missing from
+    predictions scores 0 (as in the v1.1 script; the v2.0 script drops it from the total).
+    """
+    has_ans = {qid: bool([a for a in answers if normalize_answer(a)]) for qid, answers in gold.items()}
+    missing = [qid for qid in gold if qid not in predictions]
+    if missing:
+        log.warning("squad_scores: %d of %d questions have no prediction (first: %s); they score 0",
+                    len(missing), len(gold), missing[0])
+    exact_raw, f1_raw = {}, {}
+    for qid, answers in gold.items():
+        # Gold answers that normalize to nothing are dropped; an unanswerable question's only gold is "".
+        answers = [a for a in answers if normalize_answer(a)] or [""]
+        if qid in predictions:
+            exact_raw[qid] = max(exact_match(predictions[qid], a) for a in answers)
+            f1_raw[qid] = max(token_f1(predictions[qid], a) for a in answers)
+        else:
+            exact_raw[qid] = f1_raw[qid] = 0.0
+    probs = {qid: 0.0 for qid in gold} if na_probs is None else {qid: na_probs.get(qid, 0.0) for qid in gold}
+
+    def thresholded(raw):  # a question predicted unanswerable scores 1 exactly when it is unanswerable
+        return {qid: float(not has_ans[qid]) if probs[qid] > na_prob_thresh else raw[qid] for qid in raw}
+
+    def summary(exact, f1_, qids, prefix=""):
+        return {f"{prefix}exact": 100.0 * sum(exact[q] for q in qids) / len(qids),
+                f"{prefix}f1": 100.0 * sum(f1_[q] for q in qids) / len(qids), f"{prefix}total": len(qids)}
+
+    exact, f1_ = thresholded(exact_raw), thresholded(f1_raw)
+    out = summary(exact, f1_, list(gold))
+    for prefix, wanted in (("HasAns_", True), ("NoAns_", False)):
+        qids = [qid for qid in gold if has_ans[qid] == wanted]
+        if qids:
+            out.update(summary(exact, f1_, qids, prefix))
+    if na_probs is not None:
+        for name, raw in (("exact", exact_raw), ("f1", f1_raw)):
+            out[f"best_{name}"], out[f"best_{name}_thresh"] = _best_thresh(raw, predictions, probs, has_ans)
+    return out
+
+
+def _best_thresh(raw: Mapping[str, float], predictions: Mapping[str, str], probs: Mapping[str, float],
+                 has_ans: Mapping[str, bool]) -> tuple[float, float]:
+    """Sweep the threshold upward through the questions sorted by no-answer score (the official find_best_thresh).
+
+    Start from "everything is no-answer" (score = number of unanswerable questions); letting question q answer
+    gains its raw score if it has an answer, and loses 1 if it has none but a non-empty prediction.
+    """
+    score = best = sum(not has_ans[q] for q in raw)
+    best_thresh = 0.0
+    for qid in sorted(probs, key=lambda q: probs[q]):
+        if has_ans[qid]:
+            score += raw[qid]
+        elif predictions.get(qid):
+            score -= 1
+        if score > best:
+            best, best_thresh = score, probs[qid]
+    return 100.0 * best / len(raw), best_thresh

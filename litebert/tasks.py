@@ -1,0 +1,640 @@
+"""Fine-tuning tasks: readers for the formats datasets are distributed in, a registry of known tasks, the
+featurizers that turn examples into model inputs, and the collate that batches them.
+
+Readers are pure functions of a path and a few knobs, returning an `Examples` list of small dataclasses.
+A record that cannot be read (a malformed row, invalid JSON, a label outside the label set, an answer span
+that is not in its context) raises DataError naming file:line, or with errors="skip" is left out, counted
+in `Examples.skipped` and reported in one log line. SQuAD-format data lives in litebert/squad.py, which uses
+the same machinery.
+
+Featurizers code against a small tokenizer interface (litebert.tokenizer.Tokenizer provides it):
+  tok.encode(text, pair=None, add_special_tokens=True, max_length=None, truncation="longest_first") -> ids
+  tok.encode_with_offsets(text) -> (ids, [(start, end) char spans into text])   # no special tokens
+  tok.cls_id, tok.sep_id, tok.pad_id
+"""
+
+from __future__ import annotations
+
+import bisect
+import csv
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+import torch
+
+log = logging.getLogger(__name__)
+
+IGNORE_INDEX = -100  # label of positions the loss skips (F.cross_entropy's default ignore_index)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# examples and bad-record accounting
+
+
+@dataclass
+class TextExample:
+    """One sentence or sentence pair with a class name (str), a regression target (float) or None (unlabelled)."""
+
+    id: str
+    text_a: str
+    text_b: str | None = None
+    label: str | float | None = None
+
+
+@dataclass
+class ChoiceExample:
+    """Multiple choice: pick one of `options` (RACE: article/question/4 answers; SWAG: sent1/sent2/4 endings)."""
+
+    id: str
+    context: str  # "" when the question stands alone (wordnet_defmc)
+    question: str
+    options: list[str]
+    label: int | None = None
+
+
+@dataclass
+class TagExample:
+    """A sentence as words with one tag per word (BIO for NER), or tags None when unlabelled."""
+
+    id: str
+    words: list[str]
+    tags: list[str] | None = None
+
+
+class DataError(ValueError):
+    """A record that cannot be read. The message starts with where it is: file:line, or file: JSON path."""
+
+
+class BadRecord(Exception):
+    """Raised by a record parser; `collect` turns it into a DataError or a counted skip."""
+
+    def __init__(self, message: str, where: str | None = None):
+        super().__init__(message)
+        self.where = where  # overrides the record's own location (e.g. one line inside a CoNLL sentence)
+
+
+class Examples(list):
+    """A reader's result: the examples, plus `skipped` with one "where: why" line per record left out."""
+
+    def __init__(self, items: Iterable = (), skipped: Iterable[str] = ()):
+        super().__init__(items)
+        self.skipped = list(skipped)
+
+
+def collect(records: Iterable[tuple[str, Any]], parse: Callable[[str, Any], Any], path: os.PathLike | str,
+            errors: str = "raise") -> Examples:
+    """Parse each (where, raw) record; a BadRecord raises DataError ("raise") or is skipped and counted ("skip")."""
+    if errors not in ("raise", "skip"):
+        raise ValueError(f"errors must be 'raise' or 'skip', got {errors!r}")
+    items, skipped, total = [], [], 0
+    for where, raw in records:
+        total += 1
+        try:
+            items.append(parse(where, raw))
+        except BadRecord as e:
+            message = f"{e.where or where}: {e}"
+            if errors == "raise":
+                raise DataError(message) from None
+            skipped.append(message)
+    if skipped:
+        log.warning("%s: skipped %d of %d records (first: %s)", path, len(skipped), total, skipped[0])
+    return Examples(items, skipped)
+
+
+def label_list(examples: Iterable) -> list[str]:
+    """The sorted label set of labelled examples (use the training split's, then pass it to the other splits)."""
+    return sorted({e.label for e in examples if e.label is not None})
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# raw records: lines, TSV/CSV rows, JSON Lines
+
+
+def _lines(path: Path) -> Iterator[tuple[str, str]]:
+    # newline="\n": a stray \r inside a field must not end the line (universal newlines would split there).
+    with open(path, encoding="utf-8-sig", newline="\n") as f:
+        for n, line in enumerate(f, 1):
+            line = line.rstrip("\r\n")
+            if line.strip():
+                yield f"{path}:{n}", line
+
+
+def _rows(path: Path, fmt: str) -> Iterator[tuple[str, list[str]]]:
+    """TSV rows split on tabs with no quoting (GLUE's sentences contain bare quotes); CSV rows with quoting."""
+    if fmt == "tsv":
+        for where, line in _lines(path):
+            yield where, line.split("\t")
+        return
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        reader = csv.reader(f)
+        for row in reader:
+            if any(cell.strip() for cell in row):
+                yield f"{path}:{reader.line_num}", row
+
+
+def _json_record(line: str) -> dict:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise BadRecord(f"invalid JSON ({e.msg} at column {e.colno})") from None
+    if not isinstance(record, dict):
+        raise BadRecord(f"expected a JSON object, got {type(record).__name__}")
+    return record
+
+
+def _format(path: Path) -> str:
+    suffix = path.suffix.lower()
+    formats = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
+    if suffix not in formats:
+        raise ValueError(f"{path}: cannot tell the format from the suffix {suffix!r} (want .tsv, .csv or .jsonl)")
+    return formats[suffix]
+
+
+def _get(record, key, kind: type | tuple = str):
+    """record[key] (a row index or a JSON key), checked to be present and of the expected type."""
+    try:
+        value = record[key]
+    except (KeyError, IndexError):
+        raise BadRecord(f"missing field {key!r}") from None
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise BadRecord(f"field {key!r} should be {getattr(kind, '__name__', kind)}, got {value!r}")
+    return value
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# readers
+
+
+def read_table(path: os.PathLike | str, text_columns: Sequence[str | int], label_column: str | int | None = None, *,
+               labels: Sequence[str] | None = None, regression: bool = False, id_column: str | int | None = None,
+               header: bool = True, columns: Sequence[str] | None = None, errors: str = "raise") -> Examples:
+    """Sentence (one text column) or sentence-pair (two) examples from a .tsv, .csv or .jsonl file.
+
+    Columns are header names (JSON keys for .jsonl) or 0-based indices. A file without a header row takes its
+    names from `columns`, if given. label_column None reads unlabelled data (test splits); labels, if given, is
+    the label set and any other label is a bad record; regression reads float targets. Ids come from
+    id_column when the file has it, else they are the 0-based data row number (GLUE's test "index").
+    Only the named columns are read, so metadata such as a `title` that gives the label away never reaches a model.
+    """
+    path = Path(path)
+    if len(text_columns) not in (1, 2):
+        raise ValueError(f"text_columns must name one or two columns, got {list(text_columns)}")
+    fmt = _format(path)
+    labels = None if labels is None else [str(x) for x in labels]
+    wanted = [*text_columns, *([] if label_column is None else [label_column])]
+    if fmt == "jsonl":
+        records, width = ((where, line) for where, line in _lines(path)), None
+        id_key = id_column
+    else:
+        records = _rows(path, fmt)
+        names = list(columns) if columns is not None else None
+        if header:
+            first = next(records, None)
+            if first is None:
+                return Examples()
+            names = [name.strip() for name in first[1]]
+        index = {name: i for i, name in enumerate(names or [])}
+        for col in wanted:
+            if not isinstance(col, int) and col not in index:
+                raise DataError(f"{path}:1: no column {col!r} in {names}")
+        resolve = lambda col: col if isinstance(col, int) or col is None else index[col]  # noqa: E731
+        text_columns, label_column = [resolve(c) for c in text_columns], resolve(label_column)
+        id_key = resolve(id_column) if id_column in index or isinstance(id_column, int) else None
+        width = len(names) if names else None
+    rows = enumerate(records)
+
+    def parse(where: str, numbered) -> TextExample:
+        n, record = numbered
+        if fmt == "jsonl":
+            record = _json_record(record)
+        elif width is not None and len(record) != width:
+            raise BadRecord(f"expected {width} tab/comma-separated fields, found {len(record)}")
+        texts = [_get(record, col) for col in text_columns]
+        label = None
+        if label_column is not None:
+            raw = _get(record, label_column, (str, int, float))
+            if regression:
+                try:
+                    label = float(raw)
+                except ValueError:
+                    raise BadRecord(f"label {raw!r} is not a number") from None
+            else:
+                label = str(raw)
+                if labels is not None and label not in labels:
+                    raise BadRecord(f"label {label!r} is not one of {labels}")
+        has_id = id_key is not None and (fmt != "jsonl" or id_key in record)
+        ident = str(_get(record, id_key, (str, int))) if has_id else str(n)
+        return TextExample(ident, texts[0], texts[1] if len(texts) == 2 else None, label)
+
+    return collect(((where, (n, rec)) for n, (where, rec) in rows), parse, path, errors)
+
+
+def read_choice_jsonl(path: os.PathLike | str, *, question: str = "question", options: str = "options",
+                      label: str | None = "label", context: str | None = None, id_key: str = "id",
+                      errors: str = "raise") -> Examples:
+    """Multiple choice from JSON Lines ({id, question, options: [...], label: index}, as wordnet_defmc)."""
+    path = Path(path)
+
+    def parse(where: str, line: str) -> ChoiceExample:
+        record = _json_record(line)
+        opts = _get(record, options, list)
+        if len(opts) < 2 or not all(isinstance(o, str) for o in opts):
+            raise BadRecord(f"{options!r} should be a list of at least two strings, got {opts!r}")
+        answer = None if label is None else _get(record, label, int)
+        if answer is not None and not 0 <= answer < len(opts):
+            raise BadRecord(f"label {answer} is not an index into {len(opts)} options")
+        ctx = "" if context is None else _get(record, context)
+        ident = str(record.get(id_key, where.rsplit(":", 1)[-1]))
+        return ChoiceExample(ident, ctx, _get(record, question), list(opts), answer)
+
+    return collect(_lines(path), parse, path, errors)
+
+
+def read_race(path: os.PathLike | str, levels: Sequence[str] = ("middle", "high"), errors: str = "raise") -> Examples:
+    """RACE: a split directory holding middle/ and high/ (one JSON file per article), or one such file.
+
+    Each file is {"id", "article", "questions": [...], "options": [[4 answers], ...], "answers": ["A".."D"]};
+    every question becomes one example with id "<file id>-<question number>".
+    """
+    path = Path(path)
+    files = [path] if path.is_file() else [f for level in levels for f in sorted((path / level).glob("*.txt"))
+                                           + sorted((path / level).glob("*.json"))]
+    if not files:
+        raise DataError(f"{path}: no RACE files (expected {'/ or '.join(levels)}/ with *.txt or *.json)")
+
+    def records():
+        for file in files:
+            text = file.read_text(encoding="utf-8")
+            try:
+                article = json.loads(text)
+            except json.JSONDecodeError as e:
+                yield f"{file}:{e.lineno}", BadRecord(f"invalid JSON ({e.msg})")
+                continue
+            if not isinstance(article, dict):
+                yield f"{file}:1", BadRecord("expected a JSON object")
+                continue
+            name = f"{file.parent.name}/{article.get('id', file.name)}"
+            for k, question in enumerate(article.get("questions", [])):
+                yield f"{file}: questions[{k}]", (name, k, article)
+
+    def parse(where: str, raw) -> ChoiceExample:
+        if isinstance(raw, BadRecord):
+            raise raw
+        name, k, article = raw
+        options, answers = _get(article, "options", list), _get(article, "answers", list)
+        if k >= len(options) or k >= len(answers):
+            raise BadRecord(f"{len(article['questions'])} questions but {len(options)} option lists "
+                            f"and {len(answers)} answers")
+        letter = answers[k]
+        if not (isinstance(letter, str) and len(letter) == 1 and 0 <= ord(letter) - ord("A") < len(options[k])):
+            raise BadRecord(f"answer {letter!r} is not a letter among {len(options[k])} options")
+        return ChoiceExample(f"{name}-{k}", _get(article, "article"), _get(article["questions"], k),
+                             list(options[k]), ord(letter) - ord("A"))
+
+    return collect(records(), parse, path, errors)
+
+
+def read_swag(path: os.PathLike | str, errors: str = "raise") -> Examples:
+    """SWAG CSV (train.csv / val.csv / test.csv): context sent1, the ending's start sent2, endings ending0..3."""
+    path = Path(path)
+    rows = _rows(path, "csv")
+    first = next(rows, None)
+    if first is None:
+        return Examples()
+    index = {name: i for i, name in enumerate(first[1])}
+    need = ["sent1", "sent2", "ending0", "ending1", "ending2", "ending3"]
+    missing = [c for c in need if c not in index]
+    if missing:
+        raise DataError(f"{first[0]}: SWAG header lacks {missing}")
+    has_label, id_col = "label" in index, index.get("fold-ind")
+
+    def parse(where: str, row: list[str]) -> ChoiceExample:
+        if len(row) != len(index):
+            raise BadRecord(f"expected {len(index)} fields, found {len(row)}")
+        label = row[index["label"]] if has_label else None
+        if label is not None and label not in ("0", "1", "2", "3"):
+            raise BadRecord(f"label {label!r} is not 0-3")
+        ident = row[id_col] if id_col is not None else where.rsplit(":", 1)[-1]
+        return ChoiceExample(ident, row[index["sent1"]], row[index["sent2"]],
+                             [row[index[f"ending{i}"]] for i in range(4)], None if label is None else int(label))
+
+    return collect(rows, parse, path, errors)
+
+
+def read_conll(path: os.PathLike | str, labels: Sequence[str] | None = None, has_tags: bool = True,
+               errors: str = "raise") -> Examples:
+    """CoNLL-style tagging: one token per line (word first, tag last column), a blank line between sentences,
+    -DOCSTART- lines skipped. Sentence ids are "<file name>:<first line>"."""
+    path = Path(path)
+
+    def sentences():
+        lines: list[tuple[int, str]] = []
+        with open(path, encoding="utf-8-sig", newline="\n") as f:
+            for n, line in enumerate(f, 1):
+                line = line.rstrip("\r\n")
+                if line.startswith("-DOCSTART-"):
+                    continue
+                if line.strip():
+                    lines.append((n, line))
+                elif lines:
+                    yield f"{path}:{lines[0][0]}", lines
+                    lines = []
+        if lines:
+            yield f"{path}:{lines[0][0]}", lines
+
+    def parse(where: str, lines: list[tuple[int, str]]) -> TagExample:
+        words, tags = [], []
+        for n, line in lines:
+            fields = line.split()
+            if has_tags and len(fields) < 2:
+                raise BadRecord(f"expected a word and a tag, found {line!r}", where=f"{path}:{n}")
+            if has_tags and labels is not None and fields[-1] not in labels:
+                raise BadRecord(f"tag {fields[-1]!r} is not one of {list(labels)}", where=f"{path}:{n}")
+            words.append(fields[0])
+            tags.append(fields[-1])
+        return TagExample(f"{path.name}:{where.rsplit(':', 1)[-1]}", words, tags if has_tags else None)
+
+    return collect(sentences(), parse, path, errors)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the task registry
+
+
+@dataclass(frozen=True)
+class Task:
+    """How to read, score and submit one task. Column names are those of the files as distributed."""
+
+    name: str
+    kind: str  # "classification" | "regression" | "multiple_choice" | "qa" | "tagging"
+    format: str  # which reader: "table" | "choice_jsonl" | "race" | "swag" | "squad" | "conll"
+    files: dict[str, str]  # split -> path inside the task's directory
+    text_columns: tuple[str, ...] = ()
+    label_column: str | None = None
+    labels: tuple[str, ...] | None = None  # class names in id order (None: regression or not a classifier)
+    metrics: tuple[str, ...] = ("accuracy",)  # names in litebert.metrics.METRICS (qa/tagging: their own scores)
+    id_column: str | None = None
+    unlabelled: tuple[str, ...] = ()  # splits distributed without labels (GLUE test sets)
+    headerless: tuple[str, ...] = ()  # splits whose file has no header row; `columns` names their fields
+    columns: tuple[str, ...] | None = None
+    submission: str | None = None  # GLUE leaderboard file name for test predictions
+    directory: str | None = None  # the task's folder in the distribution (glue_data/MNLI, ...)
+
+
+def _glue(name, text, label, labels, metrics=("accuracy",), directory=None, dev="dev.tsv", test="test.tsv",
+          id_column="index", **kw) -> Task:
+    files = {"train": "train.tsv", "dev": dev, "test": test}
+    return Task(name, "regression" if labels is None else "classification", "table", files, text, label,
+                labels, metrics, id_column, ("test",), submission=f"{name}.tsv", directory=directory or name, **kw)
+
+
+def _splits(ext: str) -> dict[str, str]:
+    return {split: f"{split}.{ext}" for split in ("train", "dev", "test")}
+
+
+_NLI = ("contradiction", "entailment", "neutral")  # MNLI's label order (HF's and the GLUE processors')
+_BIN = ("0", "1")
+
+TASKS: dict[str, Task] = {t.name: t for t in [
+    # CoLA train/dev: no header; source, label, the author's original mark ("*" or empty), sentence.
+    _glue("CoLA", ("sentence",), "label", _BIN, ("mcc",), headerless=("train", "dev"),
+          columns=("source", "label", "original_label", "sentence")),
+    _glue("SST-2", ("sentence",), "label", _BIN),
+    _glue("MRPC", ("#1 String", "#2 String"), "Quality", _BIN, ("accuracy", "f1")),
+    _glue("STS-B", ("sentence1", "sentence2"), "score", None, ("pearson", "spearman")),
+    _glue("QQP", ("question1", "question2"), "is_duplicate", _BIN, ("accuracy", "f1"), id_column="id"),
+    _glue("MNLI-m", ("sentence1", "sentence2"), "gold_label", _NLI, directory="MNLI",
+          dev="dev_matched.tsv", test="test_matched.tsv"),
+    _glue("MNLI-mm", ("sentence1", "sentence2"), "gold_label", _NLI, directory="MNLI",
+          dev="dev_mismatched.tsv", test="test_mismatched.tsv"),
+    _glue("QNLI", ("question", "sentence"), "label", ("entailment", "not_entailment")),
+    _glue("RTE", ("sentence1", "sentence2"), "label", ("entailment", "not_entailment")),
+    _glue("WNLI", ("sentence1", "sentence2"), "label", _BIN),
+    # The diagnostic set: test only, predicted with an MNLI model, scored by the GLUE server with R3 (MCC).
+    Task("AX", "classification", "table", {"test": "diagnostic.tsv"}, ("sentence1", "sentence2"), None, _NLI,
+         ("mcc",), "index", ("test",), submission="AX.tsv", directory="diagnostic"),
+    # /work/shared/data/tasks (JSON Lines). Never read `title`: it gives the author away.
+    Task("novel_authorship", "classification", "table", _splits("jsonl"), ("text",), "label",
+         ("Charles Dickens", "H. G. Wells", "Jane Austen", "Jules Verne"), ("accuracy", "macro_f1"), "id"),
+    Task("bible_paraphrase", "classification", "table", _splits("jsonl"), ("sentence1", "sentence2"), "label",
+         _BIN, ("accuracy", "f1"), "id"),
+    Task("wordnet_qa", "qa", "squad", _splits("jsonl"), metrics=("exact", "f1")),
+    Task("wordnet_defmc", "multiple_choice", "choice_jsonl", _splits("jsonl")),
+    # Other standard benchmarks, in their distributed layouts.
+    Task("squad-v1.1", "qa", "squad", {"train": "train-v1.1.json", "dev": "dev-v1.1.json"}, metrics=("exact", "f1")),
+    Task("squad-v2.0", "qa", "squad", {"train": "train-v2.0.json", "dev": "dev-v2.0.json"}, metrics=("exact", "f1")),
+    Task("race", "multiple_choice", "race", {"train": "train", "dev": "dev", "test": "test"}),
+    Task("swag", "multiple_choice", "swag", {"train": "train.csv", "dev": "val.csv", "test": "test.csv"},
+         unlabelled=("test",)),
+    Task("conll2003", "tagging", "conll", {"train": "train.txt", "dev": "valid.txt", "test": "test.txt"},
+         metrics=("f1",)),
+]}
+
+
+def read_task(task: str | Task, data_dir: os.PathLike | str, split: str, errors: str = "raise",
+              labels: Sequence[str] | None = None) -> Examples:
+    """The examples of one split of a registered task, read from the task's directory `data_dir`.
+
+    labels: the label set for tasks that do not fix one (CoNLL tag sets vary); a registered set wins.
+    """
+    task = TASKS[task] if isinstance(task, str) else task
+    if split not in task.files:
+        raise ValueError(f"task {task.name} has no {split!r} split (has {sorted(task.files)})")
+    path = Path(data_dir) / task.files[split]
+    labelled = split not in task.unlabelled
+    if task.format == "table":
+        return read_table(path, task.text_columns, task.label_column if labelled else None,
+                          labels=task.labels, regression=task.kind == "regression", id_column=task.id_column,
+                          header=split not in task.headerless, columns=task.columns, errors=errors)
+    if task.format == "squad":
+        from litebert.squad import read_squad  # squad.py builds on this module
+
+        return read_squad(path, errors=errors)
+    if task.format == "choice_jsonl":
+        return read_choice_jsonl(path, label="label" if labelled else None, errors=errors)
+    if task.format == "race":
+        return read_race(path, errors=errors)
+    if task.format == "swag":
+        return read_swag(path, errors=errors)
+    if task.format == "conll":
+        return read_conll(path, labels=task.labels or labels, errors=errors)
+    raise ValueError(f"task {task.name}: unknown format {task.format!r}")
+
+
+def write_glue_predictions(path: os.PathLike | str, task: str | Task, examples: Sequence[TextExample],
+                           predictions: Sequence) -> Path:
+    """Write test predictions in the GLUE submission format: a header "index\\tprediction", then one row per
+    example with its file index and the class name (or a regression score). A directory path gets the
+    leaderboard's file name (MNLI-m.tsv, STS-B.tsv, AX.tsv, ...). Returns the file written."""
+    task = TASKS[task] if isinstance(task, str) else task
+    if len(examples) != len(predictions):
+        raise ValueError(f"{len(examples)} examples but {len(predictions)} predictions")
+    path = Path(path)
+    if path.is_dir():
+        if task.submission is None:
+            raise ValueError(f"task {task.name} has no GLUE submission file name; pass a file path")
+        path = path / task.submission
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        f.write("index\tprediction\n")
+        for example, pred in zip(examples, predictions):
+            value = f"{float(pred):.3f}" if task.labels is None else task.labels[int(pred)]
+            f.write(f"{example.id}\t{value}\n")
+    return path
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# featurizers
+
+
+@dataclass
+class Feature:
+    """Model inputs for one example, unpadded (collate pads). Multiple choice holds (C, T) nested lists."""
+
+    input_ids: list
+    token_type_ids: list  # 0 for [CLS] first-segment [SEP], 1 for the second segment and its [SEP]
+    label: int | float | list[int] | None = None  # class id | regression target | per-token ids | None
+    example_index: int = 0  # which example (in the list given to the featurizer) this came from
+    word_ids: list[int | None] | None = field(default=None, repr=False)  # tagging: each token's word
+
+
+def token_types(ids: Sequence[int], sep_id: int) -> list[int]:
+    """Segment ids of [CLS] a [SEP] (b [SEP]): 0 through the first [SEP], 1 after it."""
+    first_sep = ids.index(sep_id) if sep_id in ids else len(ids) - 1
+    return [0] * (first_sep + 1) + [1] * (len(ids) - first_sep - 1)
+
+
+def featurize_classification(examples: Sequence[TextExample], tok, max_length: int,
+                             labels: Sequence[str] | None) -> list[Feature]:
+    """[CLS] a [SEP] (b [SEP]) truncated to max_length; label = index in `labels`, or float when labels is None
+    (regression)."""
+    index = None if labels is None else {str(name): i for i, name in enumerate(labels)}
+    features = []
+    for i, ex in enumerate(examples):
+        ids = tok.encode(ex.text_a, pair=ex.text_b, max_length=max_length)
+        if ex.label is None:
+            label = None
+        elif index is None:
+            label = float(ex.label)
+        elif str(ex.label) in index:
+            label = index[str(ex.label)]
+        else:
+            raise ValueError(f"example {ex.id}: label {ex.label!r} is not one of {list(labels)}")
+        features.append(Feature(ids, token_types(ids, tok.sep_id), label, i))
+    return features
+
+
+def choice_pair(context: str, question: str, option: str) -> tuple[str, str]:
+    """The (first, second) segment for one option, as the reference implementations build them.
+
+    RACE (google-research/albert race_utils): (article, question with "_" filled by the option, or
+    question + option). SWAG (BERT run_swag): (sent1, sent2 + ending) - the same rule. A question without a
+    context (wordnet_defmc): (question, option).
+    """
+    if not context:
+        return question, option
+    second = question.replace("_", option) if "_" in question else f"{question} {option}".strip()
+    return context, second
+
+
+def featurize_choices(examples: Sequence[ChoiceExample], tok, max_length: int) -> list[Feature]:
+    """One (C, T) block of [CLS] first [SEP] second [SEP] rows per example; the label is the option index."""
+    features = []
+    for i, ex in enumerate(examples):
+        rows = [tok.encode(*choice_pair(ex.context, ex.question, option), max_length=max_length)
+                for option in ex.options]
+        features.append(Feature(rows, [token_types(r, tok.sep_id) for r in rows], ex.label, i))
+    return features
+
+
+def featurize_tags(examples: Sequence[TagExample], tok, max_length: int, labels: Sequence[str]) -> list[Feature]:
+    """Word-level tags on the first sub-token of each word, IGNORE_INDEX on the others and on [CLS]/[SEP].
+
+    The words are joined with spaces and tokenized once (as pretraining saw the text), then each token is mapped
+    to the word its character span overlaps; `word_ids` keeps that map so token predictions become word tags
+    again (`word_predictions`). Words past max_length are cut off; they get no feature position.
+    """
+    index = {name: i for i, name in enumerate(labels)}
+    features = []
+    for i, ex in enumerate(examples):
+        starts, ends, pos = [], [], 0
+        for word in ex.words:
+            starts.append(pos)
+            ends.append(pos + len(word))
+            pos += len(word) + 1
+        ids, offsets = tok.encode_with_offsets(" ".join(ex.words))
+        word_ids = []
+        for s, e in offsets:
+            j = bisect.bisect_right(ends, s)  # the first word ending after the token starts
+            word_ids.append(j if j < len(starts) and starts[j] < e else None)
+        ids, word_ids = ids[: max_length - 2], word_ids[: max_length - 2]
+        tags, seen = [], set()
+        for j in word_ids:
+            first = j is not None and j not in seen
+            seen.add(j)
+            if ex.tags is not None:
+                if first and ex.tags[j] not in index:
+                    raise ValueError(f"example {ex.id}: tag {ex.tags[j]!r} is not one of {list(labels)}")
+                tags.append(index[ex.tags[j]] if first else IGNORE_INDEX)
+        ids = [tok.cls_id, *ids, tok.sep_id]
+        label = None if ex.tags is None else [IGNORE_INDEX, *tags, IGNORE_INDEX]
+        features.append(Feature(ids, [0] * len(ids), label, i, [None, *word_ids, None]))
+    return features
+
+
+def word_predictions(word_ids: Sequence[int | None], token_preds: Sequence[int], num_words: int,
+                     labels: Sequence[str], default: str = "O") -> list[str]:
+    """Word tags from per-token predictions: each word takes its first sub-token's; cut-off words get default."""
+    tags, seen = [default] * num_words, set()
+    for j, pred in zip(word_ids, token_preds):
+        if j is not None and j not in seen:
+            seen.add(j)
+            tags[j] = labels[int(pred)]
+    return tags
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# batching
+
+
+def pad(rows: Sequence[Sequence], value: int, dtype: torch.dtype = torch.long) -> torch.Tensor:
+    """(B, T) from B ragged rows, or (B, C, T) from B lists of C ragged rows, filled with `value` on the right."""
+    nested = bool(rows) and bool(rows[0]) and isinstance(rows[0][0], (list, tuple))
+    flat = [r for row in rows for r in row] if nested else list(rows)
+    width = max(len(r) for r in flat)
+    out = torch.full((len(flat), width), value, dtype=dtype)
+    for i, r in enumerate(flat):
+        out[i, : len(r)] = torch.tensor(r, dtype=dtype)
+    if nested:
+        if len({len(row) for row in rows}) != 1:
+            raise ValueError("multiple-choice examples in one batch must have the same number of options")
+        return out.view(len(rows), len(rows[0]), width)  # (B, C, T)
+    return out
+
+
+def collate(features: Sequence, pad_id: int = 0) -> dict[str, torch.Tensor]:
+    """Pad a list of features (Feature or squad.QAFeature) into the heads' keyword arguments: input_ids,
+    attention_mask, token_type_ids and, when labelled, labels (int64; float32 for regression; per-token labels
+    padded with IGNORE_INDEX) or start_positions/end_positions."""
+    if not features:
+        raise ValueError("collate needs at least one feature")
+    ids = [f.input_ids for f in features]
+    ones = [[[1] * len(r) for r in row] if isinstance(row[0], list) else [1] * len(row) for row in ids]
+    batch = {"input_ids": pad(ids, pad_id), "attention_mask": pad(ones, 0),
+             "token_type_ids": pad([f.token_type_ids for f in features], 0)}
+    labels = [getattr(f, "label", None) for f in features]
+    if all(x is not None for x in labels):
+        if isinstance(labels[0], list):
+            batch["labels"] = pad(labels, IGNORE_INDEX)
+        else:
+            dtype = torch.float32 if isinstance(labels[0], float) else torch.long
+            batch["labels"] = torch.tensor(labels, dtype=dtype)
+    elif any(x is not None for x in labels):
+        raise ValueError("a batch mixes labelled and unlabelled features")
+    if all(getattr(f, "start_position", None) is not None for f in features):
+        batch["start_positions"] = torch.tensor([f.start_position for f in features], dtype=torch.long)
+        batch["end_positions"] = torch.tensor([f.end_position for f in features], dtype=torch.long)
+    return batch
