@@ -1,0 +1,26 @@
+# The two commands of the README. Both set up .venv first (idempotent), so each works on a fresh machine.
+PYTHON ?= python3
+VENV := .venv
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-fast setup clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+demo: $(STAMP)  ## the main job: tokenizer, data, pretraining, fine-tuning on the bundled corpus, with a summary
+	$(VENV)/bin/litebert demo
+
+test: $(STAMP)  ## the whole suite, slow end-to-end checks included
+	$(VENV)/bin/python -m pytest -q
+
+test-fast: $(STAMP)
+	$(VENV)/bin/python -m pytest -q -m "not slow"
+
+clean:
+	rm -rf $(VENV) out build *.egg-info

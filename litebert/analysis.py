@@ -1,0 +1,104 @@
+"""Layer-to-layer transitions: the paper's Figure 2 (L2 distance and cosine similarity between the input and
+output embeddings of each layer application), showing that sharing smooths the path from layer to layer.
+
+The hidden states are collected with forward hooks, so the model's forward stays free of output flags: a shared
+layer fires its hook once per application, in order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import torch
+from torch import nn
+
+
+@torch.no_grad()
+def layer_transitions(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+                      ) -> dict[str, list[float]]:
+    """For each of the L (x inner_group_num) block applications: mean L2 distance and mean cosine similarity
+    between its input and output token embeddings, over non-padding tokens."""
+    from litebert.model import AlbertLayer, AlbertModel
+    albert = model if isinstance(model, AlbertModel) else model.albert
+    states: list[torch.Tensor] = []
+    hooks = [albert.encoder.embedding_hidden_mapping_in.register_forward_hook(lambda m, i, o: states.append(o))]
+    hooks += [m.register_forward_hook(lambda m, i, o: states.append(o))
+              for m in {id(m): m for m in albert.modules() if isinstance(m, AlbertLayer)}.values()]
+    was_training = albert.training
+    albert.eval()
+    try:
+        albert(input_ids, attention_mask)
+    finally:
+        for h in hooks:
+            h.remove()
+        albert.train(was_training)
+    keep = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+    l2, cosine = [], []
+    for before, after in zip(states[:-1], states[1:]):
+        a, b = before[keep].float(), after[keep].float()  # (N, H)
+        l2.append((a - b).norm(dim=-1).mean().item())
+        cosine.append(torch.nn.functional.cosine_similarity(a, b, dim=-1).mean().item())
+    return {"l2": l2, "cosine": cosine}
+
+
+def plot_transitions(results: dict[str, dict[str, list[float]]], path: str) -> str:
+    """One line per model, L2 on the left and cosine on the right, as in the paper's Figure 2."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (ax_l2, ax_cos) = plt.subplots(1, 2, figsize=(10, 4))
+    for name, r in results.items():
+        layers = range(1, len(r["l2"]) + 1)
+        ax_l2.plot(layers, r["l2"], marker="o", label=name)
+        ax_cos.plot(layers, r["cosine"], marker="o", label=name)
+    ax_l2.set(title="L2 distance, layer input -> output", xlabel="layer", ylabel="L2")
+    ax_cos.set(title="cosine similarity, layer input -> output", xlabel="layer", ylabel="cosine")
+    ax_l2.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def cli(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="litebert analyze", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("models", nargs="+", help="model directories (litebert or HF) to compare")
+    parser.add_argument("--text", help="a text file, one sentence per line (default: the bundled corpus)")
+    parser.add_argument("--max-sentences", type=int, default=64)
+    parser.add_argument("--max-length", type=int, default=128)
+    parser.add_argument("--out", default="transitions.png", help="where to write the plot (a .json goes beside)")
+    args = parser.parse_args(argv)
+    from litebert.model import AlbertModel
+    from litebert.tokenizer import Tokenizer
+    results = {}
+    for directory in args.models:
+        tokenizer = Tokenizer.from_pretrained(directory)
+        sentences = read_sentences(args.text, args.max_sentences)
+        batch = tokenizer(sentences, max_length=args.max_length)
+        model = AlbertModel.from_pretrained(directory)
+        results[os.path.basename(os.path.normpath(directory))] = layer_transitions(
+            model, batch["input_ids"], batch["attention_mask"])
+    plot_transitions(results, args.out)
+    with open(os.path.splitext(args.out)[0] + ".json", "w") as f:
+        json.dump(results, f, indent=1)
+    for name, r in results.items():
+        print(f"{name}: L2 {' '.join(f'{x:.2f}' for x in r['l2'])}")
+        print(f"{'':{len(name)}}  cos {' '.join(f'{x:.2f}' for x in r['cosine'])}")
+    print(f"plot: {args.out}")
+    return 0
+
+
+def read_sentences(path: str | None, limit: int) -> list[str]:
+    """Non-empty lines of a text file, or of the bundled corpus."""
+    if path is None:
+        from litebert.pretrain_data import bundled_corpus_path
+        path = bundled_corpus_path()
+    from litebert.pretrain_data import open_text
+    with open_text(path) as f:
+        lines = [line.strip() for line in f if line.strip()]
+    if not lines:
+        raise ValueError(f"{path}: no sentences")
+    return lines[:limit]

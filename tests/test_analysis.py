@@ -1,0 +1,33 @@
+import torch
+
+from litebert.analysis import layer_transitions, plot_transitions
+from litebert.config import AlbertConfig
+from litebert.model import AlbertForPreTraining
+
+
+def test_transitions_follow_every_application_of_a_shared_layer(tmp_path):
+    config = AlbertConfig(vocab_size=60, embedding_size=8, hidden_size=16, num_hidden_layers=5, num_attention_heads=2,
+                          intermediate_size=32, max_position_embeddings=16, inner_group_num=2)
+    model = AlbertForPreTraining(config).eval()
+    ids = torch.randint(5, 60, (3, 9))
+    mask = torch.ones_like(ids)
+    mask[0, 6:] = 0
+    r = layer_transitions(model, ids, mask)
+    assert len(r["l2"]) == len(r["cosine"]) == 5 * 2  # L applications x inner_group_num blocks
+
+    # The same numbers by hand: run the blocks in order and compare consecutive states on real tokens.
+    albert = model.albert
+    with torch.no_grad():
+        x = albert.encoder.embedding_hidden_mapping_in(albert.embeddings(ids))
+        from litebert.model import padding_mask
+        attn = padding_mask(mask, x.dtype)
+        states = [x]
+        for g in albert.encoder.layer_to_group:
+            for layer in albert.encoder.albert_layer_groups[g].albert_layers:
+                states.append(layer(states[-1], attn))
+    keep = mask.bool()
+    expected = [(a[keep] - b[keep]).norm(dim=-1).mean().item() for a, b in zip(states, states[1:])]
+    assert r["l2"] == expected
+    assert all(-1 <= c <= 1 for c in r["cosine"])
+    assert not albert._forward_hooks and not albert.encoder.embedding_hidden_mapping_in._forward_hooks
+    assert plot_transitions({"tiny": r}, str(tmp_path / "t.png")) and (tmp_path / "t.png").stat().st_size > 1000
