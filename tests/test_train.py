@@ -1,0 +1,248 @@
+"""The training loop on a toy model that follows the model contract; configs; DDP == single process.
+
+`ToyModel` and `toy_batches` are also used by test_checkpoint.py and by the DDP worker script below.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from litebert.train import (NonFiniteLossError, TrainConfig, add_config_args, dump_toml, load_toml, read_metrics,
+                            resolve_config, shuffled_batches, train)
+
+torch.set_num_threads(1)
+
+VOCAB, DIM, SEQ = 13, 16, 6
+
+
+class ToyOutput(NamedTuple):
+    loss: torch.Tensor
+    logits: torch.Tensor
+
+
+class ToyModel(nn.Module):
+    """Embedding -> MLP with dropout -> decoder tied to the embedding (+ bias): the contract in miniature."""
+
+    def __init__(self, dropout: float = 0.1):
+        super().__init__()
+        self.config = {"vocab": VOCAB, "dim": DIM, "dropout": dropout}
+        self.embed = nn.Embedding(VOCAB, DIM)
+        self.dense = nn.Linear(DIM, DIM)
+        self.LayerNorm = nn.LayerNorm(DIM)
+        self.dropout = nn.Dropout(dropout)
+        self.decoder = nn.Linear(DIM, VOCAB)
+        self.decoder.weight = self.embed.weight  # tied, as ALBERT's MLM decoder
+
+    def forward(self, input_ids, labels, poison=None):
+        h = self.dropout(F.gelu(self.LayerNorm(self.dense(self.embed(input_ids)))))
+        logits = self.decoder(h)  # (B, T, V)
+        loss = F.cross_entropy(logits.float().view(-1, VOCAB), labels.view(-1))
+        if poison is not None:
+            loss = loss * poison.float().mean()  # a batch with poison = nan makes the loss nan
+        return ToyOutput(loss, logits)
+
+    def save_pretrained(self, directory):
+        from safetensors.torch import save_file
+        os.makedirs(directory, exist_ok=True)
+        Path(directory, "config.json").write_text(json.dumps(self.config))
+        state = {k: v.contiguous() for k, v in self.state_dict().items() if k != "decoder.weight"}
+        save_file(state, os.path.join(directory, "model.safetensors"))
+
+    @classmethod
+    def from_pretrained(cls, directory):
+        from litebert.checkpoint import load_model_weights
+        model = cls(json.loads(Path(directory, "config.json").read_text())["dropout"])
+        load_model_weights(model, directory)
+        return model
+
+
+def toy_example(index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Example `index` of an infinite deterministic dataset; the label is a fixed function of the input."""
+    g = torch.Generator().manual_seed(1000 + index)
+    ids = torch.randint(0, VOCAB, (SEQ,), generator=g)
+    return ids, (ids * 5 + 3) % VOCAB
+
+
+def toy_batches(batch_size: int, micro_batch_size: int, poison_step: int | None = None):
+    """batch_fn: step s holds examples s*B .. s*B+B-1, micro-batch slot = micro * world_size + rank."""
+    def batch_fn(step, micro, rank, world_size):
+        start = step * batch_size + (micro * world_size + rank) * micro_batch_size
+        ids, labels = zip(*(toy_example(i) for i in range(start, start + micro_batch_size)))
+        batch = {"input_ids": torch.stack(ids), "labels": torch.stack(labels)}
+        if poison_step is not None:
+            batch["poison"] = torch.full((1,), float("nan") if step == poison_step else 1.0)
+        return batch
+    return batch_fn
+
+
+def toy_config(tmp_path, **kw) -> TrainConfig:
+    base = dict(lr=0.02, batch_size=8, max_steps=12, warmup_steps=2, out_dir=str(tmp_path / "run"), progress=False,
+                log_every=1, seed=3)
+    return TrainConfig(**{**base, **kw})
+
+
+def make_toy(dropout=0.1) -> ToyModel:
+    torch.manual_seed(0)
+    return ToyModel(dropout)
+
+
+def test_overfits_one_batch(tmp_path):
+    fixed = toy_batches(8, 8)(0, 0, 0, 1)
+    cfg = toy_config(tmp_path, lr=0.05, max_steps=150, warmup_steps=10, log_every=50)
+    result = train(make_toy(0.0), lambda *_: fixed, cfg)
+    assert result.losses[1] > 2.0 and result.losses[150] < 0.05
+
+
+def test_same_seed_same_losses_and_run_files(tmp_path):
+    evals = []
+
+    def evaluate(model):
+        evals.append(model.training)
+        torch.rand(3)  # evaluation may use the RNG without disturbing training
+        return {"acc": 0.5}
+
+    a = train(make_toy(), toy_batches(8, 4), toy_config(tmp_path / "a", micro_batch_size=4, eval_every=5), evaluate)
+    b = train(make_toy(), toy_batches(8, 4), toy_config(tmp_path / "b", micro_batch_size=4))
+    assert a.losses == b.losses and len(a.losses) == 12
+    assert evals == [False, False, False]  # steps 5, 10 and the end, in eval mode
+    run = tmp_path / "a" / "run"
+    records = read_metrics(run / "metrics.jsonl")
+    assert [r["step"] for r in records if "loss" in r] == list(range(1, 13))
+    assert [r["step"] for r in records if "eval_acc" in r] == [5, 10, 12]
+    assert all(r["tokens_per_s"] > 0 and r["lr"] >= 0 for r in records if "loss" in r)
+    assert records[0]["lr"] == 0.0 and records[1]["lr"] == pytest.approx(0.01)  # warmup 0, 1/2 of peak
+    assert (run / "metrics.png").stat().st_size > 1000
+    saved = resolve_config(TrainConfig, load_toml(run / "train_config.toml", ("train",))["train"])
+    assert saved == toy_config(tmp_path / "a", micro_batch_size=4, eval_every=5)
+    assert sorted(p.name for p in run.glob("step_*")) == ["step_12"]
+
+
+def test_accumulation_equals_full_batch(tmp_path):
+    full, accumulated = make_toy(0.0), make_toy(0.0)
+    ra = train(full, toy_batches(8, 8), toy_config(tmp_path / "a", max_steps=5))
+    rb = train(accumulated, toy_batches(8, 2), toy_config(tmp_path / "b", max_steps=5, micro_batch_size=2))
+    for k in ra.losses:
+        assert ra.losses[k] == pytest.approx(rb.losses[k], rel=1e-5)
+    for pa, pb in zip(full.parameters(), accumulated.parameters()):
+        torch.testing.assert_close(pa, pb, rtol=1e-4, atol=1e-5)
+
+
+def test_bf16_autocast_trains(tmp_path):
+    fixed = toy_batches(8, 8)(0, 0, 0, 1)
+    result = train(make_toy(0.0), lambda *_: fixed, toy_config(tmp_path, precision="bf16", lr=0.05, max_steps=40))
+    assert result.losses[40] < 0.5 * result.losses[1]
+
+
+def test_nan_loss_stops_and_keeps_last_checkpoint(tmp_path):
+    from litebert.checkpoint import latest_checkpoint, load_model_weights, load_train_state
+    cfg = toy_config(tmp_path, save_every=4)
+    with pytest.raises(NonFiniteLossError, match=r"non-finite loss at step 7 .*step_4") as info:
+        train(make_toy(), toy_batches(8, 8, poison_step=6), cfg)
+    assert "\n" not in str(info.value)
+    last = latest_checkpoint(cfg.out_dir)
+    assert last.name == "step_4" and load_train_state(last)["step"] == 4
+    model = ToyModel()
+    load_model_weights(model, last)
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_config_precedence_defaults_toml_cli(tmp_path):
+    import argparse
+    toml = tmp_path / "recipe.toml"
+    toml.write_text('[train]\nlr = 3\nbatch_size = 64\noptimizer = "adamw"\n')
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--config")
+    add_config_args(parser, TrainConfig)
+    args = parser.parse_args(["--config", str(toml), "--batch-size", "16", "--micro-batch-size", "4", "--no-progress"])
+    cfg = resolve_config(TrainConfig, load_toml(args.config, ("train",))["train"], args)
+    assert (cfg.lr, cfg.batch_size, cfg.micro_batch_size, cfg.optimizer, cfg.progress) == (3.0, 16, 4, "adamw", False)
+    assert cfg.warmup_steps == TrainConfig().warmup_steps
+    assert "global batch size" in parser.format_help()
+    with pytest.raises(ValueError, match="unknown key 'lrr'"):
+        resolve_config(TrainConfig, {"lrr": 1.0})
+    with pytest.raises(ValueError, match="batch_size must be int"):
+        resolve_config(TrainConfig, {"batch_size": "8"})
+    with pytest.raises(ValueError, match="precision"):
+        resolve_config(TrainConfig, {"precision": "fp8"})
+    with pytest.raises(ValueError, match="unknown section"):
+        toml.write_text("[trian]\nlr = 1\n")
+        load_toml(toml, ("train",))
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--optimizer", "sgd"])
+    # the written TOML reads back to the same config (None fields are commented out)
+    assert resolve_config(TrainConfig, load_toml_text(dump_toml({"train": cfg}), tmp_path)["train"]) == cfg
+    with pytest.raises(ValueError, match="not a multiple"):
+        TrainConfig(batch_size=10, micro_batch_size=4).accumulation(1)
+    assert TrainConfig(batch_size=32, micro_batch_size=4).accumulation(2) == (4, 4)
+
+
+def load_toml_text(text, tmp_path):
+    path = tmp_path / "x.toml"
+    path.write_text(text)
+    return load_toml(path)
+
+
+def test_shuffled_batches_cover_epochs_independently_of_world_size():
+    data = torch.arange(10)
+    collate = lambda idx: {"x": data[idx]}  # noqa: E731
+    one = shuffled_batches(10, 4, 2, seed=0, collate=collate)
+    seen_one = [one(s, m, 0, 1)["x"] for s in range(5) for m in range(2)]
+    two = shuffled_batches(10, 4, 2, seed=0, collate=collate)
+    seen_two = [two(s, 0, r, 2)["x"] for s in range(5) for r in range(2)]
+    assert torch.equal(torch.cat(seen_one), torch.cat(seen_two))
+    flat = torch.cat(seen_one)
+    assert sorted(flat[:10].tolist()) == list(range(10)) and sorted(flat[10:20].tolist()) == list(range(10))
+    assert not torch.equal(flat[:10], flat[10:20])  # a new permutation each epoch
+
+
+DDP_WORKER = textwrap.dedent("""
+    import os, sys, torch
+    torch.set_num_threads(1)
+    sys.path.insert(0, {tests!r})
+    from pathlib import Path
+    from litebert.train import train
+    from test_train import make_toy, toy_batches, toy_config
+    model = make_toy(0.0)
+    train(model, toy_batches(8, 2), toy_config(Path({tmp!r}), micro_batch_size=2, max_steps=6, log_every=2))
+    if os.environ["RANK"] == "0":
+        torch.save(model.state_dict(), {tmp!r} + "/params.pt")
+""")
+
+
+def test_two_process_ddp_equals_single_process(tmp_path):
+    single = make_toy(0.0)
+    ref = train(single, toy_batches(8, 2), toy_config(tmp_path / "single", micro_batch_size=2, max_steps=6,
+                                                        log_every=2))
+    script = tmp_path / "worker.py"
+    script.write_text(DDP_WORKER.format(tests=str(Path(__file__).parent), tmp=str(tmp_path / "ddp")))
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for rank in range(2):
+        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
+        procs.append(subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), "\n".join(outputs)
+    ddp_state = torch.load(tmp_path / "ddp" / "params.pt", weights_only=True)
+    for key, value in single.state_dict().items():
+        torch.testing.assert_close(ddp_state[key], value, rtol=1e-5, atol=1e-6)
+    ddp_losses = {r["step"]: r["loss"] for r in read_metrics(tmp_path / "ddp" / "run" / "metrics.jsonl") if "loss" in r}
+    single_losses = {r["step"]: r["loss"] for r in read_metrics(tmp_path / "single" / "run" / "metrics.jsonl")
+                     if "loss" in r}
+    assert ddp_losses == pytest.approx(single_losses, rel=1e-5)
+    assert len(ref.losses) == 6
+    from litebert.checkpoint import load_train_state
+    assert load_train_state(tmp_path / "ddp" / "run" / "step_6")["world_size"] == 2
