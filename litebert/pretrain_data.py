@@ -1,0 +1,632 @@
+"""Pretraining data: documents -> sentence-order pairs -> memory-mapped token shards; n-gram masking at batch time.
+
+The recipe is the one of google-research/albert's create_pretraining_data.py, with its defects fixed:
+- pack consecutive sentences of a document up to a target length (a random shorter target with prob short_seq_prob),
+  cut the chunk at a random sentence boundary into A and B, and for SOP swap them with prob 0.5 (label 1 = swapped);
+- a one-sentence chunk is split inside the sentence for SOP, never turned into an NSP negative (the original leaks
+  random-document B segments into SOP data there);
+- masking picks whole words in n-gram spans with p(n) ∝ 1/n and really never overlaps spans (the original's
+  "already covered" check tests the wrong thing).
+
+Layout on disk (`out_dir`): meta.json (every argument, counts, the sha256 of spiece.model) and per shard
+`shard_NNNNN.<field>.npy`: input_ids (flat, with [CLS]/[SEP]), offsets (N+1), b_start (token type 1 from here),
+label (SOP/NSP, -100 for none); static masking adds masked_ids and mlm_labels. Shards are written in input
+order, and every random choice is seeded from (seed, chunk index, copy), so the same inputs and seed give
+byte-identical shards whatever the number of workers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import gzip
+import json
+import os
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Iterator
+
+import numpy as np
+
+from litebert.tokenizer import Tokenizer
+
+BUNDLED_CORPUS = os.path.join(os.path.dirname(__file__), "data", "en_small.txt.gz")
+FORMAT = "litebert-pretrain-v1"
+IGNORE = -100  # label value the losses ignore
+PAIR_TASKS = ("sop", "nsp", "none")
+
+# ----------------------------------------------------------------------------- reading documents
+
+
+def resolve_inputs(inputs: list[str] | str | None) -> list[str]:
+    """Files for paths, globs and directories (sorted, so runs are reproducible); None -> the bundled corpus."""
+    if inputs is None or inputs == []:
+        return [BUNDLED_CORPUS]
+    if isinstance(inputs, str):
+        inputs = [inputs]
+    files: list[str] = []
+    for item in inputs:
+        item = str(item)
+        if os.path.isdir(item):
+            found = sorted(p for p in glob.glob(os.path.join(item, "**", "*"), recursive=True) if os.path.isfile(p))
+        elif os.path.isfile(item):
+            found = [item]
+        else:
+            found = sorted(p for p in glob.glob(item, recursive=True) if os.path.isfile(p))
+        if not found:
+            raise FileNotFoundError(f"no input files match {item!r}")
+        files += found
+    return files
+
+
+_SENTENCE_END = re.compile(r"""(?<=[.!?])["')\]]*\s+(?=["'(\[]?[A-Z0-9\u0080-\uffff])""")
+_ABBREV = re.compile(r"(?:\b(?:Mr|Mrs|Ms|Dr|St|Jr|Sr|Prof|Capt|Col|Gen|Lt|Rev|No|vs|etc|e\.g|i\.e)|\b[A-Z])\.$")
+
+
+def split_sentences(paragraph: str) -> list[str]:
+    """Rule-based sentence split of a paragraph: after . ! ? (and closing quotes), not after Mr./Dr./initials."""
+    out, start = [], 0
+    for m in _SENTENCE_END.finditer(paragraph):
+        head = paragraph[start : m.start()].rstrip("\"')]")
+        if _ABBREV.search(head):
+            continue
+        out.append(paragraph[start : m.start() + len(m.group(0).rstrip())].strip())
+        start = m.end()
+    tail = paragraph[start:].strip()
+    if tail:
+        out.append(tail)
+    return [s for s in out if s]
+
+
+def _lines(path: str, stats: dict) -> Iterator[tuple[str | None, int]]:
+    """Decoded lines of a text or .gz file and their byte size; undecodable lines are counted and skipped."""
+    opener = gzip.open if path.endswith(".gz") else open
+    try:
+        with opener(path, "rb") as f:
+            for raw in f:
+                try:
+                    yield raw.decode("utf-8").rstrip("\r\n"), len(raw)
+                except UnicodeDecodeError:
+                    stats["skipped_non_utf8_lines"] += 1
+                    yield None, len(raw)  # dropped, but it must not end a document as a blank line would
+    except (OSError, EOFError) as e:  # truncated/corrupt gzip, unreadable file
+        raise ValueError(f"cannot read {path}: {e}") from None
+
+
+def iter_documents(paths: list[str], paragraphs: bool = False, text_field: str = "text",
+                   stats: dict | None = None, progress=None) -> Iterator[list[str]]:
+    """Documents as lists of sentences from text files (one sentence per line, blank line between documents;
+    with paragraphs=True each line is a paragraph to split) or JSONL (.jsonl/.json, one document per line, its
+    `text_field` holding paragraphs separated by newlines). Any file may be gzipped."""
+    stats = stats if stats is not None else collections.Counter()
+    for path in paths:
+        is_jsonl = path.removesuffix(".gz").endswith((".jsonl", ".json"))
+        doc: list[str] = []
+        for line, nbytes in _lines(path, stats):
+            if progress is not None:
+                progress.update(nbytes)
+            stats["bytes"] += nbytes
+            if line is None:
+                continue
+            if is_jsonl:
+                if not line.strip():
+                    continue
+                try:
+                    text = json.loads(line)[text_field]
+                    assert isinstance(text, str)
+                except (ValueError, KeyError, TypeError, AssertionError):
+                    stats["skipped_bad_json_lines"] += 1
+                    continue
+                sentences = [s for p in text.split("\n") for s in split_sentences(p)]
+                if sentences:
+                    yield sentences
+                continue
+            line = line.strip()
+            if not line:
+                if doc:
+                    yield doc
+                doc = []
+            else:
+                doc.extend(split_sentences(line) if paragraphs else [line])
+        if doc:
+            yield doc
+
+
+def _chunks_of_documents(docs: Iterator[list[str]], chunk_chars: int) -> Iterator[list[list[str]]]:
+    """Group documents into chunks of about chunk_chars characters: the unit of work and of seeding."""
+    chunk, size = [], 0
+    for doc in docs:
+        chunk.append(doc)
+        size += sum(len(s) for s in doc)
+        if size >= chunk_chars:
+            yield chunk
+            chunk, size = [], 0
+    if chunk:
+        yield chunk
+
+
+# ----------------------------------------------------------------------------- instances
+
+
+@dataclass
+class InstanceOptions:
+    """The knobs of instance creation; stored in meta.json."""
+
+    max_seq_length: int = 128
+    short_seq_prob: float = 0.1
+    pair_task: str = "sop"
+    dupe_factor: int = 1
+    static_masking: bool = False
+    masked_lm_prob: float = 0.15
+    max_predictions_per_seq: int = 20
+    max_ngram: int = 3
+    seed: int = 12345
+
+
+def truncate_pair(a: np.ndarray, b: np.ndarray | None, max_tokens: int, rng: np.random.Generator):
+    """Trim the longer segment one token at a time, from the front or back at random (the original recipe)."""
+    la, lb = len(a), 0 if b is None else len(b)
+    cut = {"a": [0, 0], "b": [0, 0]}  # tokens removed at [front, back]
+    while la + lb > max_tokens:
+        side = "a" if la > lb else "b"
+        cut[side][0 if rng.random() < 0.5 else 1] += 1
+        la, lb = (la - 1, lb) if side == "a" else (la, lb - 1)
+    a = a[cut["a"][0] : len(a) - cut["a"][1]]
+    if b is not None:
+        b = b[cut["b"][0] : len(b) - cut["b"][1]]
+    return a, b
+
+
+def create_instances(doc: list[np.ndarray], doc_index: int, chunk_docs: list[list[np.ndarray]], word_starts: np.ndarray,
+                     rng: np.random.Generator, opt: InstanceOptions, stats: dict) -> list[tuple]:
+    """(A, B or None, label) triples of one tokenized document (a list of sentences' id arrays)."""
+    pair = opt.pair_task != "none"
+    max_tokens = opt.max_seq_length - (3 if pair else 2)
+    if pair and len(doc) < 2:
+        stats["skipped_one_sentence_docs"] += 1
+        return []
+    target = max_tokens
+    if rng.random() < opt.short_seq_prob:
+        target = int(rng.integers(2, max_tokens + 1))
+    out, chunk, length, i = [], [], 0, 0
+    while i < len(doc):
+        chunk.append(doc[i])
+        length += len(doc[i])
+        if i == len(doc) - 1 or length >= target:
+            if chunk:
+                a, b, label = _make_pair(chunk, doc_index, chunk_docs, word_starts, rng, opt, target, stats)
+                if a is None:
+                    pass
+                else:
+                    i -= label[1]  # NSP: sentences not used by a random B go back to the document
+                    if any(len(s) > max_tokens for s in chunk):
+                        stats["long_sentences_truncated"] += 1
+                    a, b = truncate_pair(a, b, max_tokens, rng)
+                    if len(a) > 0 and (b is None or len(b) > 0):
+                        out.append((a, b, label[0]))
+            chunk, length = [], 0
+        i += 1
+    return out
+
+
+def _make_pair(chunk, doc_index, chunk_docs, word_starts, rng, opt, target, stats):
+    """Segments A and B of one packed chunk and (label, sentences to give back)."""
+    cat = np.concatenate
+    if opt.pair_task == "none":
+        return cat(chunk), None, (IGNORE, 0)
+    if len(chunk) >= 2:
+        a_end = int(rng.integers(1, len(chunk)))
+    if opt.pair_task == "sop":
+        if len(chunk) == 1:
+            # One long sentence: cut it at a random word start, so SOP still sees real order (no NSP leak).
+            seg = chunk[0]
+            cuts = np.flatnonzero(word_starts[seg[1:]]) + 1
+            if len(seg) < 2:
+                stats["skipped_short_chunks"] += 1
+                return None, None, (0, 0)
+            k = int(rng.choice(cuts)) if len(cuts) else int(rng.integers(1, len(seg)))
+            a, b = seg[:k], seg[k:]
+            stats["sop_split_inside_sentence"] += 1
+        else:
+            a, b = cat(chunk[:a_end]), cat(chunk[a_end:])
+        if rng.random() < 0.5:
+            return b, a, (1, 0)
+        return a, b, (0, 0)
+    # NSP, as the original: B from a random other document (here: of the same chunk, as we stream) with prob 0.5.
+    others = [j for j in range(len(chunk_docs)) if j != doc_index]
+    if (len(chunk) == 1 or rng.random() < 0.5) and others:
+        a_end = 1 if len(chunk) == 1 else a_end
+        a = cat(chunk[:a_end])
+        other = chunk_docs[others[int(rng.integers(len(others)))]]
+        start = int(rng.integers(len(other)))
+        b_parts, b_len = [], 0
+        for s in other[start:]:
+            b_parts.append(s)
+            b_len += len(s)
+            if b_len >= target - len(a):
+                break
+        return a, cat(b_parts), (1, len(chunk) - a_end)
+    if len(chunk) == 1:
+        stats["skipped_short_chunks"] += 1
+        return None, None, (0, 0)
+    return cat(chunk[:a_end]), cat(chunk[a_end:]), (0, 0)
+
+
+# ----------------------------------------------------------------------------- masking
+
+
+def select_spans(word_starts: np.ndarray, special_mask: np.ndarray, rng: np.random.Generator, masked_lm_prob=0.15,
+                 max_predictions_per_seq=20, max_ngram=3) -> list[tuple[int, int]]:
+    """Token ranges [start, end) to predict: whole-word n-grams, p(n) ∝ 1/n, no overlap, no special tokens.
+
+    The number of tokens is round(masked_lm_prob * #non-special), at least 1 and at most max_predictions_per_seq.
+    Each span draws n first and then takes the next start (in a random order of words) where n whole words fit,
+    so the n of the spans follows p(n) exactly; only the last span may shrink to fit the budget.
+    """
+    cand = ~np.asarray(special_mask, dtype=bool)
+    n_cand = int(cand.sum())
+    if n_cand == 0:
+        return []
+    budget = min(max_predictions_per_seq, max(1, int(round(n_cand * masked_lm_prob))))
+    prev_cand = np.r_[False, cand[:-1]]
+    starts_mask = cand & (np.asarray(word_starts, dtype=bool) | ~prev_cand)
+    starts = np.flatnonzero(starts_mask)  # (W,) first token of each word
+    bounds = np.r_[np.flatnonzero(starts_mask | ~cand), len(cand)]
+    ends = bounds[np.searchsorted(bounds, starts, side="right")]  # (W,) one past each word's last token
+    run = np.cumsum(~cand)[starts]  # words with equal run lie in the same segment, without a special between
+    W = len(starts)
+    p = 1.0 / np.arange(1, max_ngram + 1)
+    ns = iter(rng.choice(np.arange(1, max_ngram + 1), size=W, p=p / p.sum()).tolist())
+    covered = np.zeros(W, dtype=bool)
+    spans, count = [], 0
+    n = next(ns)
+    for pass_ in (0, 1):  # pass 1 (rare: short texts) fills what is left with single words
+        for w in rng.permutation(W).tolist():
+            if count >= budget:
+                return spans
+            m = 1 if pass_ else n
+            last = w + m - 1
+            if last >= W or run[last] != run[w] or covered[w : last + 1].any():
+                continue
+            while m > 1 and count + ends[w + m - 1] - starts[w] > budget:
+                m -= 1  # the budget is nearly spent: shrink this (last) span, as the original does
+            size = int(ends[w + m - 1] - starts[w])
+            if count + size > budget:
+                continue
+            covered[w : w + m] = True
+            spans.append((int(starts[w]), int(ends[w + m - 1])))
+            count += size
+            n = next(ns, 1)
+    return spans
+
+
+def mask_tokens(input_ids: np.ndarray, word_starts: np.ndarray, special_mask: np.ndarray, rng: np.random.Generator,
+                vocab_size: int, mask_id: int, masked_lm_prob: float = 0.15, max_predictions_per_seq: int = 20,
+                max_ngram: int = 3, num_reserved: int = 5) -> tuple[np.ndarray, np.ndarray]:
+    """ALBERT's MLM corruption of one sequence: (masked ids, labels with -100 where nothing is predicted).
+
+    Spans come from `select_spans`; each chosen token independently becomes [MASK] (80%), stays (10%) or becomes
+    a random id in [num_reserved, vocab_size) (10%; the reserved ids are <pad> <unk> [CLS] [SEP] [MASK]).
+    """
+    ids = np.asarray(input_ids)
+    spans = select_spans(word_starts, special_mask, rng, masked_lm_prob, max_predictions_per_seq, max_ngram)
+    pos = np.concatenate([np.arange(s, e) for s, e in spans]) if spans else np.zeros(0, dtype=np.int64)
+    labels = np.full(ids.shape, IGNORE, dtype=np.int64)
+    labels[pos] = ids[pos]
+    masked = ids.astype(np.int64, copy=True)
+    u = rng.random(len(pos))
+    masked[pos[u < 0.8]] = mask_id
+    rand = pos[u >= 0.9]
+    masked[rand] = rng.integers(num_reserved, vocab_size, size=len(rand))
+    return masked, labels
+
+
+# ----------------------------------------------------------------------------- workers
+
+
+_WORKER: dict = {}
+
+
+def _init_worker(tokenizer_dir: str) -> None:
+    tok = Tokenizer.from_pretrained(tokenizer_dir)
+    tok.num_threads = 1  # one process per core already
+    _WORKER["tok"] = tok
+
+
+def _process_chunk(chunk_index: int, docs: list[list[str]], opt: InstanceOptions) -> dict:
+    """Tokenize one chunk of documents and build its instances (all copies); pure given (chunk, opt)."""
+    tok: Tokenizer = _WORKER["tok"]
+    stats = collections.Counter()
+    flat = tok.encode_batch([s for d in docs for s in d])
+    tokenized, k = [], 0
+    for d in docs:
+        sents = [np.asarray(ids, dtype=np.int32) for ids in flat[k : k + len(d)]]
+        k += len(d)
+        sents = [s for s in sents if len(s)]
+        if sents:
+            tokenized.append(sents)
+    stats["documents"] += len(docs)
+    stats["sentences"] += k
+    seqs, b_starts, labels, masked, mlm = [], [], [], [], []
+    for dupe in range(opt.dupe_factor):
+        rng = np.random.default_rng([opt.seed, chunk_index, dupe])
+        for j, doc in enumerate(tokenized):
+            for a, b, label in create_instances(doc, j, tokenized, tok.word_start_table, rng, opt, stats):
+                seq = [[tok.cls_id], a, [tok.sep_id]] + ([b, [tok.sep_id]] if b is not None else [])
+                seq = np.concatenate(seq).astype(np.int32)
+                seqs.append(seq)
+                b_starts.append(len(a) + 2 if b is not None else len(seq))
+                labels.append(label)
+        if opt.static_masking:
+            mrng = np.random.default_rng([opt.seed, chunk_index, dupe, 1])
+            for seq in seqs[len(masked):]:
+                m, lab = mask_tokens(seq, tok.word_start_table[seq], tok.special_table[seq], mrng, tok.vocab_size,
+                                     tok.mask_id, opt.masked_lm_prob, opt.max_predictions_per_seq, opt.max_ngram)
+                masked.append(m)
+                mlm.append(lab)
+    out = {"input_ids": seqs, "b_start": b_starts, "label": labels, "stats": stats}
+    if opt.static_masking:
+        out["masked_ids"], out["mlm_labels"] = masked, mlm
+    return out
+
+
+class _ShardWriter:
+    """Accumulates instances and writes a shard of .npy files every `shard_size` instances."""
+
+    def __init__(self, out_dir: str, shard_size: int, token_dtype, static: bool):
+        self.out_dir, self.shard_size, self.dtype, self.static = out_dir, shard_size, token_dtype, static
+        self.buf: dict[str, list] = collections.defaultdict(list)
+        self.shards: list[dict] = []
+        self.num_tokens = 0
+
+    def add(self, result: dict) -> None:
+        for key in ("input_ids", "b_start", "label", "masked_ids", "mlm_labels"):
+            self.buf[key].extend(result.get(key, []))
+        while len(self.buf["input_ids"]) >= self.shard_size:
+            self.flush(self.shard_size)
+
+    def flush(self, n: int | None = None) -> None:
+        n = len(self.buf["input_ids"]) if n is None else n
+        if n == 0:
+            return
+        take = {k: v[:n] for k, v in self.buf.items()}
+        for k in list(self.buf):
+            del self.buf[k][:n]
+        name = f"shard_{len(self.shards):05d}"
+        lengths = np.array([len(s) for s in take["input_ids"]], dtype=np.int64)
+        arrays = {
+            "input_ids": np.concatenate(take["input_ids"]).astype(self.dtype),
+            "offsets": np.r_[0, np.cumsum(lengths)].astype(np.int64),
+            "b_start": np.asarray(take["b_start"], dtype=np.int32),
+            "label": np.asarray(take["label"], dtype=np.int8),
+        }
+        if self.static:
+            arrays["masked_ids"] = np.concatenate(take["masked_ids"]).astype(self.dtype)
+            arrays["mlm_labels"] = np.concatenate(take["mlm_labels"]).astype(np.int32)
+        for k, arr in arrays.items():
+            np.save(os.path.join(self.out_dir, f"{name}.{k}.npy"), arr)
+        self.shards.append({"name": name, "num_instances": int(n), "num_tokens": int(lengths.sum())})
+        self.num_tokens += int(lengths.sum())
+
+
+def prepare(inputs: list[str] | None, out_dir: str, tokenizer_dir: str, max_seq_length: int = 128,
+            short_seq_prob: float = 0.1, pair_task: str = "sop", dupe_factor: int = 1, static_masking: bool = False,
+            seed: int = 12345, num_workers: int = 2, masked_lm_prob: float = 0.15, max_predictions_per_seq: int = 20,
+            max_ngram: int = 3, shard_size: int = 100_000, chunk_chars: int = 1 << 20, paragraphs: bool = False,
+            text_field: str = "text", progress: bool = True) -> dict:
+    """Stream documents from `inputs` (None: the bundled corpus) into shards in `out_dir`; returns meta.json's dict.
+
+    Work is split into chunks of about `chunk_chars` characters of documents; with num_workers > 1 they are
+    processed by a process pool, at most 2 * num_workers chunks in flight, so memory stays bounded.
+    """
+    from tqdm import tqdm
+
+    if pair_task not in PAIR_TASKS:
+        raise ValueError(f"pair_task must be one of {PAIR_TASKS}, got {pair_task!r}")
+    if max_seq_length < 5 or max_seq_length > 1 << 16:
+        raise ValueError(f"max_seq_length must be in [5, 65536], got {max_seq_length}")
+    if not 0 <= short_seq_prob <= 1 or dupe_factor < 1 or shard_size < 1:
+        raise ValueError("need 0 <= short_seq_prob <= 1, dupe_factor >= 1, shard_size >= 1")
+    paths = resolve_inputs(inputs)
+    tok = Tokenizer.from_pretrained(tokenizer_dir)
+    opt = InstanceOptions(max_seq_length, short_seq_prob, pair_task, dupe_factor, static_masking, masked_lm_prob,
+                          max_predictions_per_seq, max_ngram, seed)
+    os.makedirs(out_dir, exist_ok=True)
+    for old in glob.glob(os.path.join(out_dir, "shard_*.npy")) + glob.glob(os.path.join(out_dir, "meta.json")):
+        os.remove(old)  # never mix shards of two runs
+    token_dtype = np.uint16 if tok.vocab_size <= 1 << 16 else np.int32
+    writer = _ShardWriter(out_dir, shard_size, token_dtype, static_masking)
+    stats = collections.Counter()
+    total = None if any(p.endswith(".gz") for p in paths) else sum(os.path.getsize(p) for p in paths)
+    bar = tqdm(total=total, unit="B", unit_scale=True, desc="prepare", disable=not progress)
+    t0 = time.time()
+    chunks = enumerate(_chunks_of_documents(iter_documents(paths, paragraphs, text_field, stats, bar), chunk_chars))
+
+    def collect(result):
+        stats.update(result.pop("stats"))
+        writer.add(result)
+        bar.set_postfix(instances=sum(s["num_instances"] for s in writer.shards) + len(writer.buf["input_ids"]))
+
+    if num_workers <= 1:
+        _init_worker(tokenizer_dir)
+        for i, docs in chunks:
+            collect(_process_chunk(i, docs, opt))
+    else:
+        import multiprocessing as mp
+
+        with mp.get_context("spawn").Pool(num_workers, _init_worker, (tokenizer_dir,)) as pool:
+            pending = collections.deque()
+            for i, docs in chunks:
+                pending.append(pool.apply_async(_process_chunk, (i, docs, opt)))
+                while len(pending) >= 2 * num_workers:
+                    collect(pending.popleft().get())
+            while pending:
+                collect(pending.popleft().get())
+    writer.flush()
+    bar.close()
+    n = sum(s["num_instances"] for s in writer.shards)
+    if stats["documents"] == 0:
+        raise ValueError(f"no text found in {', '.join(paths)}" + _skips(stats))
+    if n == 0:
+        raise ValueError(f"no pretraining examples from {stats['documents']} documents{_skips(stats)}")
+    np.save(os.path.join(out_dir, "vocab_word_starts.npy"), tok.word_start_table)
+    np.save(os.path.join(out_dir, "vocab_special.npy"), tok.special_table)
+    meta = {
+        "format": FORMAT,
+        "tokenizer_sha256": tok.sha256,
+        "tokenizer_dir": os.path.abspath(tokenizer_dir),
+        "vocab_size": tok.vocab_size,
+        "special_ids": {"pad": tok.pad_id, "unk": tok.unk_id, "cls": tok.cls_id, "sep": tok.sep_id, "mask": tok.mask_id},
+        "token_dtype": np.dtype(token_dtype).name,
+        "inputs": [os.path.abspath(p) for p in paths],
+        "args": {**asdict(opt), "num_workers": num_workers, "shard_size": shard_size, "chunk_chars": chunk_chars,
+                 "paragraphs": paragraphs, "text_field": text_field},
+        "num_instances": n,
+        "num_tokens": writer.num_tokens,
+        "stats": dict(sorted(stats.items())),
+        "seconds": round(time.time() - t0, 3),
+        "shards": writer.shards,
+    }
+    with open(os.path.join(out_dir, "meta.json"), "w", encoding="utf-8") as f:
+        json.dump(meta, f, indent=2)
+        f.write("\n")
+    return meta
+
+
+def _skips(stats) -> str:
+    skips = {k: v for k, v in stats.items() if k.startswith("skipped") and v}
+    return f" (skipped: {', '.join(f'{k[8:]}={v}' for k, v in skips.items())})" if skips else ""
+
+
+# ----------------------------------------------------------------------------- reading shards
+
+
+class PretrainDataset:
+    """The shards of a `prepare` run, memory-mapped; refuses a tokenizer other than the one they were made with."""
+
+    def __init__(self, data_dir: str, tokenizer: Tokenizer | str | None = None):
+        meta_file = os.path.join(data_dir, "meta.json")
+        if not os.path.isfile(meta_file):
+            raise FileNotFoundError(f"{data_dir} has no meta.json (make it with `litebert prepare`)")
+        with open(meta_file, encoding="utf-8") as f:
+            self.meta = json.load(f)
+        if self.meta.get("format") != FORMAT:
+            raise ValueError(f"{data_dir}: unknown data format {self.meta.get('format')!r}, expected {FORMAT}")
+        if isinstance(tokenizer, str):
+            tokenizer = Tokenizer.from_pretrained(tokenizer)
+        if tokenizer is not None and tokenizer.sha256 != self.meta["tokenizer_sha256"]:
+            raise ValueError(f"{data_dir} was made with another tokenizer (spiece.model sha256 "
+                             f"{self.meta['tokenizer_sha256'][:12]}, given {tokenizer.sha256[:12]}); run prepare again")
+        self.data_dir = data_dir
+        self.static = bool(self.meta["args"]["static_masking"])
+        self.max_seq_length = int(self.meta["args"]["max_seq_length"])
+        self.pad_id = int(self.meta["special_ids"]["pad"])
+        self.word_start_table = np.load(os.path.join(data_dir, "vocab_word_starts.npy"))
+        self.special_table = np.load(os.path.join(data_dir, "vocab_special.npy"))
+        self.shards = [s["name"] for s in self.meta["shards"]]
+        self.cum = np.cumsum([0] + [s["num_instances"] for s in self.meta["shards"]])
+        self._arrays: dict[int, dict[str, np.ndarray]] = {}  # opened lazily, so the object pickles cheaply
+
+    def _shard(self, k: int) -> dict[str, np.ndarray]:
+        if k not in self._arrays:
+            fields = ["input_ids", "offsets", "b_start", "label"] + (["masked_ids", "mlm_labels"] if self.static else [])
+            self._arrays[k] = {f: np.load(os.path.join(self.data_dir, f"{self.shards[k]}.{f}.npy"), mmap_mode="r")
+                               for f in fields}
+        return self._arrays[k]
+
+    def __getstate__(self):
+        return {**self.__dict__, "_arrays": {}}
+
+    def __len__(self) -> int:
+        return int(self.cum[-1])
+
+    def __getitem__(self, i: int) -> dict:
+        """One unmasked example (numpy): input_ids, token_type_ids, sentence_order_label, word_starts,
+        special_mask; static shards add masked_input_ids and labels."""
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"index {i} out of range for {n} examples")
+        i %= n
+        k = int(np.searchsorted(self.cum, i, side="right") - 1)
+        j, a = i - int(self.cum[k]), self._shard(k)
+        s, e = int(a["offsets"][j]), int(a["offsets"][j + 1])
+        ids = np.asarray(a["input_ids"][s:e], dtype=np.int64)
+        types = np.zeros(len(ids), dtype=np.int64)
+        types[int(a["b_start"][j]):] = 1
+        item = {"input_ids": ids, "token_type_ids": types, "sentence_order_label": int(a["label"][j]),
+                "word_starts": self.word_start_table[ids], "special_mask": self.special_table[ids]}
+        if self.static:
+            item["masked_input_ids"] = np.asarray(a["masked_ids"][s:e], dtype=np.int64)
+            item["labels"] = np.asarray(a["mlm_labels"][s:e], dtype=np.int64)
+        return item
+
+
+def make_batch(dataset: PretrainDataset, indices: list[int], seed: int, rank: int, step: int, vocab_size: int,
+               mask_id: int, max_seq_length: int, masked_lm_prob: float = 0.15, max_predictions_per_seq: int = 20,
+               pad_to_max_length: bool = False, max_ngram: int = 3) -> dict:
+    """A padded, masked batch (torch int64): input_ids, attention_mask, token_type_ids, labels (-100 = not
+    predicted), sentence_order_label. Dynamic masking is seeded from (seed, rank, step) alone, so a resumed run
+    rebuilds exactly the same batch; static shards use their stored masks."""
+    import torch
+
+    rng = np.random.default_rng([seed, rank, step])
+    rows = [dataset[int(i)] for i in indices]
+    width = max_seq_length if pad_to_max_length else max((len(r["input_ids"]) for r in rows), default=0)
+    B = len(rows)
+    ids = np.full((B, width), dataset.pad_id, dtype=np.int64)
+    labels = np.full((B, width), IGNORE, dtype=np.int64)
+    types = np.zeros((B, width), dtype=np.int64)
+    attn = np.zeros((B, width), dtype=np.int64)
+    for r, row in enumerate(rows):
+        T = len(row["input_ids"])
+        if T > max_seq_length:
+            raise ValueError(f"example {indices[r]} has {T} tokens > max_seq_length={max_seq_length}; "
+                             f"the data was prepared with max_seq_length={dataset.max_seq_length}")
+        if dataset.static:
+            masked, lab = row["masked_input_ids"], row["labels"]
+        else:
+            masked, lab = mask_tokens(row["input_ids"], row["word_starts"], row["special_mask"], rng, vocab_size,
+                                      mask_id, masked_lm_prob, max_predictions_per_seq, max_ngram)
+        ids[r, :T], labels[r, :T], types[r, :T], attn[r, :T] = masked, lab, row["token_type_ids"], 1
+    sop = np.array([r["sentence_order_label"] for r in rows], dtype=np.int64)
+    t = torch.from_numpy
+    return {"input_ids": t(ids), "attention_mask": t(attn), "token_type_ids": t(types), "labels": t(labels),
+            "sentence_order_label": t(sop)}
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def cli(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="litebert prepare", description="Turn documents into sharded, memory-mapped "
+                                "sentence-order (or NSP) pretraining examples, as ALBERT's create_pretraining_data.py.")
+    p.add_argument("inputs", nargs="*", help="text (one sentence per line, blank line between documents), JSONL or "
+                   ".gz files, globs or directories (default: the bundled Persuasion corpus)")
+    p.add_argument("--out", default="out/data", help="output directory for shards + meta.json")
+    p.add_argument("--tokenizer", default="out/tokenizer", help="directory with spiece.model (litebert tokenizer)")
+    d = InstanceOptions()
+    p.add_argument("--max-seq-length", type=int, default=d.max_seq_length)
+    p.add_argument("--short-seq-prob", type=float, default=d.short_seq_prob)
+    p.add_argument("--pair-task", choices=PAIR_TASKS, default=d.pair_task, help="sop (ALBERT), nsp (BERT) or none")
+    p.add_argument("--dupe-factor", type=int, default=d.dupe_factor, help="copies of the corpus, each cut differently")
+    p.add_argument("--static-masking", action="store_true", help="mask once here instead of at batch time")
+    p.add_argument("--masked-lm-prob", type=float, default=d.masked_lm_prob)
+    p.add_argument("--max-predictions-per-seq", type=int, default=d.max_predictions_per_seq)
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--num-workers", type=int, default=min(2, os.cpu_count() or 1))
+    p.add_argument("--shard-size", type=int, default=100_000, help="examples per shard")
+    p.add_argument("--paragraphs", action="store_true", help="text lines are paragraphs: split them into sentences")
+    p.add_argument("--text-field", default="text", help="JSONL field holding the document text")
+    p.add_argument("--no-progress", action="store_true")
+    a = p.parse_args(argv)
+    meta = prepare(a.inputs or None, a.out, a.tokenizer, a.max_seq_length, a.short_seq_prob, a.pair_task,
+                   a.dupe_factor, a.static_masking, a.seed, a.num_workers, a.masked_lm_prob,
+                   a.max_predictions_per_seq, shard_size=a.shard_size, paragraphs=a.paragraphs,
+                   text_field=a.text_field, progress=not a.no_progress)
+    skipped = {k: v for k, v in meta["stats"].items() if k.startswith("skipped") or k == "long_sentences_truncated"}
+    print(f"wrote {meta['num_instances']} examples ({meta['num_tokens']} tokens, {len(meta['shards'])} shards) "
+          f"to {a.out} from {meta['stats'].get('documents', 0)} documents"
+          + (f"; {', '.join(f'{k}={v}' for k, v in skipped.items())}" if skipped else ""))
+    return 0
