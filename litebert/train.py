@@ -69,6 +69,8 @@ class TrainConfig:
     precision: str = field(default="fp32", metadata=_help(
         "fp32, or bf16 autocast (weights, gradients and optimizer state stay fp32)", choices=("fp32", "bf16")))
     compile: bool = field(default=False, metadata=_help("torch.compile the model"))
+    find_unused_parameters: bool = field(default=False, metadata=_help(
+        "DDP only: allow parameters without gradient (e.g. the SOP head when pretraining with MLM alone)"))
     device: str = field(default="auto", metadata=_help("auto (cuda:LOCAL_RANK if available, else cpu), cpu or cuda"))
     seed: int = field(default=12345, metadata=_help("seed for python/numpy/torch RNGs (dropout), offset by rank"))
     log_every: int = field(default=10, metadata=_help("write loss, lr and tokens/s to metrics.jsonl every N steps"))
@@ -399,7 +401,7 @@ def _train(model, batch_fn, cfg, evaluate, tokenizer, configs, env: Dist) -> Tra
     net = raw
     if env.world_size > 1:
         net = nn.parallel.DistributedDataParallel(raw, device_ids=[env.device.index] if env.device.type == "cuda"
-                                                  else None)
+                                                  else None, find_unused_parameters=cfg.find_unused_parameters)
     forward = torch.compile(net) if cfg.compile else net
     amp = autocast(cfg.precision, env.device)
 
@@ -461,8 +463,8 @@ def _train(model, batch_fn, cfg, evaluate, tokenizer, configs, env: Dist) -> Tra
                 dist.all_reduce(stats)
                 stats[0] /= env.world_size
             grad_norm = clip_grad_norm(raw.parameters(), cfg.clip_norm)
-            loss_value, tokens_all = stats.tolist()
-            norm_value = grad_norm.item()
+            # The one host sync of a step: the NaN check needs the values before the update.
+            loss_value, tokens_all, norm_value = torch.cat([stats, grad_norm.view(1).to(stats)]).tolist()
             if not (math.isfinite(loss_value) and math.isfinite(norm_value)):
                 raise NonFiniteLossError(
                     f"non-finite {'loss' if not math.isfinite(loss_value) else 'gradient norm'} at step {step + 1} "

@@ -86,7 +86,7 @@ def toy_batches(batch_size: int, micro_batch_size: int, poison_step: int | None 
 
 def toy_config(tmp_path, **kw) -> TrainConfig:
     base = dict(lr=0.02, batch_size=8, max_steps=12, warmup_steps=2, out_dir=str(tmp_path / "run"), progress=False,
-                log_every=1, seed=3)
+                log_every=1, seed=3, device="cpu")  # bit-exactness is a CPU promise
     return TrainConfig(**{**base, **kw})
 
 
@@ -246,3 +246,13 @@ def test_two_process_ddp_equals_single_process(tmp_path):
     assert len(ref.losses) == 6
     from litebert.checkpoint import load_train_state
     assert load_train_state(tmp_path / "ddp" / "run" / "step_6")["world_size"] == 2
+
+
+@pytest.mark.slow
+def test_compiled_model_trains_like_eager(tmp_path):
+    pytest.importorskip("torch._inductor")
+    eager, compiled = make_toy(0.0), make_toy(0.0)
+    ra = train(eager, toy_batches(8, 4), toy_config(tmp_path / "a", micro_batch_size=4, max_steps=4))
+    rb = train(compiled, toy_batches(8, 4), toy_config(tmp_path / "b", micro_batch_size=4, max_steps=4, compile=True))
+    assert ra.losses == pytest.approx(rb.losses, rel=1e-4)
+    assert (tmp_path / "b" / "run" / "step_4" / "model.safetensors").is_file()
