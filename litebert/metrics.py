@@ -102,8 +102,8 @@ def _pair(preds, labels, dtype=None) -> tuple[np.ndarray, np.ndarray]:
 def entity_spans(tags: Sequence[str]) -> set[tuple[str, int, int]]:
     """The entities of one tag sequence as (type, start, end_exclusive).
 
-    An entity is a maximal run B-X I-X*. As in conlleval, an I-X that follows O, the end of the sentence's start,
-    or a tag of another type opens a new entity (so IOB1 files score the same way), and B-X always opens one.
+    An entity is a maximal run B-X I-X*. As in conlleval, an I-X at the start of the sentence or after O or after
+    a tag of another type opens a new entity (so IOB1 files score the same way), and B-X always opens one.
     """
     spans, start, kind = set(), None, None
     for i, tag in enumerate(list(tags) + ["O"]):  # the sentinel O closes a trailing entity
@@ -189,7 +189,7 @@ def squad_scores(gold: Mapping[str, Sequence[str]], predictions: Mapping[str, st
     best threshold search: best_exact, best_exact_thresh, best_f1, best_f1_thresh. A question missing from
     predictions scores 0 (as in the v1.1 script; the v2.0 script drops it from the total).
     """
-    has_ans = {qid: bool([a for a in answers if normalize_answer(a)]) for qid, answers in gold.items()}
+    has_ans = {qid: bool(answers) for qid, answers in gold.items()}
     missing = [qid for qid in gold if qid not in predictions]
     if missing:
         log.warning("squad_scores: %d of %d questions have no prediction (first: %s); they score 0",
