@@ -182,7 +182,8 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{json.dumps(str(k))} = {_toml_value(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{json.dumps(str(k))} = {_toml_value(v)}" for k, v in value.items()
+                               if v is not None) + "}"
     raise TypeError(f"cannot write {type(value).__name__} to TOML")
 
 
@@ -283,7 +284,8 @@ def shuffled_batches(num_examples: int, batch_size: int, micro_batch_size: int, 
 
     def permutation(epoch: int) -> np.ndarray:
         if epoch not in cache:
-            cache.clear()  # epochs are visited in order: keep one
+            if len(cache) >= 2:  # epochs are visited in order; a step may straddle two
+                del cache[min(cache)]
             cache[epoch] = np.random.default_rng([seed, epoch]).permutation(num_examples)
         return cache[epoch]
 
