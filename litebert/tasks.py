@@ -114,7 +114,7 @@ def label_list(examples: Iterable) -> list[str]:
 # raw records: lines, TSV/CSV rows, JSON Lines
 
 
-def _lines(path: Path) -> Iterator[tuple[str, str]]:
+def nonblank_lines(path: Path) -> Iterator[tuple[str, str]]:
     # newline="\n": a stray \r inside a field must not end the line (universal newlines would split there).
     with open(path, encoding="utf-8-sig", newline="\n") as f:
         for n, line in enumerate(f, 1):
@@ -126,7 +126,7 @@ def _lines(path: Path) -> Iterator[tuple[str, str]]:
 def _rows(path: Path, fmt: str) -> Iterator[tuple[str, list[str]]]:
     """TSV rows split on tabs with no quoting (GLUE's sentences contain bare quotes); CSV rows with quoting."""
     if fmt == "tsv":
-        for where, line in _lines(path):
+        for where, line in nonblank_lines(path):
             yield where, line.split("\t")
         return
     with open(path, encoding="utf-8-sig", newline="") as f:
@@ -136,7 +136,7 @@ def _rows(path: Path, fmt: str) -> Iterator[tuple[str, list[str]]]:
                 yield f"{path}:{reader.line_num}", row
 
 
-def _json_record(line: str) -> dict:
+def json_record(line: str) -> dict:
     try:
         record = json.loads(line)
     except json.JSONDecodeError as e:
@@ -187,7 +187,7 @@ def read_table(path: os.PathLike | str, text_columns: Sequence[str | int], label
     labels = None if labels is None else [str(x) for x in labels]
     wanted = [*text_columns, *([] if label_column is None else [label_column])]
     if fmt == "jsonl":
-        records, width = ((where, line) for where, line in _lines(path)), None
+        records, width = ((where, line) for where, line in nonblank_lines(path)), None
         id_key = id_column
     else:
         records = _rows(path, fmt)
@@ -210,7 +210,7 @@ def read_table(path: os.PathLike | str, text_columns: Sequence[str | int], label
     def parse(where: str, numbered) -> TextExample:
         n, record = numbered
         if fmt == "jsonl":
-            record = _json_record(record)
+            record = json_record(record)
         elif width is not None and len(record) != width:
             raise BadRecord(f"expected {width} tab/comma-separated fields, found {len(record)}")
         texts = [_get(record, col) for col in text_columns]
@@ -240,7 +240,7 @@ def read_choice_jsonl(path: os.PathLike | str, *, question: str = "question", op
     path = Path(path)
 
     def parse(where: str, line: str) -> ChoiceExample:
-        record = _json_record(line)
+        record = json_record(line)
         opts = _get(record, options, list)
         if len(opts) < 2 or not all(isinstance(o, str) for o in opts):
             raise BadRecord(f"{options!r} should be a list of at least two strings, got {opts!r}")
@@ -251,7 +251,7 @@ def read_choice_jsonl(path: os.PathLike | str, *, question: str = "question", op
         ident = str(record.get(id_key, where.rsplit(":", 1)[-1]))
         return ChoiceExample(ident, ctx, _get(record, question), list(opts), answer)
 
-    return collect(_lines(path), parse, path, errors)
+    return collect(nonblank_lines(path), parse, path, errors)
 
 
 def read_race(path: os.PathLike | str, levels: Sequence[str] = ("middle", "high"), errors: str = "raise") -> Examples:
