@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
 
@@ -240,11 +241,12 @@ def resolve_prefix(path: str | os.PathLike) -> str:
     return path
 
 
-class TFCheckpoint:
-    """A TF checkpoint opened for reading: `names()`, `info(name)`, `read(name) -> np.ndarray`.
+class TFCheckpoint(Mapping):
+    """A TF checkpoint opened for reading, as a lazy mapping: name -> np.ndarray (read on access).
 
     Opening reads only the .index file; tensors are read one at a time from the .data shards, so listing a
-    multi-GB checkpoint with optimizer slots costs nothing, and reading the model weights skips the slots."""
+    multi-GB checkpoint with optimizer slots costs nothing, and reading the model weights skips the slots.
+    `info(name)` gives a tensor's dtype and shape without reading it."""
 
     def __init__(self, prefix: str | os.PathLike, verify_checksums: bool = True):
         self.prefix = resolve_prefix(prefix)
@@ -284,11 +286,17 @@ class TFCheckpoint:
     def names(self) -> list[str]:
         return list(self._infos)
 
-    def __contains__(self, name: str) -> bool:
+    def __contains__(self, name: object) -> bool:
         return name in self._infos
 
     def __len__(self) -> int:
         return len(self._infos)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._infos)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.read(name)
 
     def info(self, name: str) -> TensorInfo:
         if name not in self._infos:

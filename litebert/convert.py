@@ -1,0 +1,308 @@
+"""Convert ALBERT checkpoints into a litebert model directory (which is also an HF model directory).
+
+Two sources:
+  * HuggingFace: litebert uses HF's state-dict names, so this is load + save (and a chance to fix the v1
+    configs' `hidden_act`).
+  * The original TF checkpoints (google-research/albert, and the TF-Hub v2 modules): read with
+    litebert.tf_checkpoint (no TensorFlow needed) and renamed by ONE table, `TF_RENAMES`, below.
+
+Every TF variable is accounted for: it is renamed into the model, or an optimizer slot / step counter
+(skipped by design), or a weight the chosen head has no place for (reported, e.g. `cls/*` when converting
+to the bare AlbertModel). A variable that matches no rule, or a model weight that nothing fills, is an error,
+never a silent skip: a silently random-initialised layer is the classic conversion bug.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+
+import numpy as np
+import torch
+
+from litebert.config import AlbertConfig
+
+# -- the rename table -----------------------------------------------------------------------------------------
+# (TF scope, litebert/HF name, kind). {g} / {i} are the group / inner-group indices, the same in both names.
+# Sources of the TF names: modeling.py (bert/*: attention_ffn_block, dense_layer_3d, layer_norm scopes) and
+# run_pretraining.py / classifier_utils.py (cls/*, output_*).
+_TF_BLOCK = "bert/encoder/transformer/group_{g}/inner_group_{i}/"
+_LAYER = "albert.encoder.albert_layer_groups.{g}.albert_layers.{i}."
+TF_RENAMES: list[tuple[str, str, str]] = [
+    ("bert/embeddings/word_embeddings", "albert.embeddings.word_embeddings.weight", "tensor"),
+    ("bert/embeddings/position_embeddings", "albert.embeddings.position_embeddings.weight", "tensor"),
+    ("bert/embeddings/token_type_embeddings", "albert.embeddings.token_type_embeddings.weight", "tensor"),
+    ("bert/embeddings/LayerNorm", "albert.embeddings.LayerNorm", "layer_norm"),
+    ("bert/encoder/embedding_hidden_mapping_in", "albert.encoder.embedding_hidden_mapping_in", "dense"),
+    (_TF_BLOCK + "attention_1/self/query", _LAYER + "attention.query", "dense"),  # stored 2-D (H, H), viewed
+    (_TF_BLOCK + "attention_1/self/key", _LAYER + "attention.key", "dense"),      # as (H, heads, head_dim)
+    (_TF_BLOCK + "attention_1/self/value", _LAYER + "attention.value", "dense"),
+    (_TF_BLOCK + "attention_1/output/dense", _LAYER + "attention.dense", "dense"),
+    (_TF_BLOCK + "LayerNorm", _LAYER + "attention.LayerNorm", "layer_norm"),  # after attention
+    (_TF_BLOCK + "ffn_1/intermediate/dense", _LAYER + "ffn", "dense"),
+    (_TF_BLOCK + "ffn_1/intermediate/output/dense", _LAYER + "ffn_output", "dense"),
+    (_TF_BLOCK + "LayerNorm_1", _LAYER + "full_layer_layer_norm", "layer_norm"),  # after the FFN
+    ("bert/pooler/dense", "albert.pooler", "dense"),
+    ("cls/predictions/transform/dense", "predictions.dense", "dense"),
+    ("cls/predictions/transform/LayerNorm", "predictions.LayerNorm", "layer_norm"),
+    ("cls/predictions/output_bias", "predictions.bias", "tensor"),  # the decoder weight is the word embedding
+    ("cls/seq_relationship/output_weights", "sop_classifier.classifier.weight", "tensor"),  # (2, H): used with
+    ("cls/seq_relationship/output_bias", "sop_classifier.classifier.bias", "tensor"),       # transpose_b, so
+    ("output_weights", "classifier.weight", "tensor"),  # run_classifier's head    # already torch's (out, in)
+    ("output_bias", "classifier.bias", "tensor"),
+]
+# kind -> [(TF suffix, litebert suffix, transpose)]. TF dense kernels are (in, out); torch Linear is (out, in).
+KINDS: dict[str, list[tuple[str, str, bool]]] = {
+    "tensor": [("", "", False)],
+    "dense": [("/kernel", ".weight", True), ("/bias", ".bias", False)],
+    "layer_norm": [("/gamma", ".weight", False), ("/beta", ".bias", False)],
+}
+TF_HUB_PREFIX = "module/"  # the TF-Hub modules hold the same variables under this scope
+# Optimizer state and step counters: ALBERT's LAMB and AdamWeightDecay keep `<var>/adam_m|adam_v`;
+# tf.train optimizers use `<var>/Adam|Adam_1|Momentum` and `beta*_power`; mixed precision adds loss-scale state.
+OPTIMIZER_STATE = re.compile(
+    r"(^|/)(adam_m|adam_v|Adam|Adam_1|AdamWeightDecayOptimizer|AdamWeightDecayOptimizer_1|LAMB|LAMB_1|Momentum)$"
+    r"|^(global_step|beta1_power|beta2_power|good_steps|current_loss_scale|loss_scale)$")
+TF_ACTIVATIONS = {"gelu": "gelu_new"}  # TF ALBERT's gelu is the tanh approximation: HF/litebert "gelu_new"
+SPM_NAMES = ("30k-clean.model", "spiece.model")  # the released models' tokenizer name, then HF's
+HF_TOKENIZER_FILES = ("spiece.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+
+
+class ConversionError(ValueError):
+    """A checkpoint that does not convert cleanly; the message says which variables and why."""
+
+
+@cache
+def _rules() -> list[tuple[re.Pattern, str, bool]]:
+    rules = []
+    for tf_scope, target, kind in TF_RENAMES:
+        for tf_suffix, suffix, transpose in KINDS[kind]:
+            pattern = re.escape(tf_scope + tf_suffix)
+            pattern = pattern.replace(re.escape("{g}"), r"(?P<g>\d+)").replace(re.escape("{i}"), r"(?P<i>\d+)")
+            rules.append((re.compile(pattern), target + suffix, transpose))
+    return rules
+
+
+def tf_to_litebert_name(tf_name: str) -> tuple[str, bool] | None:
+    """(litebert name, transpose?) for a TF variable name, or None if no rule of TF_RENAMES matches."""
+    name = tf_name.removeprefix(TF_HUB_PREFIX)
+    for pattern, target, transpose in _rules():
+        match = pattern.fullmatch(name)
+        if match:
+            return target.format(**match.groupdict()), transpose
+    return None
+
+
+# -- model classes by name -----------------------------------------------------------------------------------
+
+def model_classes() -> dict[str, type]:
+    from litebert.heads import HEADS
+    from litebert.model import AlbertForMaskedLM, AlbertForPreTraining, AlbertModel
+    return {cls.__name__: cls for cls in (AlbertModel, AlbertForPreTraining, AlbertForMaskedLM)} | HEADS
+
+
+def model_class(config: AlbertConfig) -> type:
+    """The litebert class that config.json's `architectures` names (AlbertModel when it names none)."""
+    classes = model_classes()
+    name = (config.architectures or ["AlbertModel"])[0]
+    if name not in classes:
+        raise ConversionError(f"config.json names architecture {name!r}; litebert has {', '.join(classes)}")
+    return classes[name]
+
+
+TF_HEADS = {"pretraining": "AlbertForPreTraining", "masked_lm": "AlbertForMaskedLM", "base": "AlbertModel",
+            "sequence_classification": "AlbertForSequenceClassification"}
+
+
+# -- TF -> litebert ------------------------------------------------------------------------------------------
+
+@dataclass
+class ConversionReport:
+    """Where every TF variable went."""
+
+    source: str
+    converted: dict[str, str] = field(default_factory=dict)  # TF name -> litebert name
+    optimizer_state: list[str] = field(default_factory=list)  # skipped by design
+    unused: dict[str, str] = field(default_factory=dict)  # TF name -> litebert name the chosen head lacks
+    out_dir: str | None = None
+    tokenizer: str | None = None  # the SentencePiece model copied beside the weights
+
+    def summary(self) -> str:
+        lines = [f"{self.source}: {len(self.converted)} tensors converted, "
+                 f"{len(self.optimizer_state)} optimizer/step variables skipped"]
+        if self.unused:
+            scopes = sorted({name.rsplit("/", 1)[0] for name in self.unused})
+            lines.append(f"  not used by this head ({len(self.unused)}): {', '.join(scopes)}")
+        if self.out_dir:
+            lines.append(f"  wrote {self.out_dir}" + (f" (tokenizer from {self.tokenizer})" if self.tokenizer else
+                                                      " (no 30k-clean.model / spiece.model found to copy)"))
+        return "\n".join(lines)
+
+
+def tf_to_litebert_state(tensors: Mapping[str, np.ndarray], model: torch.nn.Module, source: str = "<checkpoint>"
+                         ) -> tuple[dict[str, torch.Tensor], ConversionReport]:
+    """Rename and transpose TF variables into `model`'s state dict, with strict accounting (see module doc).
+    `tensors` may be lazy (a TFCheckpoint): only the variables the model uses are read."""
+    tied = getattr(model, "tied_weights", {})
+    own = {k: v for k, v in model.state_dict().items() if k not in tied}
+    bare = not any(k.startswith("albert.") for k in own)  # an AlbertModel: its names lack the prefix
+    report = ConversionReport(source)
+    state: dict[str, torch.Tensor] = {}
+    unknown = []
+    for tf_name in tensors:
+        if OPTIMIZER_STATE.search(tf_name):
+            report.optimizer_state.append(tf_name)
+            continue
+        renamed = tf_to_litebert_name(tf_name)
+        if renamed is None:
+            unknown.append(tf_name)
+            continue
+        name, transpose = renamed
+        if bare and name.startswith("albert."):
+            name = name.removeprefix("albert.")
+        if name not in own:
+            report.unused[tf_name] = name
+            continue
+        if name in state:
+            other = next(k for k, v in report.converted.items() if v == name)
+            raise ConversionError(f"{source}: {tf_name!r} and {other!r} both map to {name}")
+        array = np.asarray(tensors[tf_name])
+        array = array.T if transpose else array
+        if tuple(array.shape) != tuple(own[name].shape):
+            raise ConversionError(f"{source}: {tf_name!r} has shape {list(array.shape)} (after transpose) but the "
+                                  f"config gives {name} shape {list(own[name].shape)}: wrong albert_config.json?")
+        state[name] = torch.from_numpy(np.ascontiguousarray(array)).to(own[name].dtype)
+        report.converted[tf_name] = name
+    if unknown:
+        raise ConversionError(f"{source}: {len(unknown)} TF variables match no rule of the rename table "
+                              f"(litebert/convert.py TF_RENAMES), e.g. {', '.join(unknown[:3])}")
+    missing = [k for k in own if k not in state]
+    if missing:
+        raise ConversionError(f"{source}: nothing in the checkpoint fills {len(missing)} weights of "
+                              f"{type(model).__name__}, e.g. {', '.join(missing[:3])} "
+                              "(a different head? see --head; or num_hidden_groups / inner_group_num mismatch)")
+    return state, report
+
+
+def tf_albert_config(path: str | os.PathLike) -> AlbertConfig:
+    """An original albert_config.json as an AlbertConfig (TF "gelu" -> "gelu_new": see TF_ACTIVATIONS)."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: no such ALBERT config file")
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConversionError(f"{path}: not a valid JSON config ({e})") from None
+    if not isinstance(data, dict):
+        raise ConversionError(f"{path}: expected a JSON object")
+    act = data.get("hidden_act", "gelu")
+    data["hidden_act"] = TF_ACTIVATIONS.get(act, act)
+    try:
+        return AlbertConfig.from_dict(data)
+    except (TypeError, ValueError) as e:
+        raise ConversionError(f"{path}: {e}") from None
+
+
+def _find_beside(paths: list[str], names: tuple[str, ...]) -> str | None:
+    for directory in dict.fromkeys(os.path.dirname(os.path.abspath(p)) for p in paths):
+        for name in names:
+            if os.path.isfile(os.path.join(directory, name)):
+                return os.path.join(directory, name)
+    return None
+
+
+def convert_tf_checkpoint(ckpt_prefix: str | os.PathLike, albert_config_json: str | os.PathLike | None,
+                          out_dir: str | os.PathLike, head: str = "pretraining") -> ConversionReport:
+    """Convert an original TF ALBERT checkpoint into a litebert/HF model directory.
+
+    `head` picks the model class: "pretraining" (MLM + SOP, what the released checkpoints hold), "masked_lm",
+    "base" (the encoder alone) or "sequence_classification" (a run_classifier.py checkpoint). The config
+    defaults to albert_config.json beside the checkpoint; 30k-clean.model found beside either is copied
+    as spiece.model."""
+    from litebert.tf_checkpoint import TFCheckpoint
+
+    if head not in TF_HEADS:
+        raise ConversionError(f"unknown head {head!r}; choose from {', '.join(TF_HEADS)}")
+    checkpoint = TFCheckpoint(ckpt_prefix)
+    if albert_config_json is None:
+        albert_config_json = _find_beside([checkpoint.index_path], ("albert_config.json", "config.json"))
+        if albert_config_json is None:
+            raise FileNotFoundError(f"no albert_config.json beside {checkpoint.prefix}; pass --config")
+    config = tf_albert_config(albert_config_json)
+    if head == "sequence_classification" and "output_weights" in checkpoint:
+        config = config.replace(num_labels=checkpoint.info("output_weights").shape[0])
+    model = model_classes()[TF_HEADS[head]](config)
+    state, report = tf_to_litebert_state(checkpoint, model, checkpoint.prefix)
+    model.load_checkpoint_state(state, checkpoint.prefix)
+    out_dir = os.fspath(out_dir)
+    model.save_pretrained(out_dir)
+    report.out_dir = out_dir
+    report.tokenizer = _find_beside([checkpoint.index_path, os.fspath(albert_config_json)], SPM_NAMES)
+    if report.tokenizer:
+        shutil.copyfile(report.tokenizer, os.path.join(out_dir, "spiece.model"))
+    return report
+
+
+# -- HF -> litebert ------------------------------------------------------------------------------------------
+
+def convert_hf(name_or_path: str | os.PathLike, out_dir: str | os.PathLike, hidden_act: str | None = None) -> str:
+    """Load an HF ALBERT directory or Hub id with litebert (as the class its config names) and save it.
+    Names already match; what this adds is litebert's checks on the way (every encoder weight present, shapes
+    right) and, with hidden_act="gelu_new", the fix for the v1 configs' erf "gelu". Returns the class name."""
+    from litebert.weights import resolve_model_dir
+
+    directory = resolve_model_dir(name_or_path)
+    cls = model_class(AlbertConfig.load(directory))
+    model = cls.from_pretrained(directory, **({"hidden_act": hidden_act} if hidden_act else {}))
+    out_dir = os.fspath(out_dir)
+    model.save_pretrained(out_dir)
+    for name in HF_TOKENIZER_FILES:
+        if os.path.isfile(os.path.join(directory, name)):
+            shutil.copyfile(os.path.join(directory, name), os.path.join(out_dir, name))
+    return cls.__name__
+
+
+# -- CLI -----------------------------------------------------------------------------------------------------
+
+def cli(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="litebert convert",
+        description="Convert an ALBERT checkpoint into a litebert model directory (config.json + "
+                    "model.safetensors [+ spiece.model]), which transformers' AlbertFor* classes also load.",
+        epilog="examples:\n"
+               "  litebert convert --from-tf albert_base/model.ckpt-best --out albert-base-v2\n"
+               "      (the original google-research/albert release: albert_config.json and 30k-clean.model are\n"
+               "       found beside the checkpoint; no TensorFlow needed; optimizer slots are skipped)\n"
+               "  litebert convert --from-hf albert/albert-base-v2 --out albert-base-v2\n"
+               "  litebert convert --from-hf ./hf-albert-v1 --hidden-act gelu_new --out albert-v1-fixed\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--from-tf", metavar="CKPT_PREFIX",
+                        help="original TF checkpoint: the prefix (DIR/model.ckpt-N), its .index file, or its directory")
+    source.add_argument("--from-hf", metavar="DIR_OR_HUB_ID", help="a HuggingFace ALBERT directory or Hub id")
+    parser.add_argument("--out", required=True, metavar="DIR", help="output model directory")
+    parser.add_argument("--config", metavar="JSON",
+                        help="--from-tf: albert_config.json (default: the one beside the checkpoint)")
+    parser.add_argument("--head", choices=list(TF_HEADS), default="pretraining",
+                        help="--from-tf: which model the checkpoint holds (default: pretraining, as released)")
+    parser.add_argument("--hidden-act", metavar="NAME",
+                        help="--from-hf: override hidden_act; the v1 Hub configs say 'gelu' (erf) but the models "
+                             "were trained with TF's tanh form, 'gelu_new'")
+    args = parser.parse_args(argv)
+    if args.from_tf:
+        if args.hidden_act:
+            parser.error("--hidden-act applies to --from-hf (TF 'gelu' is converted to 'gelu_new' already)")
+        print(convert_tf_checkpoint(args.from_tf, args.config, args.out, head=args.head).summary())
+    else:
+        if args.config or args.head != "pretraining":
+            parser.error("--config and --head apply to --from-tf")
+        name = convert_hf(args.from_hf, args.out, hidden_act=args.hidden_act)
+        print(f"{args.from_hf}: loaded as {name}; wrote {args.out}")
+    return 0
