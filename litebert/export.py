@@ -1,0 +1,192 @@
+"""Export a model directory for inference, as ONNX or TorchScript, and check the export computes what PyTorch does.
+
+The exported graph takes (input_ids, attention_mask, token_type_ids), int64, with dynamic batch and sequence
+axes (and a choices axis for AlbertForMultipleChoice), and returns the model's tensor outputs by name
+(e.g. last_hidden_state + pooler_output, or logits). The model class is the one config.json's
+`architectures` names, so a fine-tuned classifier exports with its head.
+
+Both formats are made by tracing, which records the path the sample batch takes. Two choices follow:
+  * the sample batch has a padded row: `padding_mask` skips the mask when nothing is padded, and a trace of
+    an unpadded batch would bake that shortcut in and ignore padding forever after; a trace of the masked
+    path is right for every input (an all-ones mask adds zeros);
+  * the export is then run on batches of other shapes, padded and not, and compared with PyTorch, so a
+    shape frozen into the graph shows up here rather than in production.
+The sequence-length check against max_position_embeddings is a Python `if`, so it is not in the graph:
+longer inputs fail inside the position-embedding lookup instead of with litebert's message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from litebert.config import AlbertConfig
+
+INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+FORMATS = {"onnx": "model.onnx", "torchscript": "model.pt"}
+COPIED_FILES = ("config.json", "spiece.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+ONNX_OPSET = 17  # SDPA and LayerNorm export as single ops from 17 on; onnxruntime >= 1.14 runs it
+
+
+class ExportError(ValueError):
+    """An export that failed or does not reproduce the PyTorch outputs."""
+
+
+class InferenceModule(nn.Module):
+    """The model with positional inputs and tensor-only outputs: what tracers and ONNX can represent
+    (litebert models return NamedTuples holding None for the loss)."""
+
+    def __init__(self, model: nn.Module, output_names: list[str]):
+        super().__init__()
+        self.model = model
+        self.output_names = output_names
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                token_type_ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        out = self.model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        return tuple(getattr(out, name) for name in self.output_names)
+
+
+def sample_batch(config: AlbertConfig, shape: tuple[int, ...], padded: bool, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    """Random (input_ids, attention_mask, token_type_ids) of `shape`; with `padded`, the last row's tail is padding."""
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(min(5, config.vocab_size - 1), config.vocab_size, shape, generator=generator)
+    attention_mask = torch.ones(shape, dtype=torch.long)
+    T = shape[-1]
+    if padded:
+        attention_mask.view(-1, T)[-1, T // 2:] = 0
+        input_ids = input_ids.masked_fill(attention_mask == 0, config.pad_token_id)
+    token_type_ids = (torch.arange(T) >= T // 2).long().expand(shape).clone()
+    if config.type_vocab_size < 2:
+        token_type_ids.zero_()
+    return input_ids, attention_mask, token_type_ids
+
+
+@dataclass
+class ExportResult:
+    path: str
+    model_class: str
+    output_names: list[str]
+    max_abs_diff: float | None  # over the verification batches; None when not verified
+    verified_with: str | None  # "onnxruntime" | "torch.jit" | None
+
+    def summary(self) -> str:
+        line = f"wrote {self.path} ({self.model_class}; inputs {', '.join(INPUT_NAMES)}; outputs {', '.join(self.output_names)})"
+        if self.verified_with is None:
+            return line + "\n  not verified (onnxruntime is not installed: pip install onnxruntime)"
+        return line + f"\n  verified with {self.verified_with} on other batch shapes: max |diff| {self.max_abs_diff:.2e}"
+
+
+def export_model(model_dir: str | os.PathLike, out_dir: str | os.PathLike, fmt: str = "onnx",
+                 verify: bool = True, atol: float = 1e-4) -> ExportResult:
+    """Export the model in `model_dir` (litebert or HF layout) to `out_dir/model.onnx|model.pt`, copy its
+    config and tokenizer beside it, and check the export against PyTorch on fresh batch shapes."""
+    from litebert.convert import model_class
+    from litebert.weights import resolve_model_dir
+
+    if fmt not in FORMATS:
+        raise ExportError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}")
+    model_dir = resolve_model_dir(model_dir)
+    config = AlbertConfig.load(model_dir)
+    cls = model_class(config)
+    model = cls.from_pretrained(model_dir).eval()
+    config = model.config
+    choices = cls.__name__ == "AlbertForMultipleChoice"
+    axes = ("batch", "choices", "sequence") if choices else ("batch", "sequence")
+    T = min(11, config.max_position_embeddings)
+    sample = sample_batch(config, (2, 3, T) if choices else (2, T), padded=True)
+    with torch.no_grad():
+        reference = model(*sample[:1], attention_mask=sample[1], token_type_ids=sample[2])
+    output_names = [name for name in reference._fields if isinstance(getattr(reference, name), torch.Tensor)]
+    module = InferenceModule(model, output_names).eval()
+
+    out_dir = os.fspath(out_dir)
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, FORMATS[fmt])
+    with warnings.catch_warnings(), torch.no_grad():
+        # The tracer warns about every Python `if` on a tensor; the module docstring says why ours are safe.
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        warnings.filterwarnings("ignore", message=".*legacy TorchScript-based ONNX export.*")
+        if fmt == "torchscript":
+            torch.jit.trace(module, sample).save(path)
+        else:
+            # The TorchScript-based exporter: torch.export would need the padding shortcut as torch.cond.
+            torch.onnx.export(module, sample, path, input_names=list(INPUT_NAMES), output_names=output_names,
+                              dynamic_axes={name: dict(enumerate(axes)) for name in INPUT_NAMES},
+                              opset_version=ONNX_OPSET, dynamo=False)
+    for name in COPIED_FILES:
+        if os.path.isfile(os.path.join(model_dir, name)):
+            shutil.copyfile(os.path.join(model_dir, name), os.path.join(out_dir, name))
+
+    result = ExportResult(path, cls.__name__, output_names, None, None)
+    if verify:
+        run = _runner(path, fmt)
+        if run is not None:
+            result.verified_with = "torch.jit" if fmt == "torchscript" else "onnxruntime"
+            result.max_abs_diff = _verify(module, run, config, choices, atol, path)
+    return result
+
+
+def _runner(path: str, fmt: str):
+    """A function batch -> list of numpy outputs that runs the exported file, or None if it cannot be run here."""
+    if fmt == "torchscript":
+        loaded = torch.jit.load(path)
+
+        def run(batch):
+            with torch.no_grad():
+                return [t.numpy() for t in loaded(*batch)]
+        return run
+    try:
+        import onnxruntime
+    except ImportError:
+        return None
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    return lambda batch: session.run(None, {name: t.numpy() for name, t in zip(INPUT_NAMES, batch)})
+
+
+def _verify(module: InferenceModule, run, config: AlbertConfig, choices: bool, atol: float, path: str) -> float:
+    """Max |exported - PyTorch| over batches whose shapes differ from the traced one; raises beyond atol."""
+    T = config.max_position_embeddings
+    shapes = [(3, min(T, 7)), (1, min(T, 16))]
+    if choices:
+        shapes = [(3, 2, min(T, 7)), (1, 4, min(T, 16))]
+    worst = 0.0
+    for seed, (shape, padded) in enumerate(zip(shapes, (True, False)), start=1):
+        batch = sample_batch(config, shape, padded=padded, seed=seed)
+        with torch.no_grad():
+            expected = [t.numpy() for t in module(*batch)]
+        got = run(batch)
+        for name, e, g in zip(module.output_names, expected, got):
+            if e.shape != g.shape:
+                raise ExportError(f"{path}: output {name} has shape {g.shape} for input {shape}, PyTorch gives "
+                                  f"{e.shape} (a shape was frozen into the graph)")
+            diff = float(np.max(np.abs(e - g))) if e.size else 0.0
+            worst = max(worst, diff)
+            if diff > atol * max(1.0, float(np.max(np.abs(e))) if e.size else 1.0):
+                raise ExportError(f"{path}: output {name} differs from PyTorch by {diff:.2e} on input {shape}")
+    return worst
+
+
+def cli(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="litebert export",
+        description="Export a model directory for inference (ONNX or TorchScript) with dynamic batch and "
+                    "sequence axes, then check the export against PyTorch on batches of other shapes. The model "
+                    "class is the one config.json's `architectures` names (AlbertModel if none).",
+        epilog="example:\n  litebert export --model out/sst2/best --out out/sst2-onnx --format onnx\n"
+               "inputs: input_ids, attention_mask, token_type_ids (int64); ONNX verification needs onnxruntime",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, metavar="DIR", help="model directory (litebert or HF) or Hub id")
+    parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    parser.add_argument("--format", choices=list(FORMATS), default="onnx", help="default: onnx")
+    parser.add_argument("--no-verify", action="store_true", help="skip the comparison with PyTorch")
+    args = parser.parse_args(argv)
+    print(export_model(args.model, args.out, args.format, verify=not args.no_verify).summary())
+    return 0
