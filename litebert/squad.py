@@ -1,0 +1,245 @@
+"""Extractive question answering in the SQuAD format: reading, windowed featurization, span decoding, scoring.
+
+The flow: read_squad -> featurize_squad (a long context becomes several overlapping windows, each remembering
+which context characters its tokens cover) -> the QA head's start/end logits per window -> decode_squad
+(best span over all windows, mapped back to the original context text, plus the v2.0 null-score difference)
+-> evaluate_squad (the official EM/F1, and the no-answer threshold that maximises them on dev).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, NamedTuple, Sequence
+
+import numpy as np
+
+from litebert.metrics import squad_scores
+from litebert.tasks import BadRecord, DataError, Examples, collect, json_record, nonblank_lines
+
+
+class Answer(NamedTuple):
+    text: str
+    start: int  # character offset into the context
+
+
+@dataclass
+class QAExample:
+    id: str
+    question: str
+    context: str
+    answers: list[Answer]  # [] = unanswerable (v2.0); dev/test sets list several gold answers
+    title: str = ""
+
+    @property
+    def is_impossible(self) -> bool:
+        return not self.answers
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# reading
+
+
+def read_squad(path: os.PathLike | str, errors: str = "raise") -> Examples:
+    """QAExamples from SQuAD v1.1/v2.0 JSON ({"data": [{"title", "paragraphs": [{"context", "qas": [...]}]}]})
+    or from flat JSON Lines ({id, context, question, answers: {text: [...], answer_start: [...]}}, as HF datasets
+    and wordnet_qa store it). Every answer must be the context's text at answer_start, and ids must be unique."""
+    path = Path(path)
+    seen: set[str] = set()
+
+    def example(ident, question, context, texts, starts, title="") -> QAExample:
+        if not isinstance(question, str) or not isinstance(context, str):
+            raise BadRecord("question and context must be strings")
+        if not isinstance(texts, list) or not isinstance(starts, list) or len(texts) != len(starts):
+            raise BadRecord(f"answers need equally long text and answer_start lists, got {texts!r} / {starts!r}")
+        answers = []
+        for text, start in zip(texts, starts):
+            if not isinstance(text, str) or not isinstance(start, int) or isinstance(start, bool):
+                raise BadRecord(f"answer {text!r} at {start!r}: need a string and an integer offset")
+            found = context[start: start + len(text)]
+            if found != text:
+                raise BadRecord(f"answer {text!r} does not match the context at {start} ({found!r})")
+            answers.append(Answer(text, start))
+        ident = str(ident)
+        if ident in seen:
+            raise BadRecord(f"duplicate id {ident!r}")
+        seen.add(ident)
+        return QAExample(ident, question, context, answers, title)
+
+    if path.suffix.lower() == ".jsonl":
+        def parse_flat(where: str, line: str) -> QAExample:
+            r = json_record(line)
+            answers = r.get("answers") or {"text": [], "answer_start": []}
+            if not isinstance(answers, dict):
+                raise BadRecord("answers should be {text: [...], answer_start: [...]}")
+            if "id" not in r or "question" not in r or "context" not in r:
+                raise BadRecord("a record needs id, question and context")
+            return example(r["id"], r["question"], r["context"], answers.get("text"), answers.get("answer_start"))
+
+        return collect(nonblank_lines(path), parse_flat, path, errors)
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8-sig"))["data"]
+    except json.JSONDecodeError as e:
+        raise DataError(f"{path}:{e.lineno}: invalid JSON ({e.msg})") from None
+    except (KeyError, TypeError):
+        raise DataError(f"{path}:1: not SQuAD JSON (no top-level \"data\" list)") from None
+
+    def questions():  # (where, (title, context, qa)); structural problems surface as BadRecords
+        for i, article in enumerate(data):
+            for j, paragraph in enumerate(article.get("paragraphs", [])):
+                for k, qa in enumerate(paragraph.get("qas", [])):
+                    yield f"{path}: data[{i}].paragraphs[{j}].qas[{k}]", (article.get("title", ""), paragraph, qa)
+
+    def parse_nested(where: str, raw) -> QAExample:
+        title, paragraph, qa = raw
+        if not isinstance(qa, dict) or "id" not in qa or "question" not in qa:
+            raise BadRecord("a question needs id and question")
+        answers = [] if qa.get("is_impossible") else qa.get("answers", [])
+        if not isinstance(answers, list) or not all(isinstance(a, dict) for a in answers):
+            raise BadRecord("answers should be a list of {text, answer_start}")
+        return example(qa["id"], qa["question"], paragraph.get("context"), [a.get("text") for a in answers],
+                       [a.get("answer_start") for a in answers], title)
+
+    return collect(questions(), parse_nested, path, errors)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# featurization
+
+
+@dataclass
+class QAFeature:
+    """One window: [CLS] question [SEP] context window [SEP], unpadded."""
+
+    input_ids: list[int]
+    token_type_ids: list[int]
+    start_position: int  # answer's first token; 0 ([CLS]) when unanswerable or not inside this window
+    end_position: int
+    example_index: int
+    offsets: list[tuple[int, int] | None] = field(repr=False)  # token -> (start, end) in the context; None off it
+    max_context: list[bool] = field(repr=False)  # this window gives the token its most context (BERT's rule)
+
+
+def featurize_squad(examples: Sequence[QAExample], tok, max_length: int = 384, doc_stride: int = 128,
+                    max_query_length: int = 64) -> list[QAFeature]:
+    """Windows over each context, stepping by doc_stride tokens (at most a window), after the question cut to
+    max_query_length; each window fills what the question leaves of max_length.
+
+    The answer (the first gold answer) is located in tokens through the tokenizer's character offsets: its first
+    token is the first one ending after answer_start, its last the last one starting before the answer's end.
+    """
+    if max_query_length + 3 >= max_length:  # so that every (truncated) question leaves room for context
+        raise ValueError(f"max_query_length {max_query_length} + 3 special tokens leaves no room for context "
+                         f"in max_length {max_length}")
+    if doc_stride < 1:
+        raise ValueError(f"doc_stride must be positive, got {doc_stride}")
+    features = []
+    for i, ex in enumerate(examples):
+        q_ids = tok.encode(ex.question, add_special_tokens=False)[:max_query_length]
+        c_ids, c_offsets = tok.encode_with_offsets(ex.context)
+        max_window = max_length - len(q_ids) - 3  # [CLS] q [SEP] window [SEP]
+        tok_start = tok_end = None
+        if ex.answers:
+            a_start, a_end = ex.answers[0].start, ex.answers[0].start + len(ex.answers[0].text)
+            inside = [t for t, (s, e) in enumerate(c_offsets) if s < a_end and e > a_start]
+            if inside:
+                tok_start, tok_end = inside[0], inside[-1]
+
+        windows, start = [], 0
+        while True:
+            length = min(len(c_ids) - start, max_window)
+            windows.append((start, length))
+            if start + length >= len(c_ids):
+                break
+            start += min(length, doc_stride)
+        # For each context token, the window where it has the most context on its shorter side (BERT's
+        # _check_is_max_context); decoding only starts spans there, so overlaps are not scored twice.
+        best = [(-math.inf, -1)] * len(c_ids)
+        for w, (start, length) in enumerate(windows):
+            for t in range(start, start + length):
+                score = min(t - start, start + length - 1 - t) + 0.01 * length
+                if score > best[t][0]:
+                    best[t] = (score, w)
+
+        prefix = [tok.cls_id, *q_ids, tok.sep_id]
+        for w, (start, length) in enumerate(windows):
+            ids = prefix + c_ids[start: start + length] + [tok.sep_id]
+            types = [0] * len(prefix) + [1] * (length + 1)
+            offsets = [None] * len(prefix) + list(c_offsets[start: start + length]) + [None]
+            max_context = [False] * len(prefix) + [best[t][1] == w for t in range(start, start + length)] + [False]
+            s_pos = e_pos = 0
+            if tok_start is not None and start <= tok_start and tok_end < start + length:
+                s_pos, e_pos = tok_start - start + len(prefix), tok_end - start + len(prefix)
+            features.append(QAFeature(ids, types, s_pos, e_pos, i, offsets, max_context))
+    return features
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# decoding and scoring
+
+
+@dataclass
+class QAPrediction:
+    text: str  # the best non-null span ("" when no valid span exists)
+    null_diff: float  # null score (min over windows of start[0] + end[0]) minus the best span's score
+    nbest: list[tuple[str, float]]  # the best distinct span texts with their start + end logit scores
+
+
+def decode_squad(examples: Sequence[QAExample], features: Sequence[QAFeature], start_logits: Sequence,
+                 end_logits: Sequence, n_best: int = 20, max_answer_length: int = 30) -> dict[str, QAPrediction]:
+    """Best answer spans from per-window start/end logits ((num_features, T) or one ragged row per feature).
+
+    A span is (start, end) with start <= end, both on context tokens, at most max_answer_length tokens, starting
+    where its window gives it the most context; its score is start_logit + end_logit, and its text is the
+    original context between the tokens' character offsets. The null score is [CLS]'s start + end; the
+    difference null - best feeds the v2.0 threshold (predict "no answer" when it exceeds the threshold).
+    """
+    if not len(features) == len(start_logits) == len(end_logits):
+        raise ValueError(f"{len(features)} features but {len(start_logits)}/{len(end_logits)} logit rows")
+    by_example: dict[int, list[int]] = {}
+    for f, feature in enumerate(features):
+        by_example.setdefault(feature.example_index, []).append(f)
+    predictions = {}
+    for i, ex in enumerate(examples):
+        candidates, null = {}, math.inf
+        for f in by_example.get(i, []):
+            feature, n = features[f], len(features[f].input_ids)
+            start, end = np.asarray(start_logits[f], dtype=np.float64)[:n], np.asarray(end_logits[f], dtype=np.float64)[:n]
+            null = min(null, start[0] + end[0])
+            top_starts = np.argsort(-start, kind="stable")[:n_best]
+            top_ends = np.argsort(-end, kind="stable")[:n_best]
+            for s in top_starts:
+                if feature.offsets[s] is None or not feature.max_context[s]:
+                    continue
+                for e in top_ends:
+                    if feature.offsets[e] is None or not 0 <= e - s < max_answer_length:
+                        continue
+                    text = ex.context[feature.offsets[s][0]: feature.offsets[e][1]]
+                    score = float(start[s] + end[e])
+                    if score > candidates.get(text, -math.inf):
+                        candidates[text] = score
+        nbest = sorted(candidates.items(), key=lambda kv: -kv[1])[:n_best]
+        best_text, best_score = nbest[0] if nbest else ("", -math.inf)
+        predictions[ex.id] = QAPrediction(best_text, float(null - best_score), nbest)
+    return predictions
+
+
+def apply_null_threshold(predictions: Mapping[str, QAPrediction], threshold: float | None) -> dict[str, str]:
+    """id -> answer text, "" (no answer) where null_diff > threshold; threshold None never abstains (v1.1)."""
+    return {qid: "" if threshold is not None and p.null_diff > threshold else p.text
+            for qid, p in predictions.items()}
+
+
+def evaluate_squad(examples: Sequence[QAExample], predictions: Mapping[str, QAPrediction],
+                   threshold: float | None = None) -> dict[str, float]:
+    """The official SQuAD scores (metrics.squad_scores) of decoded predictions at the given null threshold (None:
+    always answer, as for v1.1), plus best_exact/best_f1 and the thresholds achieving them (best_f1_thresh is
+    the one to use on test for v2.0)."""
+    gold = {ex.id: [a.text for a in ex.answers] for ex in examples}
+    texts = {qid: p.text for qid, p in predictions.items()}
+    na = {qid: p.null_diff for qid, p in predictions.items()}
+    return squad_scores(gold, texts, na, math.inf if threshold is None else threshold)
