@@ -2,12 +2,14 @@
 
 Verbs are looked up lazily (module:function), so `litebert params` does not pay for importing the data
 pipeline and `--help` is instant. Each verb's function takes argv and returns an exit code; errors that a
-user can fix (bad path, bad config, corrupt file) are printed as one line, without a traceback.
+user can fix (bad path, bad config, corrupt file) are printed as one line, without a traceback
+(LITEBERT_DEBUG=1 shows it).
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 VERBS: dict[str, tuple[str, str]] = {
@@ -54,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         return int(func(rest) or 0)
     except (UserError, FileNotFoundError, ValueError, OSError) as e:
         # Expected, user-fixable failures: one line, no traceback. Anything else is a bug and shows one.
+        if os.environ.get("LITEBERT_DEBUG"):
+            raise
         print(f"litebert {verb}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -275,11 +275,13 @@ def preserved_rng():
 # -- data helpers ----------------------------------------------------------------------------------------------
 
 def shuffled_batches(num_examples: int, batch_size: int, micro_batch_size: int, seed: int,
-                     collate: Callable[[list[int]], Mapping[str, torch.Tensor]]) -> BatchFn:
+                     collate: Callable[[list[int], int], Mapping[str, torch.Tensor]]) -> BatchFn:
     """A batch_fn over a finite dataset: each epoch a fresh permutation (seeded by seed and epoch), examples
     taken in order, `batch_size` (global) per step. Micro-batch `micro` of rank `rank` is slot
     micro * world_size + rank of its step, so a step covers the same examples whatever the world size and
-    accumulation. `collate(indices)` builds the tensors."""
+    accumulation. `collate(indices, position)` builds the tensors; `position` (the run-wide index of the
+    micro-batch's first example) is unique and world-size independent, a seed for batch-time randomness such
+    as dynamic masking."""
     cache: dict[int, np.ndarray] = {}
 
     def permutation(epoch: int) -> np.ndarray:
@@ -292,7 +294,7 @@ def shuffled_batches(num_examples: int, batch_size: int, micro_batch_size: int, 
     def batch_fn(step: int, micro: int, rank: int, world_size: int) -> Mapping[str, torch.Tensor]:
         start = step * batch_size + (micro * world_size + rank) * micro_batch_size
         return collate([int(permutation(pos // num_examples)[pos % num_examples])
-                        for pos in range(start, start + micro_batch_size)])
+                        for pos in range(start, start + micro_batch_size)], start)
 
     return batch_fn
 

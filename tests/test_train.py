@@ -193,7 +193,7 @@ def load_toml_text(text, tmp_path):
 
 def test_shuffled_batches_cover_epochs_independently_of_world_size():
     data = torch.arange(10)
-    collate = lambda idx: {"x": data[idx]}  # noqa: E731
+    collate = lambda idx, position: {"x": data[idx]}  # noqa: E731
     one = shuffled_batches(10, 4, 2, seed=0, collate=collate)
     seen_one = [one(s, m, 0, 1)["x"] for s in range(5) for m in range(2)]
     two = shuffled_batches(10, 4, 2, seed=0, collate=collate)

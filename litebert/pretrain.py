@@ -1,0 +1,262 @@
+"""Pretraining: AlbertForPreTraining on `litebert prepare` shards, through the one training loop.
+
+What this file adds to the loop is ALBERT-specific: the model built from a preset (or continued from a
+checkpoint), batches masked at batch time with a seed that depends only on the example position (so resume
+and any world size see the same masks), a held-out evaluation (MLM accuracy/loss, SOP or NSP accuracy), and
+the baselines a run must beat, computed from the run's own data: the most frequent masked token, the unigram
+loss, and the majority sentence label.
+
+The sentence objective follows the data: SOP pairs train SOP, NSP pairs NSP (the same binary head; the
+paper's comparison), no pairs or `objective = "mlm"` trains MLM alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from litebert.config import PRESETS, AlbertConfig
+from litebert.model import AlbertForPreTraining
+from litebert.pretrain_data import PretrainDataset, make_batch
+from litebert.train import TrainConfig, add_config_args, load_toml, resolve_config, shuffled_batches, train
+
+# Independent masking streams (make_batch's `rank` slot): training, the held-out set (fixed for the whole run,
+# so evaluations compare like with like) and the sample the baselines are estimated from.
+TRAIN_STREAM, EVAL_STREAM, BASELINE_STREAM = 0, 1, 2
+
+
+@dataclass
+class PretrainConfig:
+    """What to pretrain on and what to pretrain. Architecture fields go in the TOML [model] section."""
+
+    data: str = field(default="out/data", metadata={"help": "directory written by `litebert prepare`"})
+    model: str = field(default="tiny", metadata={"help": f"a preset ({', '.join(PRESETS)}) or a config.json; "
+                                                         "[model] TOML keys override its fields"})
+    init_from: str | None = field(default=None, metadata={
+        "help": "continue pretraining from this model directory (litebert or HF); its tokenizer must be the data's"})
+    objective: str = field(default="auto", metadata={
+        "help": "auto (from the data: sop, nsp or mlm alone) or mlm (ignore sentence labels)",
+        "choices": ("auto", "mlm")})
+    held_out: int = field(default=1000, metadata={
+        "help": "examples at the end of the data (its last documents) kept out of training for evaluation"})
+    eval_data: list[str] = field(default_factory=list, metadata={
+        "help": "more prepared directories to evaluate on (e.g. NSP pairs of held-out text, for the SOP/NSP table)"})
+    eval_batch_size: int = field(default=64, metadata={"help": "examples per evaluation forward"})
+
+    def __post_init__(self) -> None:
+        if self.held_out < 1:
+            raise ValueError(f"invalid PretrainConfig: held_out must be >= 1, got {self.held_out}")
+
+
+def build_model(cfg: PretrainConfig, overrides: dict[str, Any], vocab_size: int, max_seq_length: int
+                ) -> AlbertForPreTraining:
+    if cfg.init_from:
+        model = AlbertForPreTraining.from_pretrained(cfg.init_from, **overrides)
+        if model.config.vocab_size != vocab_size:
+            raise ValueError(f"{cfg.init_from} has vocab_size {model.config.vocab_size}, the data's tokenizer "
+                             f"{vocab_size}: extend the model's vocabulary first (litebert extend-vocab)")
+        return model
+    if cfg.model in PRESETS:
+        config = AlbertConfig.from_preset(cfg.model, vocab_size=vocab_size, **overrides)
+    else:
+        config = AlbertConfig.load(cfg.model).replace(vocab_size=vocab_size, **overrides)
+    if config.max_position_embeddings < max_seq_length:
+        raise ValueError(f"the data has sequences of {max_seq_length} tokens but max_position_embeddings is "
+                         f"{config.max_position_embeddings}")
+    return AlbertForPreTraining(config)
+
+
+def sentence_task(dataset: PretrainDataset, objective: str) -> str | None:
+    """'sop', 'nsp' or None (MLM alone)."""
+    task = dataset.meta["args"]["pair_task"]
+    return None if objective == "mlm" or task == "none" else task
+
+
+class Batches:
+    """Masked batches of a prepared dataset: a pure function of (indices, position)."""
+
+    def __init__(self, dataset: PretrainDataset, seed: int, task: str | None):
+        self.dataset, self.seed, self.task = dataset, seed, task
+        args = dataset.meta["args"]
+        self.knobs = dict(vocab_size=dataset.meta["vocab_size"], mask_id=dataset.meta["special_ids"]["mask"],
+                          max_seq_length=dataset.max_seq_length, masked_lm_prob=args["masked_lm_prob"],
+                          max_predictions_per_seq=args["max_predictions_per_seq"], max_ngram=args["max_ngram"])
+
+    def __call__(self, indices: list[int], position: int, stream: int = TRAIN_STREAM) -> dict[str, torch.Tensor]:
+        batch = make_batch(self.dataset, indices, seed=self.seed, rank=stream, step=position, **self.knobs)
+        if self.task is None:
+            del batch["sentence_order_label"]
+        return batch
+
+
+@torch.no_grad()
+def evaluate_pretraining(model, batches: Batches, indices: list[int], batch_size: int, prefix: str = ""
+                         ) -> dict[str, float]:
+    """Held-out MLM accuracy and loss, and sentence-pair accuracy (named by the data's pair task)."""
+    correct = total = pair_correct = pair_total = 0
+    loss_sum = 0.0
+    for start in range(0, len(indices), batch_size):
+        batch = batches(indices[start:start + batch_size], start, EVAL_STREAM)
+        sentence_labels = batch.pop("sentence_order_label", None)
+        out = model(**batch)
+        labels = batch["labels"][batch["labels"] != -100]  # the order of out.prediction_logits' rows
+        correct += int((out.prediction_logits.argmax(-1) == labels).sum())
+        total += labels.numel()
+        loss_sum += float(torch.nn.functional.cross_entropy(out.prediction_logits.float(), labels, reduction="sum"))
+        if sentence_labels is not None:
+            pair_correct += int((out.sop_logits.argmax(-1) == sentence_labels).sum())
+            pair_total += sentence_labels.numel()
+    metrics = {f"{prefix}mlm_acc": correct / max(total, 1), f"{prefix}mlm_loss": loss_sum / max(total, 1)}
+    if pair_total:
+        metrics[f"{prefix}{batches.dataset.meta['args']['pair_task']}_acc"] = pair_correct / pair_total
+    return metrics
+
+
+def baselines(batches: Batches, train_indices: list[int], eval_indices: list[int], sample: int = 2000
+              ) -> dict[str, float]:
+    """What a model that learned nothing about context scores on the held-out set: always predicting the most
+    frequent masked token of the training data, the loss of its smoothed unigram distribution, and always
+    predicting the majority sentence label."""
+    vocab = batches.knobs["vocab_size"]
+    rng = np.random.default_rng(0)
+    sample_indices = rng.choice(train_indices, size=min(sample, len(train_indices)), replace=False).tolist()
+    counts = np.ones(vocab)  # add-one smoothing
+    for start in range(0, len(sample_indices), 256):
+        labels = batches(sample_indices[start:start + 256], start, BASELINE_STREAM)["labels"]
+        counts += np.bincount(labels[labels != -100].numpy(), minlength=vocab)
+    probs = counts / counts.sum()
+    held_labels, pair_labels = [], []
+    for start in range(0, len(eval_indices), 256):
+        batch = batches(eval_indices[start:start + 256], start, EVAL_STREAM)
+        held_labels.append(batch["labels"][batch["labels"] != -100].numpy())
+        if "sentence_order_label" in batch:
+            pair_labels.append(batch["sentence_order_label"].numpy())
+    held = np.concatenate(held_labels)
+    out = {"majority_token_acc": float((held == counts.argmax()).mean()),
+           "majority_token": int(counts.argmax()),
+           "unigram_loss": float(-np.log(probs[held]).mean())}
+    if pair_labels:
+        pairs = np.concatenate(pair_labels)
+        out["majority_pair_acc"] = float(max(pairs.mean(), 1 - pairs.mean()))
+    return out
+
+
+def pretrain(cfg: PretrainConfig, train_cfg: TrainConfig, model_overrides: dict[str, Any] | None = None
+             ) -> dict[str, Any]:
+    """Run pretraining; returns the summary also written to `<out_dir>/summary.json`."""
+    model_overrides = dict(model_overrides or {})
+    dataset = PretrainDataset(cfg.data)
+    tokenizer_dir = dataset.meta["tokenizer_dir"]
+    if cfg.init_from:  # further pretraining: the checkpoint's tokenizer must be the one the data was made with
+        PretrainDataset(cfg.data, tokenizer=_tokenizer_of(cfg.init_from))
+    n = len(dataset)
+    if n <= cfg.held_out:
+        raise ValueError(f"{cfg.data} has {n} examples, not more than held_out={cfg.held_out}: prepare more text "
+                         "or lower held_out")
+    train_indices, eval_indices = list(range(n - cfg.held_out)), list(range(n - cfg.held_out, n))
+    task = sentence_task(dataset, cfg.objective)
+    batches = Batches(dataset, train_cfg.seed, task)
+    torch.manual_seed(train_cfg.seed)
+    model = build_model(cfg, model_overrides, dataset.meta["vocab_size"], dataset.max_seq_length)
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    micro, _ = train_cfg.accumulation(world_size)
+    train_view = _Subset(batches, train_indices)
+    batch_fn = shuffled_batches(len(train_indices), train_cfg.batch_size, micro, train_cfg.seed, train_view)
+
+    extra_eval = []
+    for directory in cfg.eval_data:
+        other = PretrainDataset(directory, tokenizer=None)
+        if other.meta["tokenizer_sha256"] != dataset.meta["tokenizer_sha256"]:
+            raise ValueError(f"{directory} was made with another tokenizer than {cfg.data}")
+        extra_eval.append((os.path.basename(os.path.normpath(directory)) + "/",
+                           Batches(other, train_cfg.seed, sentence_task(other, "auto")), list(range(len(other)))))
+
+    def evaluate(m) -> dict[str, float]:
+        metrics = evaluate_pretraining(m, batches, eval_indices, cfg.eval_batch_size)
+        for prefix, other_batches, indices in extra_eval:
+            metrics.update(evaluate_pretraining(m, other_batches, indices, cfg.eval_batch_size, prefix))
+        return metrics
+
+    base = baselines(batches, train_indices, eval_indices)
+    untrained = evaluate(model.eval())
+    model.train()
+    result = train(model, batch_fn, train_cfg, evaluate, tokenizer=tokenizer_dir,
+                   configs={"model": model.config.to_dict(), "pretrain": dataclasses.asdict(cfg)})
+    summary = {"objective": task or "mlm", "examples": {"train": len(train_indices), "held_out": cfg.held_out},
+               "parameters": model.num_parameters(), "baselines": base, "untrained": untrained,
+               "final": dict(result.eval), "steps": result.step,
+               "tokens_seen": result.step * train_cfg.batch_size * dataset.max_seq_length,
+               "checkpoint": str(result.checkpoint), "out_dir": train_cfg.out_dir}
+    if int(os.environ.get("RANK", "0")) == 0:
+        with open(os.path.join(train_cfg.out_dir, "summary.json"), "w") as f:
+            json.dump(summary, f, indent=2)
+    return summary
+
+
+class _Subset:
+    """Batches over a subset of the dataset's indices (the training part)."""
+
+    def __init__(self, batches: Batches, indices: list[int]):
+        self.batches, self.indices = batches, indices
+
+    def __call__(self, positions: list[int], position: int) -> dict[str, torch.Tensor]:
+        return self.batches([self.indices[i] for i in positions], position)
+
+
+def _tokenizer_of(model_dir: str):
+    from litebert.tokenizer import Tokenizer
+    if not os.path.isfile(os.path.join(model_dir, "spiece.model")):
+        raise FileNotFoundError(f"{model_dir} has no spiece.model: further pretraining uses the checkpoint's tokenizer")
+    return Tokenizer.from_pretrained(model_dir)
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    """The few lines a person reads after a run: learned vs chance vs untrained."""
+    b, u, f = s["baselines"], s["untrained"], s["final"]
+    lines = [f"pretrained {s['parameters'] / 1e6:.2f}M parameters for {s['steps']} steps "
+             f"({s['tokens_seen'] / 1e6:.1f}M tokens), objective MLM" + (f" + {s['objective'].upper()}"
+                                                                        if s["objective"] != "mlm" else ""),
+             f"  held-out MLM accuracy {f['mlm_acc']:.1%}   (most frequent token {b['majority_token_acc']:.1%}, "
+             f"untrained {u['mlm_acc']:.1%})",
+             f"  held-out MLM loss     {f['mlm_loss']:.3f}   (unigram {b['unigram_loss']:.3f}, untrained "
+             f"{u['mlm_loss']:.3f})"]
+    for key in ("sop_acc", "nsp_acc"):
+        if key in f:
+            lines.append(f"  held-out {key[:3].upper()} accuracy {f[key]:.1%}   (majority "
+                         f"{b.get('majority_pair_acc', 0.5):.1%}, untrained {u[key]:.1%})")
+    for key in sorted(k for k in f if "/" in k):
+        lines.append(f"  {key} {f[key]:.3f}")
+    lines.append(f"  checkpoint {s['checkpoint']}")
+    return "\n".join(lines)
+
+
+def cli(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="litebert pretrain", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Recipes: configs/demo.toml (2 CPU cores, ~10 minutes), configs/paper_base.toml (the paper's "
+               "albert-base run). Scale out: torchrun --nproc-per-node N -m litebert.cli pretrain ...")
+    parser.add_argument("--config", help="TOML recipe with [model], [pretrain] and [train] sections")
+    add_config_args(parser, PretrainConfig, "data and model")
+    add_config_args(parser, TrainConfig, "training")
+    args = parser.parse_args(argv)
+    toml = load_toml(args.config, ("model", "pretrain", "train")) if args.config else {}
+    cfg = resolve_config(PretrainConfig, toml.get("pretrain"), args, source=f"{args.config} [pretrain]")
+    train_cfg = resolve_config(TrainConfig, toml.get("train"), args, source=f"{args.config} [train]")
+    overrides = dict(toml.get("model", {}))
+    unknown = set(overrides) - {f.name for f in dataclasses.fields(AlbertConfig)}
+    if unknown:
+        raise ValueError(f"{args.config} [model]: unknown AlbertConfig fields {', '.join(sorted(unknown))}")
+    summary = pretrain(cfg, train_cfg, overrides)
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(format_summary(summary))
+    return 0
+
+
+__all__ = ["PretrainConfig", "pretrain", "evaluate_pretraining", "baselines", "format_summary"]
