@@ -18,6 +18,7 @@ longer inputs fail inside the position-embedding lookup instead of with litebert
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import warnings
@@ -33,6 +34,18 @@ INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 FORMATS = {"onnx": "model.onnx", "torchscript": "model.pt"}
 COPIED_FILES = ("config.json", "spiece.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 ONNX_OPSET = 17  # SDPA and LayerNorm export as single ops from 17 on; onnxruntime >= 1.14 runs it
+
+
+@contextlib.contextmanager
+def _quiet_tracing():
+    """Silence what the tracers say about every export: a TracerWarning per Python `if` on a tensor (the module
+    docstring says why ours are safe) and torch 2.13's deprecation notices for TorchScript."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        for message in (r"`torch\.jit\.\w+` is deprecated", ".*legacy TorchScript-based ONNX export",
+                        "The feature will be removed"):
+            warnings.filterwarnings("ignore", message=message, category=DeprecationWarning)
+        yield
 
 
 class ExportError(ValueError):
@@ -110,10 +123,7 @@ def export_model(model_dir: str | os.PathLike, out_dir: str | os.PathLike, fmt: 
     out_dir = os.fspath(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, FORMATS[fmt])
-    with warnings.catch_warnings(), torch.no_grad():
-        # The tracer warns about every Python `if` on a tensor; the module docstring says why ours are safe.
-        warnings.simplefilter("ignore", torch.jit.TracerWarning)
-        warnings.filterwarnings("ignore", message=".*legacy TorchScript-based ONNX export.*")
+    with _quiet_tracing(), torch.no_grad():
         if fmt == "torchscript":
             torch.jit.trace(module, sample).save(path)
         else:
@@ -137,7 +147,8 @@ def export_model(model_dir: str | os.PathLike, out_dir: str | os.PathLike, fmt: 
 def _runner(path: str, fmt: str):
     """A function batch -> list of numpy outputs that runs the exported file, or None if it cannot be run here."""
     if fmt == "torchscript":
-        loaded = torch.jit.load(path)
+        with _quiet_tracing():
+            loaded = torch.jit.load(path)
 
         def run(batch):
             with torch.no_grad():
