@@ -208,7 +208,8 @@ def decode_squad(examples: Sequence[QAExample], features: Sequence[QAFeature], s
         candidates, null = {}, math.inf
         for f in by_example.get(i, []):
             feature, n = features[f], len(features[f].input_ids)
-            start, end = np.asarray(start_logits[f], dtype=np.float64)[:n], np.asarray(end_logits[f], dtype=np.float64)[:n]
+            start = np.asarray(start_logits[f], dtype=np.float64)[:n]  # (T,) without the batch's padding
+            end = np.asarray(end_logits[f], dtype=np.float64)[:n]
             null = min(null, start[0] + end[0])
             top_starts = np.argsort(-start, kind="stable")[:n_best]
             top_ends = np.argsort(-end, kind="stable")[:n_best]

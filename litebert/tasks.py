@@ -187,8 +187,7 @@ def read_table(path: os.PathLike | str, text_columns: Sequence[str | int], label
     labels = None if labels is None else [str(x) for x in labels]
     wanted = [*text_columns, *([] if label_column is None else [label_column])]
     if fmt == "jsonl":
-        records, width = ((where, line) for where, line in nonblank_lines(path)), None
-        id_key = id_column
+        records, width, id_key = nonblank_lines(path), None, id_column
     else:
         records = _rows(path, fmt)
         names = list(columns) if columns is not None else None
@@ -205,7 +204,6 @@ def read_table(path: os.PathLike | str, text_columns: Sequence[str | int], label
         text_columns, label_column = [resolve(c) for c in text_columns], resolve(label_column)
         id_key = resolve(id_column) if id_column in index or isinstance(id_column, int) else None
         width = len(names) if names else None
-    rows = enumerate(records)
 
     def parse(where: str, numbered) -> TextExample:
         n, record = numbered
@@ -230,7 +228,7 @@ def read_table(path: os.PathLike | str, text_columns: Sequence[str | int], label
         ident = str(_get(record, id_key, (str, int))) if has_id else str(n)
         return TextExample(ident, texts[0], texts[1] if len(texts) == 2 else None, label)
 
-    return collect(((where, (n, rec)) for n, (where, rec) in rows), parse, path, errors)
+    return collect(((where, (n, rec)) for n, (where, rec) in enumerate(records)), parse, path, errors)
 
 
 def read_choice_jsonl(path: os.PathLike | str, *, question: str = "question", options: str = "options",

@@ -20,7 +20,8 @@ def test_binary_metrics_by_hand():
     tp, fp, fn, tn = 2, 1, 1, 2
     assert M.accuracy(PREDS, LABELS) == pytest.approx(4 / 6)
     assert M.f1(PREDS, LABELS) == pytest.approx(2 * tp / (2 * tp + fp + fn))
-    assert M.mcc(PREDS, LABELS) == pytest.approx((tp * tn - fp * fn) / math.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn)))
+    denominator = math.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
+    assert M.mcc(PREDS, LABELS) == pytest.approx((tp * tn - fp * fn) / denominator)
     assert M.mcc([1, 1, 1], [0, 1, 1]) == 0.0  # constant predictor: undefined -> 0
 
 
@@ -41,7 +42,8 @@ def test_correlations_by_formula():
 
 def test_masked_accuracy_and_registry():
     assert M.masked_accuracy([5, 6, 7, 8], [5, -100, 0, -100]) == 0.5
-    assert M.compute_metrics(["accuracy", "f1"], PREDS, LABELS) == {"accuracy": pytest.approx(4 / 6), "f1": pytest.approx(2 / 3)}
+    expected = {"accuracy": pytest.approx(4 / 6), "f1": pytest.approx(2 / 3)}
+    assert M.compute_metrics(["accuracy", "f1"], PREDS, LABELS) == expected
     with pytest.raises(ValueError, match="unknown metric"):
         M.compute_metrics(["bleu"], PREDS, LABELS)
     with pytest.raises(ValueError, match="shape"):
@@ -64,7 +66,8 @@ def test_entity_spans_conlleval_rules():
 def test_entity_f1_by_hand():
     gold = [["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "O"]]
     pred = [["B-PER", "I-PER", "O", "B-ORG"], ["B-ORG", "B-MISC"]]
-    # gold: PER(0,2) LOC(3,4) | ORG(0,1); pred: PER(0,2) ORG(3,4) | ORG(0,1) MISC(1,2) -> 2 correct of 4 predicted, 3 gold
+    # gold: PER(0,2) LOC(3,4) | ORG(0,1); pred: PER(0,2) ORG(3,4) | ORG(0,1) MISC(1,2)
+    # -> 2 correct of 4 predicted and 3 gold
     out = M.entity_f1(gold, pred)
     p, r = 2 / 4, 2 / 3
     assert out["precision"] == pytest.approx(p) and out["recall"] == pytest.approx(r)
@@ -173,7 +176,8 @@ def _ref_v2_eval(dataset, preds, na_probs=None, na_prob_thresh=1.0):
 
 def _ref_v1_eval(dataset, predictions):
     def f1_score(prediction, ground_truth):
-        prediction_tokens, ground_truth_tokens = _ref_normalize(prediction).split(), _ref_normalize(ground_truth).split()
+        prediction_tokens = _ref_normalize(prediction).split()
+        ground_truth_tokens = _ref_normalize(ground_truth).split()
         common = collections.Counter(prediction_tokens) & collections.Counter(ground_truth_tokens)
         num_same = sum(common.values())
         if num_same == 0:
@@ -210,7 +214,8 @@ NA_PROBS = {"a": 0.1, "b": 0.7, "c": 0.2, "d": 0.4, "e": 0.9, "f": 0.3, "g": 0.5
 
 
 def _gold(dataset):
-    return {qa["id"]: [a["text"] for a in qa["answers"]] for art in dataset for p in art["paragraphs"] for qa in p["qas"]}
+    qas = [qa for article in dataset for paragraph in article["paragraphs"] for qa in paragraph["qas"]]
+    return {qa["id"]: [a["text"] for a in qa["answers"]] for qa in qas}
 
 
 @pytest.mark.parametrize("thresh", [1.0, 0.5, 0.25])
@@ -235,7 +240,8 @@ def test_squad_v2_without_na_probs_matches_official_defaults():
 def test_squad_v1_matches_official_script():
     dataset = _dataset()
     for paragraph in dataset[0]["paragraphs"]:
-        paragraph["qas"] = [qa for qa in paragraph["qas"] if qa["answers"] and qa["id"] not in "fg"]  # v1.1: all answerable
+        # v1.1: every question answerable, no gold that normalizes to ""
+        paragraph["qas"] = [qa for qa in paragraph["qas"] if qa["answers"] and qa["id"] not in "fg"]
     preds = {k: v for k, v in PREDS_V2.items() if k in _gold(dataset)}
     ref = _ref_v1_eval(dataset, preds)
     ours = M.squad_scores(_gold(dataset), preds)

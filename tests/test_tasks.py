@@ -22,43 +22,32 @@ def glue(name, split, **kw):
     return T.read_task(name, GLUE / T.TASKS[name].directory, split, **kw)
 
 
-@pytest.mark.parametrize("name,split,count,first", [
-    # CoLA train has no header: source, label, original mark, sentence
-    ("CoLA", "train", 3, T.TextExample("0", "Our friends won't buy this analysis, let alone the next one we propose.", None, "1")),
-    ("CoLA", "test", 2, T.TextExample("0", "Bill whistled past the house.")),
-    ("SST-2", "dev", 2, T.TextExample("0", "it 's a charming and often affecting journey . ", None, "1")),
-    # a BOM on the header, bare double quotes inside the fields
-    ("MRPC", "train", 2, T.TextExample(
-        "0", 'Amrozi accused his brother , whom he called " the witness " , of deliberately distorting his evidence .',
-        'Referring to him as only " the witness " , Amrozi accused his brother of deliberately distorting his evidence .', "1")),
-    ("MRPC", "test", 1, T.TextExample("0", "PCCW 's chief operating officer , Mike Butcher , and Alex Arena , the chief "
-                                      "financial officer , will report directly to Mr So .", "Current Chief Operating "
-                                      "Officer Mike Butcher and Group Chief Financial Officer Alex Arena will report to So .")),
-    ("STS-B", "dev", 2, T.TextExample("0", "A man with a hard hat is dancing.", "A man wearing a hard hat is dancing.", 5.0)),
-    ("STS-B", "test", 1, T.TextExample("0", "A girl is styling her hair.", "A girl is brushing her hair.")),
-    ("QQP", "test", 1, T.TextExample("0", "Why am I mentally very lonely? How can I solve it?",
-                                     "Find the remainder when [math]23^{24}[/math] is divided by 24,23?")),
-    ("MNLI-m", "train", 2, T.TextExample("0", "Conceptually cream skimming has two basic dimensions - product and geography.",
-                                         "Product and geography are what make cream skimming work. ", "neutral")),
-    ("MNLI-m", "dev", 2, T.TextExample("0", "The new rights are nice enough", "Everyone really likes the newest benefits ",
-                                       "neutral")),  # gold_label (the last of 16 columns), not label1
-    ("MNLI-mm", "dev", 1, T.TextExample("0", "Your contribution helped make it possible for us to provide our students "
-                                        "with a quality education.", "Your contributions were of no help with our "
-                                        "students' education.", "contradiction")),
-    ("MNLI-m", "test", 2, T.TextExample("0", "Hierbas, ans seco, ans dulce, and frigola are just a few names worth "
-                                        "keeping a look-out for.", "Hierbas is a name worth looking out for.")),
-    ("QNLI", "dev", 2, T.TextExample("0", "What came into force after the new constitution was herald?", "As of that "
-                                     "day, the new constitution heralding the Second Republic came into force.", "entailment")),
-    ("RTE", "dev", 1, T.TextExample("0", "Dana Reeve, the widow of the actor Christopher Reeve, has died of lung cancer "
-                                    "at age 44.", "Christopher Reeve had an accident.", "not_entailment")),
-    ("WNLI", "dev", 1, T.TextExample("0", "The drain is clogged with hair. It has to be cleaned.",
-                                     "The hair has to be cleaned.", "0")),
-    ("AX", "test", 1, T.TextExample("0", "The cat sat on the mat.", "The cat did not sit on the mat.")),
+@pytest.mark.parametrize("name,split,count,text_a,text_b,label", [
+    # CoLA train has no header (source, label, original mark, sentence); its test file has one
+    ("CoLA", "train", 3, "Our friends won't buy this analysis,", None, "1"),
+    ("CoLA", "test", 2, "Bill whistled past the house.", None, None),
+    ("SST-2", "dev", 2, "it 's a charming and often affecting journey . ", None, "1"),  # the trailing space is data
+    # a BOM on the header, bare double quotes inside the fields (no CSV quoting in GLUE files)
+    ("MRPC", "train", 2, 'Amrozi accused his brother , whom he called " the witness "', 'Referring to him as only "', "1"),
+    ("MRPC", "test", 1, "PCCW 's chief operating officer", "Current Chief Operating Officer", None),
+    ("STS-B", "dev", 2, "A man with a hard hat is dancing.", "A man wearing a hard hat is dancing.", 5.0),
+    ("STS-B", "test", 1, "A girl is styling her hair.", "A girl is brushing her hair.", None),
+    ("QQP", "test", 1, "Why am I mentally very lonely?", "Find the remainder when [math]23^{24}[/math]", None),
+    ("MNLI-m", "train", 2, "Conceptually cream skimming", "Product and geography", "neutral"),
+    ("MNLI-m", "dev", 2, "The new rights are nice enough", "Everyone really likes", "neutral"),  # gold_label, col 16
+    ("MNLI-mm", "dev", 1, "Your contribution helped", "Your contributions were of no help", "contradiction"),
+    ("MNLI-m", "test", 2, "Hierbas, ans seco, ans dulce,", "Hierbas is a name worth looking out for.", None),
+    ("QNLI", "dev", 2, "What came into force", "As of that day,", "entailment"),
+    ("RTE", "dev", 1, "Dana Reeve, the widow", "Christopher Reeve had an accident.", "not_entailment"),
+    ("WNLI", "dev", 1, "The drain is clogged with hair.", "The hair has to be cleaned.", "0"),
+    ("AX", "test", 1, "The cat sat on the mat.", "The cat did not sit on the mat.", None),
 ])
-def test_glue_readers(name, split, count, first):
+def test_glue_readers(name, split, count, text_a, text_b, label):
     examples = glue(name, split)
     assert len(examples) == count and examples.skipped == []
-    assert examples[0] == first
+    first = examples[0]
+    assert first.id == "0" and first.text_a.startswith(text_a) and first.label == label
+    assert first.text_b is None if text_b is None else first.text_b.startswith(text_b)
 
 
 def test_glue_registry_metrics_and_labels():
@@ -138,13 +127,14 @@ def test_race_reader():
     # ALBERT's race_utils: the option fills the question's blank
     assert T.choice_pair(examples[1].context, examples[1].question, "Mary") == (
         examples[1].context, "Mary asked Tom to stay after class.")
-    assert T.choice_pair(examples[0].context, examples[0].question, "at home")[1] == "Where does the story happen? at home"
+    second = T.choice_pair(examples[0].context, examples[0].question, "at home")[1]
+    assert second == "Where does the story happen? at home"
 
 
 def test_race_bad_answer_names_file_and_question(tmp_path):
     (tmp_path / "high").mkdir()
-    (tmp_path / "high" / "1.txt").write_text(json.dumps(
-        {"id": "high1.txt", "article": "A.", "questions": ["q1", "q2"], "options": [["a", "b"], ["c", "d"]], "answers": ["A", "E"]}))
+    (tmp_path / "high" / "1.txt").write_text(json.dumps({"id": "high1.txt", "article": "A.", "questions": ["q1", "q2"],
+                                                         "options": [["a", "b"], ["c", "d"]], "answers": ["A", "E"]}))
     with pytest.raises(T.DataError, match=r"1\.txt: questions\[1\]: answer 'E'"):
         T.read_race(tmp_path)
     assert len(T.read_race(tmp_path, errors="skip")) == 1
@@ -190,8 +180,9 @@ def test_conll_reader(tmp_path):
 
 
 @pytest.mark.skipif(not SHARED.exists(), reason="shared task data not present")
-@pytest.mark.parametrize("name,counts", [("novel_authorship", (5386, 746, 767)), ("bible_paraphrase", (12000, 2000, 2000)),
-                                         ("wordnet_qa", (8000, 1000, 1000)), ("wordnet_defmc", (12000, 1500, 1500))])
+@pytest.mark.parametrize("name,counts", [
+    ("novel_authorship", (5386, 746, 767)), ("bible_paraphrase", (12000, 2000, 2000)),
+    ("wordnet_qa", (8000, 1000, 1000)), ("wordnet_defmc", (12000, 1500, 1500))])
 def test_shared_datasets_counts(name, counts):
     for split, count in zip(("train", "dev", "test"), counts):
         examples = T.read_task(name, SHARED / name, split)
@@ -258,7 +249,8 @@ def test_featurize_choices_and_collate_to_b_c_t():
                 T.ChoiceExample("1", "", "the cat", ["w", "v"], 0)]
     feats = T.featurize_choices(examples, tok, 16)
     assert len(feats[0].input_ids) == 2 and feats[0].label == 1
-    assert [tok.piece_of(i) for i in feats[0].input_ids[0]] == ["[CLS]", "ctx", "her", "e", "[SEP]", "q", "x", "end", "[SEP]"]
+    pieces = [tok.piece_of(i) for i in feats[0].input_ids[0]]
+    assert pieces == ["[CLS]", "ctx", "her", "e", "[SEP]", "q", "x", "end", "[SEP]"]  # the option fills the blank
     assert feats[1].token_type_ids[0] == [0, 0, 0, 0, 1, 1]  # [CLS] the cat [SEP] w [SEP]
     batch = T.collate(feats)
     assert batch["input_ids"].shape[:2] == (2, 2) and batch["labels"].tolist() == [1, 0]
@@ -283,6 +275,13 @@ def test_classification_features_match_real_tokenizer(real_tok):
     assert feats[0].token_type_ids == expected["token_type_ids"][0].tolist()
     assert feats[1].input_ids == real_tok.encode(examples[1].text_a, max_length=12)
     assert set(feats[1].token_type_ids) == {0}
+
+
+def test_choice_features_match_real_tokenizer(real_tok):
+    example = T.ChoiceExample("0", "Anne walked to Uppercross.", "Where did _ go?", ["Anne", "Mary"], 1)
+    f, = T.featurize_choices([example], real_tok, 10)
+    expected = real_tok([example.context] * 2, ["Where did Anne go?", "Where did Mary go?"], max_length=10)
+    assert f.input_ids == expected["input_ids"].tolist() and f.token_type_ids == expected["token_type_ids"].tolist()
 
 
 def test_tag_alignment_with_real_tokenizer(real_tok):
