@@ -64,11 +64,13 @@ KINDS: dict[str, list[tuple[str, str, bool]]] = {
     "layer_norm": [("/gamma", ".weight", False), ("/beta", ".bias", False)],
 }
 TF_HUB_PREFIX = "module/"  # the TF-Hub modules hold the same variables under this scope
-# Optimizer state and step counters: ALBERT's LAMB and AdamWeightDecay keep `<var>/adam_m|adam_v`;
-# tf.train optimizers use `<var>/Adam|Adam_1|Momentum` and `beta*_power`; mixed precision adds loss-scale state.
+# Optimizer state and bookkeeping, skipped by name: ALBERT's LAMB and AdamWeightDecay keep `<var>/adam_m|adam_v`;
+# tf.train optimizers use `<var>/Adam|Adam_1|Momentum` and `beta*_power`; mixed precision adds loss-scale state;
+# TF2 object-based checkpoints add their object graph.
 OPTIMIZER_STATE = re.compile(
     r"(^|/)(adam_m|adam_v|Adam|Adam_1|AdamWeightDecayOptimizer|AdamWeightDecayOptimizer_1|LAMB|LAMB_1|Momentum)$"
-    r"|^(global_step|beta1_power|beta2_power|good_steps|current_loss_scale|loss_scale)$")
+    r"|^(global_step|beta1_power|beta2_power|good_steps|current_loss_scale|loss_scale"
+    r"|_CHECKPOINTABLE_OBJECT_GRAPH)$")
 TF_ACTIVATIONS = {"gelu": "gelu_new"}  # TF ALBERT's gelu is the tanh approximation: HF/litebert "gelu_new"
 SPM_NAMES = ("30k-clean.model", "spiece.model")  # the released models' tokenizer name, then HF's
 HF_TOKENIZER_FILES = ("spiece.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
@@ -128,7 +130,7 @@ class ConversionReport:
 
     source: str
     converted: dict[str, str] = field(default_factory=dict)  # TF name -> litebert name
-    optimizer_state: list[str] = field(default_factory=list)  # skipped by design
+    optimizer_state: list[str] = field(default_factory=list)  # slots, step counters: skipped by design
     unused: dict[str, str] = field(default_factory=dict)  # TF name -> litebert name the chosen head lacks
     out_dir: str | None = None
     tokenizer: str | None = None  # the SentencePiece model copied beside the weights
@@ -274,7 +276,7 @@ def convert_hf(name_or_path: str | os.PathLike, out_dir: str | os.PathLike, hidd
 def cli(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="litebert convert",
-        description="Convert an ALBERT checkpoint into a litebert model directory (config.json + "
+        description="Convert an ALBERT checkpoint into a litebert model directory (config.json +\n"
                     "model.safetensors [+ spiece.model]), which transformers' AlbertFor* classes also load.",
         epilog="examples:\n"
                "  litebert convert --from-tf albert_base/model.ckpt-best --out albert-base-v2\n"

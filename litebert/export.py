@@ -188,8 +188,8 @@ def _verify(module: InferenceModule, run, config: AlbertConfig, choices: bool, a
 def cli(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="litebert export",
-        description="Export a model directory for inference (ONNX or TorchScript) with dynamic batch and "
-                    "sequence axes, then check the export against PyTorch on batches of other shapes. The model "
+        description="Export a model directory for inference (ONNX or TorchScript) with dynamic batch and\n"
+                    "sequence axes, then check the export against PyTorch on batches of other shapes. The model\n"
                     "class is the one config.json's `architectures` names (AlbertModel if none).",
         epilog="example:\n  litebert export --model out/sst2/best --out out/sst2-onnx --format onnx\n"
                "inputs: input_ids, attention_mask, token_type_ids (int64); ONNX verification needs onnxruntime",

@@ -230,8 +230,10 @@ def resolve_prefix(path: str | os.PathLike) -> str:
             with open(state_file, encoding="utf-8") as f:
                 for line in f:
                     if line.startswith("model_checkpoint_path:"):
-                        name = line.split(":", 1)[1].strip().strip('"')
-                        return name if os.path.isabs(name) else os.path.join(path, name)
+                        # Often a path on the machine that trained it (gs://...): look for its name here.
+                        name = os.path.basename(line.split(":", 1)[1].strip().strip('"'))
+                        if os.path.isfile(os.path.join(path, name + ".index")):
+                            return os.path.join(path, name)
         prefixes = sorted(n[: -len(".index")] for n in os.listdir(path) if n.endswith(".index"))
         if len(prefixes) != 1:
             found = ", ".join(prefixes) if prefixes else "none"

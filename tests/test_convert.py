@@ -86,8 +86,14 @@ def test_reader_dtypes_and_refusals():
         ckpt["text"]
 
 
-def test_prefix_resolution():
+def test_prefix_resolution(tmp_path):
     assert resolve_prefix(FIXTURE) == PREFIX  # via the TF `checkpoint` file
+    directory = copy_fixture(tmp_path)
+    (directory / "checkpoint").write_text('model_checkpoint_path: "gs://bucket/run/model.ckpt-7"\n')
+    assert resolve_prefix(directory) == str(directory / "model.ckpt-7")  # the file name, found here
+    (directory / "checkpoint").unlink()
+    with pytest.raises(FileNotFoundError, match="found dtypes.ckpt, model.ckpt-7; pass the checkpoint prefix"):
+        resolve_prefix(directory)
     assert resolve_prefix(PREFIX + ".index") == PREFIX
     assert resolve_prefix(PREFIX + ".data-00000-of-00001") == PREFIX
     with pytest.raises(FileNotFoundError, match="no such TF checkpoint index"):
