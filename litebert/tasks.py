@@ -437,7 +437,8 @@ def read_task(task: str | Task, data_dir: os.PathLike | str, split: str, errors:
               labels: Sequence[str] | None = None) -> Examples:
     """The examples of one split of a registered task, read from the task's directory `data_dir`.
 
-    labels: the label set for tasks that do not fix one (CoNLL tag sets vary); a registered set wins.
+    labels: the label set for tasks that do not fix one (the training split's, for a custom table or a CoNLL tag
+    set); a registered set wins. A label outside it is a bad record (an error, or a counted skip).
     """
     task = TASKS[task] if isinstance(task, str) else task
     if split not in task.files:
@@ -446,7 +447,7 @@ def read_task(task: str | Task, data_dir: os.PathLike | str, split: str, errors:
     labelled = split not in task.unlabelled
     if task.format == "table":
         return read_table(path, task.text_columns, task.label_column if labelled else None,
-                          labels=task.labels, regression=task.kind == "regression", id_column=task.id_column,
+                          labels=task.labels or labels, regression=task.kind == "regression", id_column=task.id_column,
                           header=split not in task.headerless, columns=task.columns, errors=errors)
     if task.format == "squad":
         from litebert.squad import read_squad  # squad.py builds on this module

@@ -111,6 +111,8 @@ def test_unseen_label_and_bad_json_name_file_and_line(tmp_path):
     tsv.write_text("a\tb\n1\t2\n")
     with pytest.raises(T.DataError, match=r"x\.tsv:1: no column 'label'"):
         T.read_table(tsv, ["a"], "label")
+    custom = T.Task("mine", "classification", "table", {"dev": "dev.jsonl"}, ("text",), "label")
+    assert len(T.read_task(custom, tmp_path, "dev", errors="skip", labels=["x"])) == 1  # "zzz" and bad JSON skipped
     with pytest.raises(ValueError, match="errors must be"):
         T.read_table(tsv, ["a"], errors="ignore")
 
