@@ -1,0 +1,347 @@
+"""Fine-tuning, evaluation and prediction for every task family, through the one training loop.
+
+A task (litebert.tasks.TASKS, or a custom table) decides four things, and this file maps each once:
+the reader and featurizer (tasks.py / squad.py), the head class, and how logits become scores. Everything
+else (optimizer, schedule, accumulation, checkpoints, resume, logging) is train.py's, shared with pretraining.
+
+Defaults follow the ALBERT fine-tuning recipes (google-research/albert's README table: AdamW, per-task learning
+rate, batch size, steps and warmup); every value can be overridden. The best dev checkpoint is kept in
+`<out_dir>/best`, a complete model directory (transformers loads it), beside the last one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from litebert import tasks as T
+from litebert.config import AlbertConfig
+from litebert.heads import (AlbertForMultipleChoice, AlbertForQuestionAnswering, AlbertForSequenceClassification,
+                            AlbertForTokenClassification)
+from litebert.train import TrainConfig, add_config_args, load_toml, resolve_config, shuffled_batches, train
+
+HEAD_FOR_KIND = {"classification": AlbertForSequenceClassification, "regression": AlbertForSequenceClassification,
+                 "multiple_choice": AlbertForMultipleChoice, "qa": AlbertForQuestionAnswering,
+                 "tagging": AlbertForTokenClassification}
+
+# (lr, batch size, train steps, warmup steps, max length) from the ALBERT README's fine-tuning table; the
+# paper-scale recipes for the standard benchmarks. The bundled tasks get CPU-sized recipes for small models.
+RECIPES: dict[str, tuple[float, int, int, int, int]] = {
+    "CoLA": (1e-5, 16, 5336, 320, 512), "STS-B": (2e-5, 16, 3598, 214, 512), "SST-2": (1e-5, 32, 20935, 1256, 512),
+    "MNLI-m": (3e-5, 128, 10000, 1000, 512), "MNLI-mm": (3e-5, 128, 10000, 1000, 512),
+    "QNLI": (1e-5, 32, 33112, 1986, 512), "QQP": (5e-5, 128, 14000, 1000, 512), "RTE": (3e-5, 32, 800, 200, 512),
+    "MRPC": (2e-5, 32, 800, 200, 512), "WNLI": (2e-5, 16, 2000, 250, 512),
+    "squad-v1.1": (5e-5, 48, 3649, 365, 384), "squad-v2.0": (3e-5, 48, 8144, 814, 512),
+    "race": (2e-5, 32, 12000, 1000, 512),
+    "novel_authorship": (5e-4, 32, 600, 60, 128), "bible_paraphrase": (5e-4, 32, 600, 60, 128),
+    "wordnet_qa": (5e-4, 32, 800, 80, 192), "wordnet_defmc": (5e-4, 32, 800, 80, 64),
+}
+
+
+@dataclass
+class FinetuneConfig:
+    """The task and the starting model. Training knobs are TrainConfig's (defaults from RECIPES)."""
+
+    model: str = field(default="out/pretrain/final", metadata={"help": "pretrained model directory (litebert or HF)"})
+    task: str = field(default="novel_authorship", metadata={
+        "help": f"a registered task ({', '.join(T.TASKS)}) or 'table' (any CSV/TSV/JSONL, see --text-columns)"})
+    data_dir: str = field(default="", metadata={"help": "the task's directory (train/dev/test files as distributed)"})
+    tokenizer: str | None = field(default=None, metadata={"help": "tokenizer directory (default: --model's)"})
+    max_length: int | None = field(default=None, metadata={"help": "max tokens per input (default: the recipe's)"})
+    doc_stride: int = field(default=128, metadata={"help": "QA: tokens between the starts of context windows"})
+    max_query_length: int = field(default=64, metadata={"help": "QA: question tokens kept"})
+    max_answer_length: int = field(default=30, metadata={"help": "QA: longest answer span, in tokens"})
+    text_columns: list[str] = field(default_factory=list, metadata={"help": "table task: one or two text columns"})
+    label_column: str = field(default="label", metadata={"help": "table task: the label column"})
+    regression: bool = field(default=False, metadata={"help": "table task: float labels (MSE), Pearson/Spearman"})
+    train_file: str = field(default="train.jsonl", metadata={"help": "table task: training file in data_dir"})
+    dev_file: str = field(default="dev.jsonl", metadata={"help": "table task: dev file in data_dir"})
+    eval_split: str = field(default="dev", metadata={"help": "split scored during training and kept best on"})
+    from_scratch: bool = field(default=False, metadata={
+        "help": "random initialisation with --model's architecture: the baseline pretraining must beat"})
+    max_train_examples: int | None = field(default=None, metadata={"help": "use only the first N training examples"})
+    max_eval_examples: int | None = field(default=None, metadata={"help": "score only the first N eval examples"})
+    eval_batch_size: int = field(default=64, metadata={"help": "examples per evaluation forward"})
+
+
+def resolve_task(cfg: FinetuneConfig) -> T.Task:
+    if cfg.task in T.TASKS:
+        return T.TASKS[cfg.task]
+    if cfg.task != "table":
+        raise ValueError(f"unknown task {cfg.task!r}; choose from {', '.join(T.TASKS)} or 'table'")
+    if not 1 <= len(cfg.text_columns) <= 2:
+        raise ValueError("a table task needs --text-columns with one or two column names")
+    kind, metrics = ("regression", ("pearson", "spearman")) if cfg.regression else ("classification", ("accuracy",
+                                                                                                     "macro_f1"))
+    return T.Task("table", kind, "table", {"train": cfg.train_file, "dev": cfg.dev_file}, tuple(cfg.text_columns),
+                  cfg.label_column, None, metrics)
+
+
+def task_labels(task: T.Task, train_examples: Sequence) -> list[str] | None:
+    """Class names in id order: the task's own, else those seen in training (None for regression/QA/choice)."""
+    if task.kind in ("regression", "qa", "multiple_choice"):
+        return None
+    if task.labels:
+        return list(task.labels)
+    if task.kind == "tagging":
+        return sorted({tag for ex in train_examples for tag in (ex.tags or [])})
+    return T.label_list(train_examples)
+
+
+def featurize(task: T.Task, examples: Sequence, tok, labels: list[str] | None, cfg: FinetuneConfig,
+              max_length: int) -> list:
+    if task.kind in ("classification", "regression"):
+        return T.featurize_classification(examples, tok, max_length, labels)
+    if task.kind == "multiple_choice":
+        return T.featurize_choices(examples, tok, max_length)
+    if task.kind == "tagging":
+        return T.featurize_tags(examples, tok, max_length, labels)
+    from litebert.squad import featurize_squad
+    return featurize_squad(examples, tok, max_length, cfg.doc_stride, cfg.max_query_length)
+
+
+def read_split(task: T.Task, cfg: FinetuneConfig, split: str, labels: list[str] | None = None,
+               limit: int | None = None) -> T.Examples:
+    examples = T.read_task(task, cfg.data_dir, split, errors="skip", labels=labels)
+    if task.kind in ("classification",) and labels is not None and split != "train":
+        unseen = [ex for ex in examples if ex.label is not None and str(ex.label) not in labels]
+        if unseen:  # a label the classifier has no output for: count and leave out, never crash mid-run
+            examples = T.Examples([ex for ex in examples if ex not in unseen],
+                                  examples.skipped + [f"{ex.id}: label {ex.label!r} not seen in training"
+                                                      for ex in unseen])
+            print(f"{split}: skipped {len(unseen)} examples whose label was not seen in training")
+    return examples if limit is None else T.Examples(examples[:limit], examples.skipped)
+
+
+@torch.no_grad()
+def predict_outputs(model, features: Sequence, batch_size: int, pad_id: int) -> list[np.ndarray]:
+    """Per-feature output arrays: logits (classification/choice/tagging, unpadded) or (start, end) stacked."""
+    model.eval()
+    outputs: list[np.ndarray] = []
+    for start in range(0, len(features), batch_size):
+        chunk = features[start:start + batch_size]
+        batch = T.collate(chunk, pad_id)
+        batch = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+        out = model(**batch)
+        if isinstance(model, AlbertForQuestionAnswering):
+            both = torch.stack([out.start_logits, out.end_logits], 1).float().numpy()  # (B, 2, T)
+            outputs += [both[i, :, :len(f.input_ids)] for i, f in enumerate(chunk)]
+        elif isinstance(model, AlbertForTokenClassification):
+            logits = out.logits.float().numpy()
+            outputs += [logits[i, :len(f.input_ids)] for i, f in enumerate(chunk)]
+        else:
+            outputs += list(out.logits.float().numpy())
+    return outputs
+
+
+def score(task: T.Task, examples: Sequence, features: Sequence, outputs: Sequence[np.ndarray],
+          labels: list[str] | None, cfg: FinetuneConfig) -> tuple[dict[str, float], list]:
+    """(metrics, one prediction per example): class names, floats, option indices, tag lists or answer texts."""
+    if task.kind == "qa":
+        from litebert.squad import apply_null_threshold, decode_squad, evaluate_squad
+        decoded = decode_squad(examples, features, [o[0] for o in outputs], [o[1] for o in outputs],
+                               max_answer_length=cfg.max_answer_length)
+        has_null = any(not ex.answers for ex in examples)  # SQuAD v2.0: tune the no-answer threshold on this set
+        metrics = evaluate_squad(examples, decoded, None)
+        threshold = metrics.get("best_f1_thresh") if has_null else None
+        if has_null:
+            metrics = evaluate_squad(examples, decoded, threshold)
+        answers = apply_null_threshold(decoded, threshold)
+        return metrics, [answers[ex.id] for ex in examples]
+    if task.kind == "tagging":
+        from litebert.metrics import entity_f1
+        preds = [T.word_predictions(f.word_ids, o.argmax(-1), len(ex.words), labels)
+                 for ex, f, o in zip(examples, features, outputs)]
+        gold = [ex.tags for ex in examples]
+        return (entity_f1(gold, preds) if all(g is not None for g in gold) else {}), preds
+    from litebert.metrics import compute_metrics
+    if task.kind == "regression":
+        preds = [float(o[0]) for o in outputs]
+        gold = [ex.label for ex in examples]
+    elif task.kind == "multiple_choice":
+        preds = [int(o.argmax()) for o in outputs]
+        gold = [ex.label for ex in examples]
+    else:
+        preds = [int(o.argmax()) for o in outputs]
+        gold = [labels.index(str(ex.label)) if ex.label is not None else None for ex in examples]
+    metrics = compute_metrics(task.metrics, preds, gold) if all(g is not None for g in gold) else {}
+    if task.kind == "classification":
+        preds = [labels[p] for p in preds]
+    return metrics, preds
+
+
+def trivial_baseline(task: T.Task, train_examples: Sequence, eval_examples: Sequence) -> dict[str, float]:
+    """What needs no model: the majority class (classification), chance (multiple choice)."""
+    if task.kind == "classification":
+        counts: dict[str, int] = {}
+        for ex in train_examples:
+            counts[str(ex.label)] = counts.get(str(ex.label), 0) + 1
+        majority = max(counts, key=counts.get)
+        return {"majority_class": majority,
+                "accuracy": float(np.mean([str(ex.label) == majority for ex in eval_examples]))}
+    if task.kind == "multiple_choice":
+        return {"accuracy": float(np.mean([1 / len(ex.options) for ex in eval_examples]))}
+    return {}
+
+
+def apply_recipe(task_name: str, train_table: dict[str, Any], cli_args: argparse.Namespace | None) -> dict:
+    """The task's recipe as TrainConfig values, under whatever the TOML or the command line set."""
+    if task_name not in RECIPES:
+        return dict(train_table)
+    lr, batch, steps, warmup, _ = RECIPES[task_name]
+    return {"optimizer": "adamw", "lr": lr, "batch_size": batch, "max_steps": steps, "warmup_steps": warmup,
+            "weight_decay": 0.01, **train_table}
+
+
+def load_model(cfg: FinetuneConfig, task: T.Task, labels: list[str] | None):
+    head = HEAD_FOR_KIND[task.kind]
+    overrides: dict[str, Any] = {}
+    if task.kind in ("classification", "tagging"):
+        overrides = {"num_labels": len(labels), "id2label": dict(enumerate(labels))}
+    elif task.kind == "regression":
+        overrides = {"num_labels": 1, "problem_type": "regression"}
+    if cfg.from_scratch:
+        return head(AlbertConfig.load(cfg.model).replace(**overrides))
+    return head.from_pretrained(cfg.model, **overrides)
+
+
+def checked_max_length(cfg: FinetuneConfig, task: T.Task) -> int:
+    """--max-length, else the recipe's, capped by what the model's position embeddings can hold."""
+    from litebert.weights import resolve_model_dir
+    positions = AlbertConfig.load(resolve_model_dir(cfg.model)).max_position_embeddings
+    if cfg.max_length is None:
+        return min(RECIPES.get(task.name, (0, 0, 0, 0, 512))[4], positions)
+    if cfg.max_length > positions:
+        raise ValueError(f"max_length {cfg.max_length} exceeds the model's max_position_embeddings {positions}")
+    return cfg.max_length
+
+
+def finetune(cfg: FinetuneConfig, train_cfg: TrainConfig) -> dict[str, Any]:
+    """Fine-tune, keep the best dev checkpoint, and return (and write) a summary."""
+    from litebert.tokenizer import Tokenizer
+    task = resolve_task(cfg)
+    tok = Tokenizer.from_pretrained(cfg.tokenizer or cfg.model)
+    max_length = checked_max_length(cfg, task)
+    train_examples = read_split(task, cfg, "train", limit=cfg.max_train_examples)
+    if not train_examples:
+        raise ValueError(f"{cfg.data_dir}: no training examples for task {task.name}")
+    labels = task_labels(task, train_examples)
+    eval_examples = read_split(task, cfg, cfg.eval_split, labels, cfg.max_eval_examples)
+    train_features = featurize(task, train_examples, tok, labels, cfg, max_length)
+    eval_features = featurize(task, eval_examples, tok, labels, cfg, max_length)
+    torch.manual_seed(train_cfg.seed)
+    model = load_model(cfg, task, labels)
+
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    micro, _ = train_cfg.accumulation(world_size)
+    batch_fn = shuffled_batches(len(train_features), train_cfg.batch_size, micro, train_cfg.seed,
+                                lambda idx, _position: T.collate([train_features[i] for i in idx], tok.pad_id))
+    primary = "f1" if task.kind in ("qa", "tagging") else task.metrics[0]
+    best: dict[str, Any] = {"metric": -float("inf"), "metrics": {}}
+    best_dir = os.path.join(train_cfg.out_dir, "best")
+
+    def evaluate(m) -> dict[str, float]:
+        metrics, _ = score(task, eval_examples, eval_features,
+                           predict_outputs(m, eval_features, cfg.eval_batch_size, tok.pad_id), labels, cfg)
+        value = metrics.get(primary, -float("inf"))
+        if value > best["metric"]:
+            best.update(metric=value, metrics=metrics)
+            m.save_pretrained(best_dir)
+            tok.save_pretrained(best_dir)
+        return {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
+
+    result = train(model, batch_fn, train_cfg, evaluate, tokenizer=cfg.tokenizer or cfg.model,
+                   configs={"finetune": dataclasses.asdict(cfg)})
+    summary = {"task": task.name, "kind": task.kind, "from_scratch": cfg.from_scratch, "model": cfg.model,
+               "examples": {"train": len(train_examples), cfg.eval_split: len(eval_examples),
+                            "skipped_train": len(train_examples.skipped)},
+               "primary_metric": primary, "final": dict(result.eval), "best": best["metrics"],
+               "baseline": trivial_baseline(task, train_examples, eval_examples), "steps": result.step,
+               "best_dir": best_dir, "out_dir": train_cfg.out_dir}
+    if int(os.environ.get("RANK", "0")) == 0:
+        with open(os.path.join(train_cfg.out_dir, "summary.json"), "w") as f:
+            json.dump(summary, f, indent=2)
+    return summary
+
+
+def evaluate_checkpoint(model_dir: str, cfg: FinetuneConfig, split: str
+                        ) -> tuple[dict[str, float], list, T.Task, T.Examples]:
+    """Load a fine-tuned directory and score it (or just predict, for unlabelled splits)."""
+    from litebert.tokenizer import Tokenizer
+    from litebert.weights import resolve_model_dir
+    directory = resolve_model_dir(model_dir)
+    config = AlbertConfig.load(directory)
+    cfg = dataclasses.replace(cfg, model=directory)
+    task = resolve_task(cfg)
+    tok = Tokenizer.from_pretrained(cfg.tokenizer or directory)
+    labels = [config.id2label[i] for i in range(config.num_labels)] if config.id2label else None
+    examples = read_split(task, cfg, split, labels, cfg.max_eval_examples)
+    features = featurize(task, examples, tok, labels, cfg, checked_max_length(cfg, task))
+    model = HEAD_FOR_KIND[task.kind].from_pretrained(directory)
+    metrics, preds = score(task, examples, features, predict_outputs(model, features, cfg.eval_batch_size,
+                                                                     tok.pad_id), labels, cfg)
+    return metrics, preds, task, examples
+
+
+def _parser(prog: str, description: str, train_args: bool) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=description,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", help="TOML recipe with [finetune] and [train] sections")
+    add_config_args(parser, FinetuneConfig, "task and model")
+    if train_args:
+        add_config_args(parser, TrainConfig, "training (defaults: the task's ALBERT recipe)")
+    return parser
+
+
+def cli(argv: list[str]) -> int:
+    parser = _parser("litebert finetune", __doc__, train_args=True)
+    args = parser.parse_args(argv)
+    toml = load_toml(args.config, ("finetune", "train")) if args.config else {}
+    cfg = resolve_config(FinetuneConfig, toml.get("finetune"), args, source=f"{args.config} [finetune]")
+    train_table = apply_recipe(cfg.task, toml.get("train", {}), args)
+    train_cfg = resolve_config(TrainConfig, train_table, args, source=f"{args.config} [train]")
+    summary = finetune(cfg, train_cfg)
+    print(json.dumps({"task": summary["task"], "best": summary["best"], "baseline": summary["baseline"],
+                      "best_dir": summary["best_dir"]}, indent=1))
+    return 0
+
+
+def cli_evaluate(argv: list[str]) -> int:
+    parser = _parser("litebert evaluate", "Score a fine-tuned checkpoint (--model) on a split of its task.", False)
+    parser.add_argument("--split", default="dev")
+    parser.add_argument("--out", help="write metrics.json here")
+    args = parser.parse_args(argv)
+    cfg = resolve_config(FinetuneConfig, None, args)
+    metrics, _, _, _ = evaluate_checkpoint(cfg.model, cfg, args.split)
+    text = json.dumps(metrics, indent=1)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+    print(text)
+    return 0
+
+
+def cli_predict(argv: list[str]) -> int:
+    parser = _parser("litebert predict", "Write predictions of a fine-tuned checkpoint (--model) for a split: "
+                     "JSONL (id, prediction), or the GLUE submission format for GLUE tasks.", False)
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--out", required=True, help="output file (a directory for GLUE submissions)")
+    args = parser.parse_args(argv)
+    cfg = resolve_config(FinetuneConfig, None, args)
+    _, preds, task, examples = evaluate_checkpoint(cfg.model, cfg, args.split)
+    if task.submission:
+        path = T.write_glue_predictions(args.out, task, examples, preds)
+    else:
+        path = args.out
+        with open(path, "w", encoding="utf-8") as f:
+            for ex, p in zip(examples, preds):
+                f.write(json.dumps({"id": ex.id, "prediction": p}, ensure_ascii=False) + "\n")
+    print(f"wrote {len(preds)} predictions to {path}")
+    return 0
