@@ -104,6 +104,7 @@ def tf_to_litebert_name(tf_name: str) -> tuple[str, bool] | None:
 # -- model classes by name -----------------------------------------------------------------------------------
 
 def model_classes() -> dict[str, type]:
+    """Every litebert model class by its (HF) name, as config.json's `architectures` records it."""
     from litebert.heads import HEADS
     from litebert.model import AlbertForMaskedLM, AlbertForPreTraining, AlbertModel
     return {cls.__name__: cls for cls in (AlbertModel, AlbertForPreTraining, AlbertForMaskedLM)} | HEADS
@@ -234,7 +235,7 @@ def convert_tf_checkpoint(ckpt_prefix: str | os.PathLike, albert_config_json: st
         raise ConversionError(f"unknown head {head!r}; choose from {', '.join(TF_HEADS)}")
     checkpoint = TFCheckpoint(ckpt_prefix)
     if albert_config_json is None:
-        albert_config_json = _find_beside([checkpoint.index_path], ("albert_config.json", "config.json"))
+        albert_config_json = _find_beside([checkpoint.index_path], ("albert_config.json",))
         if albert_config_json is None:
             raise FileNotFoundError(f"no albert_config.json beside {checkpoint.prefix}; pass --config")
     config = tf_albert_config(albert_config_json)

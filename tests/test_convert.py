@@ -15,6 +15,7 @@ import torch
 
 from litebert.cli import main as litebert_main
 from litebert.config import AlbertConfig
+from litebert.heads import AlbertForSequenceClassification
 from litebert.convert import (ConversionError, convert_hf, convert_tf_checkpoint, tf_albert_config,
                               tf_to_litebert_state)
 from litebert.model import AlbertForMaskedLM, AlbertForPreTraining, AlbertModel
@@ -234,6 +235,12 @@ def test_other_heads(tmp_path, reference):
     AlbertForMaskedLM.from_pretrained(tmp_path / "mlm")
     with pytest.raises(ConversionError, match="classifier.weight"):  # a pretraining checkpoint has no classifier
         convert_tf_checkpoint(PREFIX, None, tmp_path / "cls", head="sequence_classification")
+    # A run_classifier.py checkpoint: its head is `output_weights` (num_labels, H) at the top level.
+    classifier = {k: v for k, v in reference["vars"].items() if not k.startswith("cls/")}
+    classifier |= {"output_weights": np.ones((3, 16), np.float32), "output_bias": np.arange(3, dtype=np.float32)}
+    config = tf_albert_config(os.path.join(FIXTURE, "albert_config.json")).replace(num_labels=3)
+    state, report = tf_to_litebert_state(classifier, AlbertForSequenceClassification(config))
+    assert report.converted["output_weights"] == "classifier.weight" and state["classifier.bias"].tolist() == [0, 1, 2]
     with pytest.raises(ConversionError, match="unknown head"):
         convert_tf_checkpoint(PREFIX, None, tmp_path / "x", head="squad")
 
