@@ -456,7 +456,9 @@ def prepare(inputs: list[str] | None, out_dir: str, tokenizer_dir: str, max_seq_
     else:
         import multiprocessing as mp
 
-        with mp.get_context("spawn").Pool(num_workers, _init_worker, (tokenizer_dir,)) as pool:
+        # fork: workers need only numpy + sentencepiece, and spawn cannot re-import a `python -` or notebook __main__
+        ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+        with ctx.Pool(num_workers, _init_worker, (tokenizer_dir,)) as pool:
             pending = collections.deque()
             for i, docs in chunks:
                 pending.append(pool.apply_async(_process_chunk, (i, docs, opt)))

@@ -1,0 +1,252 @@
+"""Tokenizer tests: ids equal to HF's sentencepiece AlbertTokenizer (recorded) and AlbertTokenizerFast (live).
+
+transformers 5 dropped the slow (sentencepiece) AlbertTokenizer, so its ids on a >= 1 MB corpus were recorded
+with transformers 4.46.3 in tests/fixtures/albert_spiece/golden.json, for a spiece.model trained with the original
+ALBERT spm_train flags. The live comparisons use whatever transformers is installed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+import unicodedata
+
+import numpy as np
+import pytest
+
+from litebert.tokenizer import Tokenizer, preprocess_text, train_tokenizer
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIXTURE = os.path.join(HERE, "fixtures", "albert_spiece")
+DATA = "/work/shared/data"
+sys.path.insert(0, FIXTURE)
+from make_golden import block_hashes, corpus_lines  # noqa: E402  (the exact corpus the golden ids were made on)
+
+needs_data = pytest.mark.skipif(not os.path.isdir(DATA), reason="shared data not available")
+needs_hf = pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers not installed")
+
+
+@pytest.fixture(scope="module")
+def golden():
+    with open(os.path.join(FIXTURE, "golden.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+@pytest.fixture(scope="module")
+def albert_tok():
+    return Tokenizer.from_pretrained(FIXTURE)
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    if not os.path.isdir(DATA):
+        pytest.skip("shared data not available")
+    return corpus_lines(DATA)
+
+
+@pytest.fixture(scope="module")
+def ko_tok(tmp_path_factory):
+    """A tokenizer trained (with litebert) on the Korean corpus alone."""
+    if not os.path.isdir(DATA):
+        pytest.skip("shared data not available")
+    return train_tokenizer([f"{DATA}/pretrain/ko_small.txt"], str(tmp_path_factory.mktemp("ko")), vocab_size=2000)
+
+
+@pytest.fixture(scope="module")
+def bundled_tok(tmp_path_factory):
+    return train_tokenizer(None, str(tmp_path_factory.mktemp("bundled")), vocab_size=2000)
+
+
+# ----------------------------------------------------------------------------- parity with HF
+
+
+def test_corpus_is_at_least_1mb_with_korean(corpus, golden):
+    assert sum(len(l.encode()) for l in corpus) > 1_000_000
+    assert any("대한민국" in l for l in corpus)
+    # the Austen/Jargon text is plain ASCII; accents, curly quotes, CJK and emoji are in the hand-picked cases
+    assert any("résumé" in c["text"] for c in golden["cases"]) and any("😀" in c["text"] for c in golden["cases"])
+
+
+def test_ids_equal_recorded_slow_albert_tokenizer(albert_tok, corpus, golden):
+    """An existing spiece.model trained with the original ALBERT flags encodes like HF's slow tokenizer."""
+    assert len(corpus) == golden["num_lines"]
+    ids = [albert_tok.encode(l) for l in corpus]
+    bad = [i for i, (h, g) in enumerate(zip(block_hashes(ids), golden["block_hashes"])) if h != g]
+    assert not bad, f"blocks of 500 lines differing from transformers {golden['transformers']}: {bad}"
+
+
+def test_cases_equal_recorded_slow_albert_tokenizer(albert_tok, golden):
+    for case in golden["cases"]:
+        assert albert_tok.encode(case["text"]) == case["ids"], case["text"]
+
+
+def test_pairs_and_truncation_equal_recorded(albert_tok, golden):
+    for case in golden["pairs"]:
+        tr = case["truncation"] or "longest_first"
+        try:
+            ids = albert_tok.encode(case["a"], case["b"], max_length=case["max_length"], truncation=tr)
+        except ValueError:  # HF logs an error and returns the pair untruncated; we refuse instead
+            assert len(case["ids"]) > case["max_length"]
+            continue
+        assert ids == case["ids"], case
+        batch = albert_tok([case["a"]], [case["b"]], max_length=case["max_length"] or 512, truncation=tr)
+        assert batch["token_type_ids"][0].tolist() == case["token_type_ids"]
+
+
+@needs_hf
+def test_hf_fast_agrees_on_english_and_tokenizer_json_agrees_everywhere(albert_tok, corpus, tmp_path):
+    """transformers 5's AlbertTokenizer (a Rust 'fast' tokenizer) rebuilds its normalizer from code: NFKD splits
+    Hangul into jamo that its Precompiled map never rejoins, so Korean becomes <unk> there (unless keep_accents).
+    Our tokenizer.json adds NFC after accent stripping and agrees everywhere."""
+    from tokenizers import Tokenizer as RustTokenizer
+    from transformers import AlbertTokenizer
+
+    albert_tok.save_pretrained(str(tmp_path))
+    ours = [[albert_tok.cls_id] + ids + [albert_tok.sep_id] for ids in albert_tok.encode_batch(corpus)]
+    rust = [e.ids for e in RustTokenizer.from_file(str(tmp_path / "tokenizer.json")).encode_batch(corpus)]
+    differ = [i for i in range(len(corpus)) if ours[i] != rust[i]]
+    assert len(differ) <= 3, differ  # Rust and C++ unigram break exact score ties differently (seen once: "ㅇㅇㅇ")
+    hf = AlbertTokenizer.from_pretrained(str(tmp_path))
+    fast = hf(corpus)["input_ids"]
+    korean = {i for i, l in enumerate(corpus) if any("\uac00" <= c <= "\ud7a3" for c in l)}
+    mismatched = {i for i in range(len(corpus)) if fast[i] != ours[i]}
+    assert len(mismatched - korean) <= len(differ)  # every English line (accents, quotes, digits) is identical
+
+
+@needs_hf
+def test_mask_token_survives_hf_fast_and_ours(bundled_tok, tmp_path):
+    from transformers import AlbertTokenizer
+
+    bundled_tok.save_pretrained(str(tmp_path))
+    hf = AlbertTokenizer.from_pretrained(str(tmp_path))
+    for text in ["Anne [MASK] Elliot", "anne[MASK]elliot", "[MASK]", "Captain [MASK], [MASK]!"]:
+        ours = bundled_tok.encode(text)
+        assert ours == hf(text)["input_ids"], text
+        assert ours.count(4) == text.count("[MASK]")
+    assert 4 not in bundled_tok.encode("[mask] [Mask]")  # only the exact spelling is special, as in HF
+
+
+@needs_hf
+def test_hf_loads_our_directory(bundled_tok, tmp_path):
+    from transformers import AlbertTokenizer, AlbertTokenizerFast
+
+    bundled_tok.save_pretrained(str(tmp_path))
+    assert {"spiece.model", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json"} <= set(os.listdir(tmp_path))
+    for cls in (AlbertTokenizer, AlbertTokenizerFast):
+        hf = cls.from_pretrained(str(tmp_path))
+        assert (hf.pad_token_id, hf.unk_token_id, hf.cls_token_id, hf.sep_token_id, hf.mask_token_id) == (0, 1, 2, 3, 4)
+        assert hf("Anne Elliot was there.", "She smiled.")["input_ids"] == bundled_tok.encode("Anne Elliot was there.", "She smiled.")
+
+
+# ----------------------------------------------------------------------------- training and conventions
+
+
+def test_special_ids_follow_albert(bundled_tok):
+    t = bundled_tok
+    assert (t.pad_id, t.unk_id, t.cls_id, t.sep_id, t.mask_id) == (0, 1, 2, 3, 4)
+    assert t.pieces[:5] == ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"]
+    assert all(t.sp.is_control(i) for i in (2, 3, 4)) and t.sp.is_unknown(1)  # control symbols, as ALBERT
+    assert t.vocab_size == 2000 and len(t.sha256) == 64
+
+
+def test_default_corpus_and_too_large_vocab(tmp_path):
+    with gzip.open(os.path.join(os.path.dirname(__import__("litebert").__file__), "data", "en_small.txt.gz"), "rt") as f:
+        assert "Elliot" in f.read(100_000)
+    with pytest.raises(ValueError, match="too large for this corpus"):
+        train_tokenizer(None, str(tmp_path), vocab_size=30000)
+
+
+def test_korean_has_no_unk_and_mask_survives(ko_tok):
+    with open(f"{DATA}/pretrain/ko_small.txt", encoding="utf-8") as f:
+        words = {w for line in f for w in line.split() if any("\uac00" <= c <= "\ud7a3" for c in w)}
+    pure = [w for w in words if all("\uac00" <= c <= "\ud7a3" for c in w)]
+    assert len(pure) > 1000
+    ids = ko_tok.encode_batch(pure)
+    assert not [w for w, i in zip(pure, ids) if ko_tok.unk_id in i]
+    assert ko_tok.encode("대한민국 [MASK] 헌법").count(ko_tok.mask_id) == 1
+
+
+def test_any_language_roundtrip(bundled_tok):
+    for text in ["Café “déjà vu” — naïve", "中文 😀 emoji", "안녕하세요"]:
+        ids = bundled_tok.encode(text)
+        assert ids[0] == 2 and ids[-1] == 3 and all(0 <= i < bundled_tok.vocab_size for i in ids)
+    assert bundled_tok.decode(bundled_tok.encode("Anne Elliot, 1,000 times.")) == "[CLS] anne elliot, 1,000 times. [SEP]"
+
+
+def test_normalisation_options(tmp_path):
+    cased = train_tokenizer(None, str(tmp_path), vocab_size=1500, do_lower_case=False, keep_accents=True)
+    again = Tokenizer.from_pretrained(str(tmp_path))  # options come back from tokenizer_config.json
+    assert again.options == cased.options and not again.options.do_lower_case
+    assert preprocess_text("Déjà  ``vu''", lower=True) == 'deja "vu"'
+    assert preprocess_text("Déjà  vu", lower=False, keep_accents=True, remove_space=False) == "Déjà  vu"
+
+
+def test_digit_comma_rule(albert_tok):
+    pieces = albert_tok.tokenize("In 1990, 23, and 4,5.")
+    assert all(not (len(p) > 1 and p.endswith(",") and p[-2].isdigit()) for p in pieces)
+    assert albert_tok._comma_ids, "fixture vocab should contain digit-comma pieces"
+
+
+def test_offsets_point_into_original_text(albert_tok, bundled_tok):
+    for tok in (albert_tok, bundled_tok):
+        for text in ["Héllo  wörld, 1,000 “quoted” [MASK] people.", "대한민국은 민주공화국이다.", "  ``Yes,'' said Anne  "]:
+            ids, spans = tok.encode_with_offsets(text)
+            assert ids == tok.encode(text, add_special_tokens=False)
+            assert len(spans) == len(ids)
+            assert all(0 <= s <= e <= len(text) for s, e in spans)
+            assert [s for s, _ in spans] == sorted(s for s, _ in spans)
+            for i, (s, e) in zip(ids, spans):
+                piece = tok.pieces[i].lstrip("▁")
+                if piece and i != tok.unk_id and i not in (2, 3, 4):
+                    span = unicodedata.normalize("NFKC", preprocess_text(text[s:e]))
+                    assert span == piece or piece in span or span in piece, (text, text[s:e], piece)
+
+
+def test_batch_call_pads_and_truncates(bundled_tok):
+    out = bundled_tok(["Anne.", "Captain Wentworth came in at last."], ["Yes.", "No."], max_length=8)
+    assert set(out) == {"input_ids", "attention_mask", "token_type_ids"}
+    assert out["input_ids"].dtype == __import__("torch").int64 and out["input_ids"].shape[1] <= 8
+    assert out["input_ids"][0].tolist()[: int(out["attention_mask"][0].sum())] == bundled_tok.encode("Anne.", "Yes.")
+    assert (out["input_ids"][out["attention_mask"] == 0] == 0).all()
+    assert out["input_ids"][1].tolist() == bundled_tok.encode("Captain Wentworth came in at last.", "No.", max_length=8)
+    with pytest.raises(ValueError):
+        bundled_tok.encode("a b c d e f g", "h", max_length=6, truncation="only_second")
+
+
+def test_word_start_mask(bundled_tok):
+    ids = np.array(bundled_tok.encode("Anne Elliot's uncommonly 대한 [MASK]"))
+    ws = bundled_tok.word_start_mask(ids)
+    for i, flag in zip(ids, ws):
+        piece = bundled_tok.pieces[i]
+        if piece.startswith("▁") or i < 5:
+            assert flag
+        elif piece.isascii() and piece.isalpha():
+            assert not flag
+
+
+def test_from_pretrained_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no spiece.model"):
+        Tokenizer.from_pretrained(str(tmp_path))
+    with pytest.raises(FileNotFoundError):
+        Tokenizer.from_pretrained("no-such-user/no-such-albert-model-xyz")
+
+
+def test_cli_trains_and_encodes(tmp_path, capsys):
+    from litebert.cli import main
+
+    out = str(tmp_path / "tok")
+    assert main(["tokenizer", "--out", out, "--vocab-size", "1200"]) == 0
+    assert main(["tokenizer", "--out", out, "--encode", "Anne [MASK]."]) == 0
+    assert 4 in json.loads(capsys.readouterr().out.strip().splitlines()[-1])["ids"]
+    assert main(["tokenizer", str(tmp_path / "missing.txt"), "--out", out]) == 2
+    assert "no input files match" in capsys.readouterr().err
+
+
+def test_hash_is_sha256_of_model(bundled_tok, tmp_path):
+    bundled_tok.save_pretrained(str(tmp_path))
+    with open(tmp_path / "spiece.model", "rb") as f:
+        assert hashlib.sha256(f.read()).hexdigest() == bundled_tok.sha256
