@@ -1,0 +1,139 @@
+"""What every benchmark shares: identical models on both sides, interleaved timing, FLOP counts, JSON output.
+
+Fairness rules, in code rather than in prose:
+  * both sides load the *same saved directory* (litebert writes it, transformers reads it), so weights and
+    config are identical;
+  * timings are interleaved (litebert, peer, litebert, peer, ... with the order flipped every repeat), so
+    the load other processes put on this shared machine lands on both sides alike; the ratio of medians
+    taken in one run is the figure to trust, not an absolute throughput;
+  * every side gets the same warm-up before anything is recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from a checkout
+
+from litebert.config import AlbertConfig  # noqa: E402
+
+
+def base_parser(doc: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--preset", default="albert-base-v2")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--repeats", type=int, default=None, help="timed repeats per side (after warm-up)")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="smoke run: tiny preset, one short shape, 2 repeats")
+    parser.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def machine() -> dict:
+    flags = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "")
+    except OSError:
+        pass
+    isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f" {f}" in flags]
+    return {"cpu": platform.processor() or platform.machine(), "isa": isa, "threads": torch.get_num_threads(),
+            "torch": torch.__version__, "python": platform.python_version()}
+
+
+def emit(record: dict) -> None:
+    """The one JSON line a benchmark prints."""
+    print(json.dumps(record, sort_keys=False), flush=True)
+
+
+# -- models ------------------------------------------------------------------------------------------
+
+def save_random_model(config: AlbertConfig, seed: int, directory: str | None = None) -> str:
+    """A randomly initialised litebert AlbertForPreTraining written as an HF directory both sides load."""
+    from litebert.model import AlbertForPreTraining
+    torch.manual_seed(seed)
+    directory = directory or tempfile.mkdtemp(prefix="litebert-bench-")
+    AlbertForPreTraining(config).save_pretrained(directory)
+    return directory
+
+
+def load_pair(directory: str, class_name: str, attn_implementation: str = "sdpa"):
+    """(litebert model, transformers model) of the same class from the same directory."""
+    import transformers
+
+    import litebert.model
+    transformers.utils.logging.disable_progress_bar()
+    ours = getattr(litebert.model, class_name).from_pretrained(directory)
+    theirs = getattr(transformers, class_name).from_pretrained(directory, attn_implementation=attn_implementation)
+    return ours, theirs
+
+
+def pretraining_batch(config: AlbertConfig, B: int, T: int, seed: int, mask_prob: float = 0.15) -> dict:
+    """Full-length sequence pairs (as pretraining packs them) with 15% of positions labelled and an SOP label."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, config.vocab_size, (B, T), generator=g)
+    ids[:, 0] = 2  # [CLS]
+    token_type_ids = (torch.arange(T) >= T // 2).long().expand(B, T).contiguous()
+    labels = torch.full((B, T), -100)
+    chosen = torch.rand(B, T, generator=g) < mask_prob
+    chosen[:, 0] = False
+    labels[chosen] = ids[chosen]
+    ids = ids.masked_fill(chosen, 4)  # [MASK]
+    return dict(input_ids=ids, attention_mask=torch.ones(B, T, dtype=torch.long), token_type_ids=token_type_ids,
+                labels=labels, sentence_order_label=torch.randint(0, 2, (B,), generator=g))
+
+
+# -- FLOPs -------------------------------------------------------------------------------------------
+
+def forward_flops(config: AlbertConfig, B: int, T: int, mlm_positions: int = 0, pooler: bool = True) -> int:
+    """Multiply-adds x 2 of one forward pass, counting all L applications of the shared layer.
+
+    Per token: E->H projection 2EH; per layer application QKV 6H^2, attention scores and their use 4TH,
+    output projection 2H^2, FFN 4HI. The MLM head (2HE + 2EV) is counted only at the `mlm_positions`
+    labelled positions, the work the loss needs: an implementation that computes logits everywhere
+    (transformers does) does extra work that earns it no credit. Embedding gathers, LayerNorms, softmax
+    and activations are not counted (the usual convention: they are not matmuls)."""
+    E, H, I, L, V = (config.embedding_size, config.hidden_size, config.intermediate_size,
+                     config.num_hidden_layers * config.inner_group_num, config.vocab_size)
+    per_token = 2 * E * H + L * (8 * H * H + 4 * H * I + 4 * T * H)
+    flops = B * T * per_token + (B * 2 * H * H if pooler else 0)
+    return flops + mlm_positions * (2 * H * E + 2 * E * V) + B * 2 * H * 2
+
+
+# -- timing ------------------------------------------------------------------------------------------
+
+def interleaved(sides: dict[str, Callable[[], object]], warmup: int, repeats: int) -> dict[str, list[float]]:
+    """Seconds per call for each side, run alternately (order flipped every repeat) after `warmup` calls each."""
+    names = list(sides)
+    for _ in range(warmup):
+        for name in names:
+            sides[name]()
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(repeats):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            start = time.perf_counter()
+            sides[name]()
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def stats(seconds: list[float], work: float, unit: str) -> dict:
+    """min/median/max seconds and the throughput (`work` per second) at the median."""
+    med = statistics.median(seconds)
+    return {"s_min": round(min(seconds), 5), "s_median": round(med, 5), "s_max": round(max(seconds), 5),
+            f"{unit}_per_s": round(work / med, 2)}
+
+
+def ratio(times: dict[str, list[float]], ours: str, peer: str) -> float:
+    """Speed of `ours` relative to `peer` (>1: ours is faster), from the medians measured in the same run."""
+    return round(statistics.median(times[peer]) / statistics.median(times[ours]), 3)
