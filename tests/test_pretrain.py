@@ -1,0 +1,139 @@
+"""Pretraining end to end: CLI, overfitting one batch, determinism, SIGKILL + resume, and learning above baselines."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from litebert.cli import main as litebert_main
+from litebert.config import AlbertConfig
+from litebert.model import AlbertForPreTraining
+from litebert.pretrain import PretrainConfig, pretrain
+from litebert.pretrain_data import PretrainDataset, make_batch, prepare
+from litebert.tokenizer import train_tokenizer
+from litebert.train import TrainConfig, train
+
+TINY = dict(embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+            max_position_embeddings=32)
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    """A tokenizer and SOP pairs (seq 32) from the bundled corpus."""
+    root = tmp_path_factory.mktemp("pretrain")
+    train_tokenizer(None, str(root / "tok"), vocab_size=1000)
+    prepare(None, str(root / "data"), str(root / "tok"), max_seq_length=32, num_workers=1, progress=False)
+    return root
+
+
+def model_toml(path, **model):
+    lines = ["[model]"] + [f"{k} = {v}" for k, v in {**TINY, **model}.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def test_pretrain_cli_writes_a_transformers_loadable_run(prepared, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    out = tmp_path / "run"
+    code = litebert_main(["pretrain", "--config", model_toml(tmp_path / "m.toml"), "--data", str(prepared / "data"),
+                          "--held-out", "64", "--max-steps", "6", "--batch-size", "8", "--eval-every", "3",
+                          "--optimizer", "adamw", "--lr", "1e-3", "--out-dir", str(out), "--no-progress"])
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == 6 and summary["objective"] == "sop"
+    assert {"mlm_acc", "mlm_loss", "sop_acc"} <= set(summary["final"])
+    assert 0 < summary["baselines"]["majority_token_acc"] < 1 and summary["baselines"]["unigram_loss"] > 0
+    assert (out / "metrics.png").stat().st_size > 1000
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert any("eval_sop_acc" in r for r in records) and any("loss" in r for r in records)
+
+    checkpoint = out / "step_6"
+    ours = AlbertForPreTraining.from_pretrained(checkpoint).eval()
+    theirs = transformers.AlbertForPreTraining.from_pretrained(checkpoint).eval()
+    ids = torch.randint(5, 1000, (2, 20))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids).prediction_logits, theirs(ids).prediction_logits, atol=1e-5, rtol=0)
+    assert (checkpoint / "spiece.model").exists()  # a complete model directory, tokenizer included
+
+
+def test_bad_inputs_fail_with_one_line(prepared, tmp_path, capsys):
+    assert litebert_main(["pretrain", "--data", str(tmp_path / "missing"), "--no-progress"]) == 2
+    assert "no meta.json" in capsys.readouterr().err
+    assert litebert_main(["pretrain", "--data", str(prepared / "data"), "--held-out", "100000", "--no-progress"]) == 2
+    assert "not more than held_out" in capsys.readouterr().err
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[model]\nhidden_sise = 3\n")
+    assert litebert_main(["pretrain", "--config", str(bad), "--data", str(prepared / "data")]) == 2
+    assert "hidden_sise" in capsys.readouterr().err
+
+
+def one_batch(prepared, n=8):
+    data = PretrainDataset(str(prepared / "data"))
+    meta = data.meta
+    return make_batch(data, list(range(n)), seed=0, rank=0, step=0, vocab_size=meta["vocab_size"],
+                      mask_id=meta["special_ids"]["mask"], max_seq_length=32)
+
+
+def test_overfits_one_batch_to_zero_mlm_loss_and_perfect_sop(prepared, tmp_path):
+    batch = one_batch(prepared)
+    torch.manual_seed(0)
+    model = AlbertForPreTraining(AlbertConfig(vocab_size=1000, **TINY))
+    cfg = TrainConfig(optimizer="adamw", lr=3e-3, batch_size=8, max_steps=300, warmup_steps=0, lr_decay_power=0.0,
+                      weight_decay=0.0, out_dir=str(tmp_path / "o"), progress=False, log_every=50)
+    train(model, lambda step, micro, rank, world: batch, cfg)
+    model.eval()
+    with torch.no_grad():
+        out = model(**batch)
+    assert out.mlm_loss.item() < 0.05
+    assert (out.sop_logits.argmax(-1) == batch["sentence_order_label"]).all()
+
+
+def test_same_seed_gives_the_same_loss_sequence(prepared, tmp_path):
+    runs = []
+    for name in ("a", "b"):
+        cfg = TrainConfig(optimizer="lamb", lr=1e-2, batch_size=8, max_steps=5, warmup_steps=2, log_every=1,
+                          out_dir=str(tmp_path / name), progress=False, seed=7)
+        summary = pretrain(PretrainConfig(data=str(prepared / "data"), held_out=64), cfg, TINY)
+        runs.append([json.loads(line).get("loss") for line in open(tmp_path / name / "metrics.jsonl")])
+        assert summary["steps"] == 5
+    assert runs[0] == runs[1] and len([x for x in runs[0] if x is not None]) == 5
+
+
+def _pretrain_cmd(prepared, out, toml, *extra):
+    return [sys.executable, "-m", "litebert.cli", "pretrain", "--config", toml, "--data", str(prepared / "data"),
+            "--held-out", "64", "--max-steps", "16", "--batch-size", "8", "--micro-batch-size", "4",
+            "--save-every", "1", "--keep-last", "2", "--optimizer", "lamb", "--lr", "5e-3", "--out-dir", str(out),
+            "--no-progress", *extra]
+
+
+@pytest.mark.slow
+def test_sigkill_during_checkpoint_writes_resumes_bit_identical(prepared, tmp_path):
+    """Kill -9 a run that checkpoints every step (writes are a large share of its time) several times, resume
+    each time; the final parameters equal an uninterrupted run's, bit for bit."""
+    toml = model_toml(tmp_path / "m.toml")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run(_pretrain_cmd(prepared, tmp_path / "straight", toml), check=True, env=env, capture_output=True)
+
+    out = tmp_path / "killed"
+    kills = 0
+    for delay in (1.5, 2.5, 3.5):
+        cmd = _pretrain_cmd(prepared, out, toml, *(["--resume"] if kills else []))
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            kills += 1
+        proc.wait()
+    subprocess.run(_pretrain_cmd(prepared, out, toml, "--resume"), check=True, env=env, capture_output=True)
+    assert kills >= 1
+    assert not [p for p in os.listdir(out) if p.startswith(".tmp")]
+    a = AlbertForPreTraining.from_pretrained(tmp_path / "straight" / "step_16").state_dict()
+    b = AlbertForPreTraining.from_pretrained(out / "step_16").state_dict()
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
