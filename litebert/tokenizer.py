@@ -48,7 +48,7 @@ def preprocess_text(text: str, lower: bool = True, keep_accents: bool = False, r
     """ALBERT's `preprocess_text` (tokenization.py of google-research/albert; HF's slow AlbertTokenizer)."""
     out = " ".join(text.strip().split()) if remove_space else text
     out = out.replace("``", '"').replace("''", '"')
-    if not keep_accents:
+    if not keep_accents and not out.isascii():  # ASCII has nothing to decompose: the fast path for English
         out = unicodedata.normalize("NFKD", out)
         out = "".join(c for c in out if not unicodedata.combining(c))
     return out.lower() if lower else out
