@@ -240,7 +240,7 @@ def format_summary(s: dict[str, Any]) -> str:
 def cli(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="litebert pretrain", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Recipes: configs/demo.toml (2 CPU cores, ~10 minutes), configs/paper_base.toml (the paper's "
+        epilog="Bundled recipes (--config NAME): demo (2 CPU cores, ~10 minutes), paper_base (the paper's "
                "albert-base run). Scale out: torchrun --nproc-per-node N -m litebert.cli pretrain ...")
     parser.add_argument("--config", help="TOML recipe with [model], [pretrain] and [train] sections")
     add_config_args(parser, PretrainConfig, "data and model")

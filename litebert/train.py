@@ -129,10 +129,19 @@ def add_config_args(parser: argparse.ArgumentParser, cls: type, title: str | Non
         group.add_argument("--" + f.name.replace("_", "-"), **kw)
 
 
+BUNDLED_CONFIGS = Path(__file__).parent / "configs"
+
+
 def load_toml(path: str | os.PathLike, sections: tuple[str, ...] | None = None) -> dict[str, Any]:
-    """Read a TOML file; with `sections`, any other top-level key is an error."""
-    with open(path, "rb") as fh:
-        data = tomllib.load(fh)
+    """Read a TOML file, or a bundled recipe by name (`demo`, `paper_base`: litebert/configs/NAME.toml); with
+    `sections`, any other top-level key is an error."""
+    if not os.path.exists(path) and (BUNDLED_CONFIGS / f"{path}.toml").is_file():
+        path = BUNDLED_CONFIGS / f"{path}.toml"
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"{path}: not valid TOML ({e})") from None
     if sections is not None:
         unknown = sorted(set(data) - set(sections))
         if unknown:
