@@ -62,6 +62,29 @@ class AlbertEmbeddings(nn.Module):
         return self.dropout(self.LayerNorm(x))  # (B, T, E)
 
 
+# Up to this length, training uses attention written as two matmuls and a softmax instead of SDPA. On CPU,
+# SDPA's flash kernel has a slow backward at short lengths (albert-base, 8x128, one thread: fwd+bwd per layer
+# 34 ms vs 12 ms in bf16, 20 vs 16 ms in fp32); at 512 it wins (bf16 37 vs 41 ms, and it saves no (T, T)
+# probabilities). Without gradients SDPA is as fast or faster at every length. bench/README.md has the table.
+EXPLICIT_ATTENTION_MAX_LEN = 256
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None,
+              dropout_p: float) -> torch.Tensor:
+    """softmax(q k^T / sqrt(hs) + mask) v for (B, nh, T, hs) inputs: SDPA, or the explicit form where it is
+    faster (short sequences with gradients). The softmax runs in fp32 either way, as SDPA's kernels do."""
+    T, hs = q.shape[-2:]
+    if not (torch.is_grad_enabled() and q.requires_grad and T <= EXPLICIT_ATTENTION_MAX_LEN):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
+    scores = (q * hs ** -0.5) @ k.transpose(-1, -2)  # (B, nh, T, T)
+    if attn_mask is not None:
+        scores = scores + attn_mask
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype)
+    if dropout_p > 0:
+        probs = F.dropout(probs, dropout_p)
+    return probs @ v  # (B, nh, T, hs)
+
+
 class AlbertAttention(nn.Module):
     """Post-LN multi-head self-attention: LayerNorm(x + dense(attention(x)))."""
 
@@ -90,8 +113,7 @@ class AlbertAttention(nn.Module):
         weight, bias = qkv if qkv is not None else self.packed_qkv()
         q, k, v = F.linear(x, weight, bias).view(B, T, 3, self.num_heads, H // self.num_heads).unbind(2)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
-                                           dropout_p=self.attention_dropout if self.training else 0.0)
+        y = attention(q, k, v, attn_mask, self.attention_dropout if self.training else 0.0)
         y = y.transpose(1, 2).reshape(B, T, H)  # (B, T, H)
         return self.LayerNorm(x + self.output_dropout(self.dense(y)))
 
@@ -151,12 +173,23 @@ class AlbertTransformer(nn.Module):
             for layer in self.albert_layer_groups[group_index].albert_layers:
                 key = id(layer.attention)
                 if key not in packed:
-                    packed[key] = layer.attention.packed_qkv()
+                    packed[key] = cast_for_autocast(*layer.attention.packed_qkv())
                 if self.gradient_checkpointing and self.training:
                     x = torch.utils.checkpoint.checkpoint(layer, x, attn_mask, packed[key], use_reentrant=False)
                 else:
                     x = layer(x, attn_mask, packed[key])
         return x
+
+
+def cast_for_autocast(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Under autocast, cast once to the autocast dtype. Autocast caches its casts of leaf parameters only, so
+    a packed (non-leaf) weight would otherwise be cast again at each of the L applications, and its gradient
+    cast back L times; cast once, it behaves like a parameter (gradients summed in the low dtype, as HF's)."""
+    device = tensors[0].device.type
+    if not torch.is_autocast_enabled(device):
+        return tensors
+    dtype = torch.get_autocast_dtype(device)
+    return tuple(t.to(dtype) for t in tensors)
 
 
 class BaseOutput(NamedTuple):
