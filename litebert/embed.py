@@ -1,0 +1,344 @@
+"""Sentence embeddings from an ALBERT encoder, and S-ALBERT: training it siamese-style to make them useful.
+
+`embed(model, tokenizer, sentences)` pools the last hidden states into one vector per sentence: the mean over the
+non-pad tokens ([CLS] and [SEP] included, as sentence-transformers does) or the [CLS] vector. A pretrained MLM
+encoder's raw embeddings are a weak similarity measure; S-ALBERT (Sentence-BERT's recipe on ALBERT) fine-tunes
+the encoder through the one training loop on sentence pairs, both sides through the same weights:
+  * objective "cosine": regression of cos(u, v) on a similarity score (MSE), for scored pairs such as STS;
+    scores are divided by the training set's largest score when it exceeds 1 (STS's 0-5 scale -> 0-1);
+  * objective "contrastive": in-batch negatives (InfoNCE / "multiple negatives ranking"): for a batch of
+    paraphrase pairs (u_i, v_i), cross-entropy of scale * cos(u_i, v_j) over j with target i (scale 20, a
+    temperature of 0.05). Only positive pairs are used (label > 0, or every pair of an unlabelled file).
+Evaluation: Spearman correlation between cosine similarity and gold scores (STS), and retrieval recall@1 (for
+each sentence1 of the positive pairs, is its own sentence2 the nearest of all their sentence2s?).
+
+A trained model is saved as a plain HF AlbertModel directory (config.json, model.safetensors, the tokenizer
+files), which transformers and litebert load as they are, plus the pooling description:
+  sentence_config.json           litebert's: {"pooling", "max_length", "objective", "scale"}, read back by
+                                 `SentenceEncoder.from_pretrained`
+  modules.json, sentence_bert_config.json, 1_Pooling/config.json
+                                 the sentence-transformers layout (Transformer module at the root, then a
+                                 Pooling module), so `SentenceTransformer(dir)` users get the same vectors.
+The weights carry the "albert." prefix of the wrapper's attribute; transformers and litebert strip it when
+loading an AlbertModel, and it lets a run resume into the wrapper unchanged.
+
+    litebert embed --model DIR --input sentences.txt --out emb.npy [--pooling mean]
+    litebert embed --model DIR --train pairs.jsonl --eval dev.jsonl --out-dir out/salbert [training flags]
+    litebert embed --model DIR --evaluate test.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from typing import NamedTuple, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from litebert.model import AlbertModel
+from litebert.weights import PretrainedMixin
+
+POOLING = ("mean", "cls")
+OBJECTIVES = ("contrastive", "cosine")
+SENTENCE_CONFIG = "sentence_config.json"
+
+
+def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
+    """(B, T, H) hidden states -> (B, H): the mean over tokens whose mask is 1, or the [CLS] (first) vector."""
+    if pooling == "cls":
+        return hidden[:, 0]
+    if pooling != "mean":
+        raise ValueError(f"pooling must be one of {POOLING}, got {pooling!r}")
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
+    return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+
+
+def encoder_of(model: nn.Module) -> AlbertModel:
+    """The AlbertModel inside any litebert model (a head, AlbertForPreTraining, SentenceEncoder) or itself."""
+    return model.albert if hasattr(model, "albert") else model
+
+
+@torch.no_grad()
+def embed(model: nn.Module, tokenizer, sentences: Sequence[str], pooling: str = "mean", batch_size: int = 64,
+          max_length: int = 128) -> np.ndarray:
+    """(N, H) float32 embeddings of `sentences`, in order. Sentences are batched by length (less padding) and
+    truncated to `max_length` tokens (at most the model's positions); the model is put in eval mode for the
+    call and restored after."""
+    encoder = encoder_of(model)
+    max_length = min(max_length, encoder.config.max_position_embeddings)
+    was_training = encoder.training
+    encoder.eval()
+    device = next(encoder.parameters()).device
+    order = np.argsort([len(s) for s in sentences], kind="stable")
+    out = np.zeros((len(sentences), encoder.config.hidden_size), dtype=np.float32)
+    try:
+        for start in range(0, len(order), batch_size):
+            index = order[start:start + batch_size]
+            batch = tokenizer([sentences[i] for i in index], max_length=max_length)
+            mask = batch["attention_mask"].to(device)
+            hidden = encoder(batch["input_ids"].to(device), mask).last_hidden_state
+            out[index] = pool(hidden, mask, pooling).float().cpu().numpy()
+    finally:
+        encoder.train(was_training)
+    return out
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+
+
+def paired_cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(N,) cosine similarity of row i of `a` with row i of `b`."""
+    return (_unit(a) * _unit(b)).sum(-1)
+
+
+def recall_at_1(queries: np.ndarray, candidates: np.ndarray) -> float:
+    """Fraction of queries i whose most cosine-similar candidate is candidate i."""
+    similarity = _unit(queries) @ _unit(candidates).T  # (N, N)
+    return float((similarity.argmax(1) == np.arange(len(queries))).mean())
+
+
+def evaluate_pairs(model: nn.Module, tokenizer, pairs: Sequence[tuple[str, str]], labels: Sequence[float] | None,
+                   pooling: str = "mean", batch_size: int = 64, max_length: int = 128) -> dict[str, float]:
+    """Spearman of cosine vs gold score over all pairs (when labelled), and recall@1 over the positive pairs
+    (label > 0; all pairs when unlabelled)."""
+    from litebert.metrics import spearman
+
+    a = embed(model, tokenizer, [p[0] for p in pairs], pooling, batch_size, max_length)
+    b = embed(model, tokenizer, [p[1] for p in pairs], pooling, batch_size, max_length)
+    metrics = {}
+    positive = np.ones(len(pairs), dtype=bool)
+    if labels is not None:
+        labels = np.asarray(labels, dtype=np.float64)
+        if len(np.unique(labels)) > 1:
+            metrics["spearman"] = spearman(paired_cosine(a, b), labels)
+        positive = labels > 0
+    if positive.sum() > 1:
+        metrics["recall_at_1"] = recall_at_1(a[positive], b[positive])
+    return metrics
+
+
+# ----------------------------------------------------------------------------- S-ALBERT
+
+
+class PairOutput(NamedTuple):
+    loss: torch.Tensor | None
+    similarity: torch.Tensor  # (B,) cos(u_i, v_i)
+
+
+class SentenceEncoder(PretrainedMixin, nn.Module):
+    """Siamese S-ALBERT: one AlbertModel encodes both sides of a pair; the loss is the objective's (see the
+    module docstring). `forward` takes the two sides' input_ids and attention_mask, as the training loop's
+    batches hold them, and returns a PairOutput."""
+
+    def __init__(self, albert: AlbertModel, pooling: str = "mean", objective: str = "contrastive",
+                 scale: float = 20.0, max_length: int = 128):
+        super().__init__()
+        if pooling not in POOLING or objective not in OBJECTIVES:
+            raise ValueError(f"pooling must be one of {POOLING} and objective one of {OBJECTIVES}, got "
+                             f"{pooling!r} and {objective!r}")
+        self.albert, self.config = albert, albert.config
+        self.pooling, self.objective, self.scale = pooling, objective, scale
+        self.max_length = min(max_length, albert.config.max_position_embeddings)
+
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return pool(self.albert(input_ids, attention_mask).last_hidden_state, attention_mask, self.pooling)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, input_ids_b: torch.Tensor,
+                attention_mask_b: torch.Tensor, labels: torch.Tensor | None = None) -> PairOutput:
+        u = F.normalize(self.encode(input_ids, attention_mask).float(), dim=-1)  # (B, H)
+        v = F.normalize(self.encode(input_ids_b, attention_mask_b).float(), dim=-1)  # (B, H)
+        similarity = (u * v).sum(-1)  # (B,)
+        if self.objective == "contrastive":
+            logits = self.scale * u @ v.T  # (B, B): row i scores every v_j in the batch as u_i's partner
+            loss = F.cross_entropy(logits, torch.arange(len(u), device=u.device))
+        elif labels is not None:
+            loss = F.mse_loss(similarity, labels.float())
+        else:
+            loss = None
+        return PairOutput(loss, similarity)
+
+    def save_pretrained(self, directory: str | os.PathLike, **kwargs) -> None:
+        """An HF AlbertModel directory plus the pooling description (module docstring)."""
+        super().save_pretrained(directory, **kwargs)
+        self.config.architectures = ["AlbertModel"]  # what transformers should build from this directory
+        self.config.save(directory)
+        sentence = {"pooling": self.pooling, "max_length": self.max_length, "objective": self.objective,
+                    "scale": self.scale}
+        _write_json(os.path.join(directory, SENTENCE_CONFIG), sentence)
+        _write_json(os.path.join(directory, "modules.json"), [
+            {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+            {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}])
+        _write_json(os.path.join(directory, "sentence_bert_config.json"),
+                    {"max_seq_length": self.max_length, "do_lower_case": False})
+        _write_json(os.path.join(directory, "1_Pooling", "config.json"), {
+            "word_embedding_dimension": self.config.hidden_size, "pooling_mode_cls_token": self.pooling == "cls",
+            "pooling_mode_mean_tokens": self.pooling == "mean", "pooling_mode_max_tokens": False,
+            "pooling_mode_mean_sqrt_len_tokens": False})
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str | os.PathLike, **overrides) -> "SentenceEncoder":
+        """Any ALBERT directory (its encoder is used); a saved SentenceEncoder's sentence_config.json gives the
+        pooling etc. unless overridden."""
+        albert = AlbertModel.from_pretrained(name_or_path)
+        settings = sentence_settings(os.fspath(name_or_path))
+        settings.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(albert, **settings)
+
+
+# ----------------------------------------------------------------------------- training
+
+
+@dataclass
+class SentenceConfig:
+    """What S-ALBERT trains on and how it pools. Optimizer, steps and batch size are TrainConfig's (the
+    in-batch negatives of the contrastive objective are the micro-batch's other pairs)."""
+
+    model: str = field(default="out/pretrain/final", metadata={
+        "help": "starting model directory with its tokenizer (any ALBERT checkpoint, or a saved S-ALBERT)"})
+    train: str | None = field(default=None, metadata={
+        "help": "sentence pairs to train on (.jsonl/.tsv/.csv with two text columns and a label or score)"})
+    eval: str | None = field(default=None, metadata={
+        "help": "pairs to score before, during and after training (recall@1 of positives; Spearman when scored)"})
+    objective: str = field(default="contrastive", metadata={
+        "help": "contrastive (in-batch negatives on positive pairs) or cosine (MSE of cosine on scores)",
+        "choices": OBJECTIVES})
+    pooling: str | None = field(default=None, metadata={
+        "help": "mean or cls (default: the model's sentence_config.json, else mean)", "choices": (*POOLING, None)})
+    scale: float = field(default=20.0, metadata={"help": "contrastive: cosine scale (1 / temperature)"})
+    max_length: int = field(default=128, metadata={"help": "tokens per sentence, [CLS] and [SEP] included"})
+    text_columns: list[str] = field(default_factory=lambda: ["sentence1", "sentence2"], metadata={
+        "help": "the two text columns of the pairs files"})
+    label_column: str = field(default="label", metadata={"help": "the label / score column ('' for none)"})
+    max_train_examples: int | None = field(default=None, metadata={"help": "use only the first N training pairs"})
+    max_eval_examples: int | None = field(default=None, metadata={"help": "score only the first N eval pairs"})
+    eval_batch_size: int = field(default=64, metadata={"help": "sentences per embedding forward"})
+
+
+def read_pairs(path: str, cfg: SentenceConfig, limit: int | None = None
+               ) -> tuple[list[tuple[str, str]], list[float] | None]:
+    """Sentence pairs and their float labels (None when cfg.label_column is empty), via tasks.read_table."""
+    from litebert.tasks import read_table
+
+    examples = read_table(path, cfg.text_columns, cfg.label_column or None, regression=bool(cfg.label_column))
+    examples = examples[:limit] if limit is not None else examples
+    if not examples:
+        raise ValueError(f"{path}: no sentence pairs")
+    pairs = [(e.text_a, e.text_b) for e in examples]
+    return pairs, ([float(e.label) for e in examples] if cfg.label_column else None)
+
+
+def train_sentence_encoder(cfg: SentenceConfig, train_cfg) -> dict:
+    """S-ALBERT training through the one loop; returns the summary also written to <out_dir>/summary.json."""
+    from litebert.tokenizer import Tokenizer
+    from litebert.train import shuffled_batches, train
+
+    if not cfg.train:
+        raise ValueError("no training pairs: pass --train FILE")
+    tokenizer = Tokenizer.from_pretrained(cfg.model)
+    model = SentenceEncoder.from_pretrained(cfg.model, pooling=cfg.pooling, objective=cfg.objective,
+                                            scale=cfg.scale, max_length=cfg.max_length)
+    pairs, labels = read_pairs(cfg.train, cfg, cfg.max_train_examples)
+    if cfg.objective == "contrastive":  # negatives come from the batch, so only the positive pairs are used
+        keep = [i for i in range(len(pairs)) if labels is None or labels[i] > 0]
+        pairs, labels = [pairs[i] for i in keep], None
+    elif labels is None:
+        raise ValueError("the cosine objective needs scored pairs: set --label-column")
+    else:
+        top = max(labels)
+        labels = [x / top for x in labels] if top > 1 else labels  # STS 0-5 -> 0-1, the range of a cosine
+    if len(pairs) < train_cfg.batch_size:
+        raise ValueError(f"{cfg.train}: {len(pairs)} usable pairs, fewer than batch_size {train_cfg.batch_size}")
+    eval_pairs, eval_labels = read_pairs(cfg.eval, cfg, cfg.max_eval_examples) if cfg.eval else (None, None)
+
+    def collate(indices: list[int], position: int) -> dict[str, torch.Tensor]:
+        a = tokenizer([pairs[i][0] for i in indices], max_length=model.max_length)
+        b = tokenizer([pairs[i][1] for i in indices], max_length=model.max_length)
+        batch = {"input_ids": a["input_ids"], "attention_mask": a["attention_mask"], "input_ids_b": b["input_ids"],
+                 "attention_mask_b": b["attention_mask"]}
+        if labels is not None:
+            batch["labels"] = torch.tensor([labels[i] for i in indices], dtype=torch.float32)
+        return batch
+
+    def evaluate(m: SentenceEncoder) -> dict[str, float]:
+        return evaluate_pairs(m, tokenizer, eval_pairs, eval_labels, m.pooling, cfg.eval_batch_size, m.max_length)
+
+    micro, _ = train_cfg.accumulation(int(os.environ.get("WORLD_SIZE", "1")))
+    batch_fn = shuffled_batches(len(pairs), train_cfg.batch_size, micro, train_cfg.seed, collate)
+    tokenizer_dir = os.path.join(train_cfg.out_dir, "tokenizer")  # only the tokenizer's files go into checkpoints
+    tokenizer.save_pretrained(tokenizer_dir)
+    before = evaluate(model) if cfg.eval else {}
+    result = train(model, batch_fn, train_cfg, evaluate if cfg.eval else None, tokenizer=tokenizer_dir,
+                   configs={"sentence": {k: v for k, v in dataclasses.asdict(cfg).items() if v is not None}})
+    summary = {"objective": cfg.objective, "pooling": model.pooling, "train_pairs": len(pairs), "steps": result.step,
+               "before": before, "after": dict(result.eval), "checkpoint": str(result.checkpoint)}
+    with open(os.path.join(train_cfg.out_dir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    return summary
+
+
+def sentence_settings(model_dir: str) -> dict:
+    """sentence_config.json of a model directory, or {} when it has none (a plain ALBERT checkpoint)."""
+    path = os.path.join(model_dir, SENTENCE_CONFIG)
+    if not os.path.isfile(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _write_json(path: str, obj) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2)
+        f.write("\n")
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def cli(argv: list[str]) -> int:
+    from litebert.tokenizer import Tokenizer
+    from litebert.train import TrainConfig, add_config_args, resolve_config
+
+    p = argparse.ArgumentParser(prog="litebert embed", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--input", help="embed: a text file, one sentence per line")
+    p.add_argument("--out", help="embed: where to write the (N, H) float32 .npy array")
+    p.add_argument("--evaluate", metavar="PAIRS", help="score --model on a pairs file (recall@1, Spearman)")
+    add_config_args(p, SentenceConfig, "model, data and pooling")
+    add_config_args(p, TrainConfig, "training (with --train)")
+    args = p.parse_args(argv)
+    cfg = resolve_config(SentenceConfig, None, args)
+    modes = [name for name in ("input", "evaluate", "train") if getattr(args, name, None)]
+    if len(modes) != 1:
+        raise ValueError("give exactly one of --input (embed), --evaluate PAIRS or --train PAIRS")
+    if cfg.train:
+        summary = train_sentence_encoder(cfg, resolve_config(TrainConfig, None, args))
+        print(json.dumps(summary, indent=2))
+        return 0
+    tokenizer = Tokenizer.from_pretrained(cfg.model)
+    model = SentenceEncoder.from_pretrained(cfg.model, pooling=cfg.pooling, max_length=cfg.max_length)
+    batch_size = cfg.eval_batch_size
+    if args.evaluate:
+        pairs, labels = read_pairs(args.evaluate, cfg, cfg.max_eval_examples)
+        print(json.dumps(evaluate_pairs(model, tokenizer, pairs, labels, model.pooling, batch_size, cfg.max_length)))
+        return 0
+    if not args.out:
+        raise ValueError("--input needs --out FILE.npy")
+    with open(args.input, encoding="utf-8") as f:
+        sentences = [line.rstrip("\n") for line in f if line.strip()]
+    if not sentences:
+        raise ValueError(f"{args.input}: no sentences")
+    vectors = embed(model, tokenizer, sentences, model.pooling, batch_size, cfg.max_length)
+    np.save(args.out, vectors)
+    print(f"wrote {args.out}: {vectors.shape[0]} x {vectors.shape[1]} ({model.pooling} pooling)")
+    return 0
