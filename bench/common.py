@@ -48,7 +48,8 @@ def machine() -> dict:
         pass
     isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f" {f}" in flags]
     return {"cpu": platform.processor() or platform.machine(), "isa": isa, "threads": torch.get_num_threads(),
-            "torch": torch.__version__, "python": platform.python_version()}
+            "torch": torch.__version__, "python": platform.python_version(),
+            "loadavg_1min": round(os.getloadavg()[0], 2)}
 
 
 def emit(record: dict) -> None:

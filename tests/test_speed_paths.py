@@ -1,0 +1,144 @@
+"""Every fast path computes what the plain path computes.
+
+litebert picks some paths by itself (explicit attention for short sequences with gradients, packed QKV cast
+once under autocast) and offers others (gradient checkpointing, compiling the shared layer). Each is compared
+with the plain computation on a tiny random model: same outputs, same gradients.
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import litebert.model as model_module
+from litebert.config import AlbertConfig
+from litebert.model import AlbertForPreTraining, attention
+
+B, T = 3, 16
+
+
+def tiny(**overrides) -> AlbertConfig:
+    base = dict(vocab_size=101, embedding_size=16, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
+                intermediate_size=48, max_position_embeddings=32, classifier_dropout_prob=0.0)  # deterministic
+    return AlbertConfig(**{**base, **overrides})
+
+
+def batch(config: AlbertConfig, padded: bool = True) -> dict:
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, config.vocab_size, (B, T), generator=g)
+    mask = torch.ones(B, T, dtype=torch.long)
+    if padded:
+        mask[0, -5:] = 0
+        ids = ids.masked_fill(mask == 0, 0)
+    labels = torch.full((B, T), -100)
+    labels[:, 2::4] = ids[:, 2::4]
+    return dict(input_ids=ids, attention_mask=mask, labels=labels, sentence_order_label=torch.tensor([0, 1, 0]))
+
+
+def model_pair(config: AlbertConfig) -> tuple[AlbertForPreTraining, AlbertForPreTraining]:
+    torch.manual_seed(0)
+    a = AlbertForPreTraining(config)
+    with torch.no_grad():  # random LayerNorms and biases too, so nothing hides behind its init
+        for p in a.parameters():
+            p.copy_(torch.randn_like(p) * 0.2)
+    b = AlbertForPreTraining(config)
+    b.load_state_dict(a.state_dict())
+    return a, b
+
+
+def loss_and_grads(model: torch.nn.Module, inputs: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    model.zero_grad(set_to_none=True)
+    loss = model(**inputs).loss
+    loss.backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+def assert_same_training(a, b, inputs, atol=1e-5, rtol=1e-5) -> None:
+    loss_a, grads_a = loss_and_grads(a, inputs)
+    loss_b, grads_b = loss_and_grads(b, inputs)
+    torch.testing.assert_close(loss_a, loss_b, atol=atol, rtol=rtol)
+    assert grads_a.keys() == grads_b.keys()
+    for name in grads_a:
+        torch.testing.assert_close(grads_a[name], grads_b[name], atol=atol, rtol=rtol, msg=name)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_explicit_attention_equals_sdpa(masked):
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, 4, 10, 8, generator=g, requires_grad=True) for _ in range(3))
+    mask = None
+    if masked:
+        keep = torch.ones(2, 10, dtype=torch.bool)
+        keep[1, 7:] = False
+        mask = torch.zeros(2, 10).masked_fill(~keep, torch.finfo(torch.float32).min)[:, None, None, :]
+    out = torch.randn(2, 4, 10, 8, generator=g)
+    explicit = attention(q, k, v, mask, 0.0)  # grad enabled, short: the explicit path
+    grads = torch.autograd.grad((explicit * out).sum(), (q, k, v))
+    reference = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    ref_grads = torch.autograd.grad((reference * out).sum(), (q, k, v))
+    torch.testing.assert_close(explicit, reference, atol=1e-5, rtol=1e-5)
+    for a, b in zip(grads, ref_grads):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_model_trains_the_same_with_sdpa_everywhere(monkeypatch):
+    config = tiny()
+    a, b = model_pair(config)
+    inputs = batch(config)
+    loss_explicit, grads_explicit = loss_and_grads(a, inputs)
+    monkeypatch.setattr(model_module, "EXPLICIT_ATTENTION_MAX_LEN", 0)  # force SDPA
+    loss_sdpa, grads_sdpa = loss_and_grads(b, inputs)
+    torch.testing.assert_close(loss_explicit, loss_sdpa, atol=1e-5, rtol=1e-5)
+    for name in grads_explicit:
+        torch.testing.assert_close(grads_explicit[name], grads_sdpa[name], atol=1e-5, rtol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("layout", [dict(), dict(num_hidden_groups=2, inner_group_num=2)])
+def test_gradient_checkpointing_same_loss_and_grads(layout):
+    config = tiny(**layout)
+    plain, ckpt = model_pair(config)
+    ckpt.albert.encoder.gradient_checkpointing = True
+    assert_same_training(plain, ckpt, batch(config))
+
+
+def test_packed_qkv_cast_once_under_autocast(monkeypatch):
+    """Casting the packed QKV once (what litebert does) gives the same forward as casting it at every
+    application (what autocast would do): the same bf16 values. Gradients differ only in where the L
+    per-application gradients are summed (bf16 vs fp32), so they agree to bf16 precision."""
+    config = tiny()
+    once, every = model_pair(config)
+    inputs = batch(config)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss_once = once(**inputs).loss
+    monkeypatch.setattr(model_module, "cast_for_autocast", lambda *tensors: tensors)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss_every = every(**inputs).loss
+    torch.testing.assert_close(loss_once, loss_every, atol=0, rtol=0)
+    loss_once.backward()
+    loss_every.backward()
+    for (name, p), q in zip(once.named_parameters(), every.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, atol=2e-2, rtol=2e-2, msg=name)
+
+
+def test_inference_uses_sdpa_and_matches_training_path():
+    config = tiny()
+    model, _ = model_pair(config)
+    model.eval()
+    inputs = {k: v for k, v in batch(config).items() if k in ("input_ids", "attention_mask")}
+    with torch.inference_mode():
+        fast = model.albert(**inputs).last_hidden_state
+    with_grad = model.albert(**inputs).last_hidden_state  # parameters require grad: explicit attention
+    keep = inputs["attention_mask"].bool()
+    torch.testing.assert_close(fast[keep], with_grad.detach()[keep], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_compiled_layers_same_loss_and_grads():
+    """torch.compile on the shared layer (opt-in: `layer.compile()`; measured not to pay on CPU, see
+    bench/README.md) computes the same thing."""
+    pytest.importorskip("torch._inductor")
+    config = tiny()
+    plain, compiled = model_pair(config)
+    for group in compiled.albert.encoder.albert_layer_groups:
+        for layer in group.albert_layers:
+            layer.compile()
+    assert_same_training(plain, compiled, batch(config), atol=1e-4, rtol=1e-4)
