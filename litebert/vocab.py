@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from litebert.tokenizer import SPECIALS, SPIECE_UNDERLINE, Tokenizer, train_tokenizer
+from litebert.tokenizer import SPECIALS, SPIECE_UNDERLINE, Tokenizer, preprocess_text, train_tokenizer
 
 log = logging.getLogger("litebert")
 
@@ -54,8 +54,6 @@ class Extension:
 
 def pieces_from_words(tokenizer: Tokenizer, words: list[str]) -> list[str]:
     """The pieces that whole words become: ALBERT's normalisation, then sentencepiece's, then "▁" in front."""
-    from litebert.tokenizer import preprocess_text
-
     out = []
     for word in words:
         if any(special in word for special in SPECIALS.values()):
@@ -236,6 +234,8 @@ def extend_vocab(model_dir: str, out_dir: str, words: list[str] | None = None, c
     extension = extend_tokenizer(tokenizer, pieces, out_dir)
     extend_embeddings(model, extension.old_ids)
     model.save_pretrained(out_dir)
+    log.info("%s: added %d pieces (vocabulary %d -> %d), skipped %d", out_dir, len(extension.pieces),
+             tokenizer.vocab_size, extension.tokenizer.vocab_size, len(extension.skipped))
     return extension
 
 
