@@ -9,6 +9,7 @@ the maximum resident set of this process and of its worker processes (the larger
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 import json
 import os
 import resource
@@ -19,7 +20,7 @@ import time
 from litebert.pretrain_data import prepare
 from litebert.tokenizer import train_tokenizer
 
-CORPUS = "/work/shared/data/pretrain/en_medium.txt"
+CORPUS = str(Path(__file__).resolve().parents[2] / "shared" / "data" / "pretrain" / "en_medium.txt")
 
 
 def _head(path: str, mb: float, out: str) -> str:

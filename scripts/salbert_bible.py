@@ -10,11 +10,12 @@ Prints a JSON summary (also <out>/salbert_summary.json).
 """
 
 import argparse
+from pathlib import Path
 import json
 import os
 import time
 
-DATA = "/work/shared/data"
+DATA = str(Path(__file__).resolve().parents[2] / "shared" / "data")
 
 
 def main() -> None:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from paths import SHARED_DATA
 from litebert.embed import embed
 from litebert.model import AlbertForMaskedLM, AlbertForPreTraining, AlbertModel
 from litebert.pretrain import PretrainConfig, pretrain
@@ -18,7 +19,7 @@ from litebert.pretrain_data import PretrainDataset, prepare
 from litebert.tokenizer import Tokenizer, train_tokenizer
 from litebert.train import TrainConfig
 
-DATA = "/work/shared/data"
+DATA = str(SHARED_DATA)
 KO = f"{DATA}/pretrain/ko_small.txt"
 pytestmark = pytest.mark.skipif(not os.path.isdir(DATA), reason="shared data not available")
 needs_hf = pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers not installed")

@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from paths import SHARED_DATA
 from litebert.cli import main as litebert_main
 from litebert.config import AlbertConfig
 from litebert.embed import (SentenceConfig, SentenceEncoder, embed, evaluate_pairs, paired_cosine, pool, read_pairs,
@@ -19,7 +20,7 @@ from litebert.model import AlbertForPreTraining, AlbertModel
 from litebert.tokenizer import Tokenizer, train_tokenizer
 from litebert.train import TrainConfig
 
-DATA = "/work/shared/data"
+DATA = str(SHARED_DATA)
 PARAPHRASE = f"{DATA}/tasks/bible_paraphrase"
 needs_hf = pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers not installed")
 needs_data = pytest.mark.skipif(not os.path.isdir(DATA), reason="shared data not available")

@@ -7,11 +7,12 @@ import numpy as np
 import pytest
 
 from fixtures.tokenizers import FakeTokenizer, train_tiny_tokenizer
+from paths import SHARED_DATA
 from litebert import squad as S
 from litebert.tasks import DataError, collate, read_task
 
 FIX = Path(__file__).parent / "fixtures" / "squad"
-WORDNET_QA = Path("/work/shared/data/tasks/wordnet_qa")
+WORDNET_QA = SHARED_DATA / "tasks" / "wordnet_qa"
 
 
 # ----------------------------------------------------------------------------------------------------------------

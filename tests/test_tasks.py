@@ -7,11 +7,12 @@ import pytest
 import torch
 
 from fixtures.tokenizers import FakeTokenizer, train_tiny_tokenizer
+from paths import SHARED_DATA
 from litebert import tasks as T
 
 FIX = Path(__file__).parent / "fixtures"
 GLUE = FIX / "glue"
-SHARED = Path("/work/shared/data/tasks")
+SHARED = SHARED_DATA / "tasks"
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -18,11 +18,12 @@ import unicodedata
 import numpy as np
 import pytest
 
+from paths import SHARED_DATA
 from litebert.tokenizer import Tokenizer, preprocess_text, train_tokenizer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURE = os.path.join(HERE, "fixtures", "albert_spiece")
-DATA = "/work/shared/data"
+DATA = str(SHARED_DATA)
 sys.path.insert(0, FIXTURE)
 from make_golden import block_hashes, corpus_lines  # noqa: E402  (the exact corpus the golden ids were made on)
 

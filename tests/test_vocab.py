@@ -7,13 +7,14 @@ import os
 import pytest
 import torch
 
+from paths import SHARED_DATA
 from litebert.cli import main as litebert_main
 from litebert.config import AlbertConfig
 from litebert.model import AlbertForMaskedLM, AlbertForPreTraining
 from litebert.tokenizer import SPIECE_UNDERLINE, Tokenizer, train_tokenizer
 from litebert.vocab import best_split, extend_vocab
 
-DATA = "/work/shared/data"
+DATA = str(SHARED_DATA)
 needs_hf = pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers not installed")
 TINY = dict(vocab_size=1000, embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
             intermediate_size=64, max_position_embeddings=64)
