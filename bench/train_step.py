@@ -80,7 +80,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     preset = "tiny" if args.quick else args.preset
     shapes = ["4x32"] if args.quick else args.shapes.split(",")
-    repeats = args.repeats or (2 if args.quick else 5)
+    repeats = args.repeats or (2 if args.quick else 4)
     config = AlbertConfig.from_preset(preset)
     directory = save_random_model(config, args.seed)
 
