@@ -154,15 +154,7 @@ class AlbertConfig:
         path = os.fspath(path)
         if os.path.isdir(path):
             path = os.path.join(path, "config.json")
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"no config.json at {path}")
-        try:
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ConfigError(f"{path}: not a valid JSON config ({e})") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: expected a JSON object")
+        data = read_json_object(path)
         try:
             return cls.from_dict(data)
         except TypeError as e:
@@ -173,6 +165,20 @@ class AlbertConfig:
         if name not in PRESETS:
             raise ConfigError(f"unknown preset {name!r}; choose from {', '.join(PRESETS)}")
         return cls(**{**PRESETS[name], **overrides})
+
+
+def read_json_object(path: str) -> dict[str, Any]:
+    """The JSON object in a config file; a missing, non-JSON or non-object file is a one-line error naming it."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no config file at {path}")
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: not a valid JSON config ({e})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object")
+    return data
 
 
 def _albert(h: int, layers: int, heads: int, v1: bool) -> dict[str, Any]:

@@ -15,7 +15,6 @@ never a silent skip: a silently random-initialised layer is the classic conversi
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -26,7 +25,7 @@ from functools import cache
 import numpy as np
 import torch
 
-from litebert.config import AlbertConfig
+from litebert.config import AlbertConfig, read_json_object
 
 # -- the rename table -----------------------------------------------------------------------------------------
 # (TF scope, litebert/HF name, kind). {g} / {i} are the group / inner-group indices, the same in both names.
@@ -196,15 +195,7 @@ def tf_to_litebert_state(tensors: Mapping[str, np.ndarray], model: torch.nn.Modu
 def tf_albert_config(path: str | os.PathLike) -> AlbertConfig:
     """An original albert_config.json as an AlbertConfig (TF "gelu" -> "gelu_new": see TF_ACTIVATIONS)."""
     path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path}: no such ALBERT config file")
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ConversionError(f"{path}: not a valid JSON config ({e})") from None
-    if not isinstance(data, dict):
-        raise ConversionError(f"{path}: expected a JSON object")
+    data = read_json_object(path)
     act = data.get("hidden_act", "gelu")
     data["hidden_act"] = TF_ACTIVATIONS.get(act, act)
     try:
