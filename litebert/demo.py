@@ -8,8 +8,7 @@
      architecture from random initialisation with the same budget, to show what pretraining bought;
   5. print a summary a person can read, and where the checkpoints and plots are.
 
-Each stage is the same Python API the CLI verbs use; the recipe is configs/demo.toml's, embedded here so
-the demo needs no file but the package.
+Each stage is the same Python API the CLI verbs use; the pretraining recipe is litebert/configs/demo.toml.
 """
 
 from __future__ import annotations
@@ -23,16 +22,12 @@ import time
 
 from litebert.finetune import FinetuneConfig, finetune
 from litebert.pretrain import PretrainConfig, format_summary, pretrain
-from litebert.train import TrainConfig
+from litebert.train import BUNDLED_CONFIGS, TrainConfig, load_toml, resolve_config
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 
-# The recipe, measured on 2 CPU cores: a 1M-parameter ALBERT (E 64 -> H 192, 4 applications of one shared
-# layer) at sequence length 64, where the sparse MLM head and fp32 are fastest for this size.
-MODEL = dict(embedding_size=64, hidden_size=192, num_hidden_layers=4, num_attention_heads=4, intermediate_size=768,
-             max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-PRETRAIN = dict(optimizer="adamw", lr=2e-3, batch_size=32, max_steps=2500, warmup_steps=150, weight_decay=0.01,
-                eval_every=250, save_every=500, keep_last=2, log_every=25)
+RECIPE = load_toml(BUNDLED_CONFIGS / "demo.toml", ("model", "pretrain", "train"))
+MODEL = RECIPE["model"]
 FINETUNE = dict(optimizer="adamw", lr=3e-4, batch_size=32, max_steps=500, warmup_steps=50, weight_decay=0.01,
                 eval_every=100, save_every=0, keep_last=1, log_every=25)
 QUICK = dict(max_steps=40, eval_every=20, save_every=20, warmup_steps=4)  # --quick: a smoke run in a minute
@@ -69,9 +64,9 @@ def run(out_dir: str, quick: bool = False, seed: int = 12345) -> dict:
     print("[3/4] pretrain: MLM + SOP", flush=True)
     # The last 3 chapters' pairs (x dupe_factor) are held out: they come last in the shards.
     held_out = max(64, meta["num_instances"] // 8)
-    pre_cfg = PretrainConfig(data=data_dir, model="tiny", held_out=held_out, eval_batch_size=128)
-    pre_train = TrainConfig(**{**PRETRAIN, **(QUICK if quick else {}), "out_dir": os.path.join(out_dir, "pretrain"),
-                               "seed": seed})
+    pre_cfg = resolve_config(PretrainConfig, {**RECIPE["pretrain"], "data": data_dir, "held_out": held_out})
+    pre_train = resolve_config(TrainConfig, {**RECIPE["train"], **(QUICK if quick else {}),
+                                             "out_dir": os.path.join(out_dir, "pretrain"), "seed": seed})
     pre = pretrain(pre_cfg, pre_train, MODEL)
     pretrained_dir = pre["checkpoint"]
 

@@ -14,7 +14,7 @@ import argparse
 import json
 import os
 
-from litebert.demo import MODEL
+from litebert.demo import MODEL  # the demo recipe's architecture
 from litebert.pretrain import PretrainConfig, pretrain
 from litebert.pretrain_data import PretrainDataset, iter_documents, prepare, resolve_inputs
 from litebert.tokenizer import train_tokenizer
