@@ -73,6 +73,18 @@ def build_model(cfg: PretrainConfig, overrides: dict[str, Any], vocab_size: int,
     return AlbertForPreTraining(config)
 
 
+def held_out_start(dataset: PretrainDataset, held_out: int) -> int:
+    """Where the held-out examples begin: at least `held_out` examples from the end, moved back to a document
+    boundary so that no document (nor another cut of it, with dupe_factor > 1) is both trained on and scored."""
+    n = len(dataset)
+    docs = dataset.document_ids()
+    cut = int(np.searchsorted(docs, docs[n - held_out], side="left")) if held_out < n else 0
+    if cut == 0:
+        raise ValueError(f"{dataset.data_dir} has {n} examples from {len(np.unique(docs))} documents: holding out "
+                         f"{held_out} examples leaves no document to train on; prepare more text or lower held_out")
+    return cut
+
+
 def sentence_task(dataset: PretrainDataset, objective: str) -> str | None:
     """'sop', 'nsp' or None (MLM alone)."""
     task = dataset.meta["args"]["pair_task"]
@@ -156,11 +168,8 @@ def pretrain(cfg: PretrainConfig, train_cfg: TrainConfig, model_overrides: dict[
     tokenizer_dir = dataset.meta["tokenizer_dir"]
     if cfg.init_from:  # further pretraining: the checkpoint's tokenizer must be the one the data was made with
         PretrainDataset(cfg.data, tokenizer=_tokenizer_of(cfg.init_from))
-    n = len(dataset)
-    if n <= cfg.held_out:
-        raise ValueError(f"{cfg.data} has {n} examples, not more than held_out={cfg.held_out}: prepare more text "
-                         "or lower held_out")
-    train_indices, eval_indices = list(range(n - cfg.held_out)), list(range(n - cfg.held_out, n))
+    cut = held_out_start(dataset, cfg.held_out)
+    train_indices, eval_indices = list(range(cut)), list(range(cut, len(dataset)))
     task = sentence_task(dataset, cfg.objective)
     batches = Batches(dataset, train_cfg.seed, task)
     torch.manual_seed(train_cfg.seed)
@@ -189,7 +198,7 @@ def pretrain(cfg: PretrainConfig, train_cfg: TrainConfig, model_overrides: dict[
     model.train()
     result = train(model, batch_fn, train_cfg, evaluate, tokenizer=tokenizer_dir,
                    configs={"model": model.config.to_dict(), "pretrain": dataclasses.asdict(cfg)})
-    summary = {"objective": task or "mlm", "examples": {"train": len(train_indices), "held_out": cfg.held_out},
+    summary = {"objective": task or "mlm", "examples": {"train": len(train_indices), "held_out": len(eval_indices)},
                "parameters": model.num_parameters(), "baselines": base, "untrained": untrained,
                "final": dict(result.eval), "steps": result.step,
                "tokens_seen": result.step * train_cfg.batch_size * dataset.max_seq_length,

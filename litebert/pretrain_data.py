@@ -10,7 +10,7 @@ The recipe is the one of google-research/albert's create_pretraining_data.py, wi
 
 Layout on disk (`out_dir`): meta.json (every argument, counts, the sha256 of spiece.model) and per shard
 `shard_NNNNN.<field>.npy`: input_ids (flat, with [CLS]/[SEP]), offsets (N+1), b_start (token type 1 from here),
-label (SOP/NSP, -100 for none); static masking adds masked_ids and mlm_labels. Shards are written in input
+label (SOP/NSP, -100 for none), doc (the document, for held-out splits by document); static masking adds masked_ids and mlm_labels. Shards are written in input
 order, and every random choice is seeded from (seed, chunk index, copy), so the same inputs and seed give
 byte-identical shards whatever the number of workers.
 """
@@ -33,7 +33,7 @@ import numpy as np
 from litebert.tokenizer import Tokenizer
 
 BUNDLED_CORPUS = os.path.join(os.path.dirname(__file__), "data", "en_small.txt.gz")
-FORMAT = "litebert-pretrain-v1"
+FORMAT = "litebert-pretrain-v2"  # v2: document-major order and a per-example document id
 IGNORE = -100  # label value the losses ignore
 PAIR_TASKS = ("sop", "nsp", "none")
 
@@ -349,24 +349,29 @@ def _process_chunk(chunk_index: int, docs: list[list[str]], opt: InstanceOptions
             tokenized.append(sents)
     stats["documents"] += len(docs)
     stats["sentences"] += k
-    seqs, b_starts, labels, masked, mlm = [], [], [], [], []
-    for dupe in range(opt.dupe_factor):
-        rng = np.random.default_rng([opt.seed, chunk_index, dupe])
-        for j, doc in enumerate(tokenized):
-            for a, b, label in create_instances(doc, j, tokenized, tok.word_start_table, rng, opt, stats):
+    seqs, b_starts, labels, doc_ids, masked, mlm = [], [], [], [], [], []
+    # Document-major order (all copies of a document together), so that the last examples of the shards are
+    # the last documents: a held-out split taken from the end shares no text with training. Each copy has its
+    # own random stream, as if the copies were made one after another.
+    rngs = [np.random.default_rng([opt.seed, chunk_index, dupe]) for dupe in range(opt.dupe_factor)]
+    mask_rngs = [np.random.default_rng([opt.seed, chunk_index, dupe, 1]) for dupe in range(opt.dupe_factor)]
+    for j, doc in enumerate(tokenized):
+        for dupe in range(opt.dupe_factor):
+            for a, b, label in create_instances(doc, j, tokenized, tok.word_start_table, rngs[dupe], opt, stats):
                 seq = [[tok.cls_id], a, [tok.sep_id]] + ([b, [tok.sep_id]] if b is not None else [])
                 seq = np.concatenate(seq).astype(np.int32)
                 seqs.append(seq)
                 b_starts.append(len(a) + 2 if b is not None else len(seq))
                 labels.append(label)
-        if opt.static_masking:
-            mrng = np.random.default_rng([opt.seed, chunk_index, dupe, 1])
-            for seq in seqs[len(masked):]:
-                m, lab = mask_tokens(seq, tok.word_start_table[seq], tok.special_table[seq], mrng, tok.vocab_size,
-                                     tok.mask_id, opt.masked_lm_prob, opt.max_predictions_per_seq, opt.max_ngram)
-                masked.append(m)
-                mlm.append(lab)
-    out = {"input_ids": seqs, "b_start": b_starts, "label": labels, "stats": stats}
+                doc_ids.append(j)
+                if opt.static_masking:
+                    m, lab = mask_tokens(seq, tok.word_start_table[seq], tok.special_table[seq], mask_rngs[dupe],
+                                         tok.vocab_size, tok.mask_id, opt.masked_lm_prob,
+                                         opt.max_predictions_per_seq, opt.max_ngram)
+                    masked.append(m)
+                    mlm.append(lab)
+    out = {"input_ids": seqs, "b_start": b_starts, "label": labels, "doc": doc_ids, "num_docs": len(tokenized),
+           "stats": stats}
     if opt.static_masking:
         out["masked_ids"], out["mlm_labels"] = masked, mlm
     return out
@@ -380,10 +385,13 @@ class _ShardWriter:
         self.buf: dict[str, list] = collections.defaultdict(list)
         self.shards: list[dict] = []
         self.num_tokens = 0
+        self.num_docs = 0  # documents of the chunks added so far: makes chunk-local document ids global
 
     def add(self, result: dict) -> None:
         for key in ("input_ids", "b_start", "label", "masked_ids", "mlm_labels"):
             self.buf[key].extend(result.get(key, []))
+        self.buf["doc"].extend(self.num_docs + j for j in result["doc"])
+        self.num_docs += result["num_docs"]
         while len(self.buf["input_ids"]) >= self.shard_size:
             self.flush(self.shard_size)
 
@@ -401,6 +409,7 @@ class _ShardWriter:
             "offsets": np.r_[0, np.cumsum(lengths)].astype(np.int64),
             "b_start": np.asarray(take["b_start"], dtype=np.int32),
             "label": np.asarray(take["label"], dtype=np.int8),
+            "doc": np.asarray(take["doc"], dtype=np.int64),
         }
         if self.static:
             arrays["masked_ids"] = np.concatenate(take["masked_ids"]).astype(self.dtype)
@@ -533,10 +542,15 @@ class PretrainDataset:
 
     def _shard(self, k: int) -> dict[str, np.ndarray]:
         if k not in self._arrays:
-            fields = ["input_ids", "offsets", "b_start", "label"] + (["masked_ids", "mlm_labels"] if self.static else [])
+            fields = ["input_ids", "offsets", "b_start", "label", "doc"] + (["masked_ids", "mlm_labels"] if self.static
+                                                                                else [])
             self._arrays[k] = {f: np.load(os.path.join(self.data_dir, f"{self.shards[k]}.{f}.npy"), mmap_mode="r")
                                for f in fields}
         return self._arrays[k]
+
+    def document_ids(self) -> np.ndarray:
+        """The document each example was cut from (non-decreasing: examples are stored document by document)."""
+        return np.concatenate([self._shard(k)["doc"] for k in range(len(self.shards))])
 
     def __getstate__(self):
         return {**self.__dict__, "_arrays": {}}

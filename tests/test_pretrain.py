@@ -65,7 +65,7 @@ def test_bad_inputs_fail_with_one_line(prepared, tmp_path, capsys):
     assert litebert_main(["pretrain", "--data", str(tmp_path / "missing"), "--no-progress"]) == 2
     assert "no meta.json" in capsys.readouterr().err
     assert litebert_main(["pretrain", "--data", str(prepared / "data"), "--held-out", "100000", "--no-progress"]) == 2
-    assert "not more than held_out" in capsys.readouterr().err
+    assert "leaves no document to train on" in capsys.readouterr().err
     bad = tmp_path / "bad.toml"
     bad.write_text("[model]\nhidden_sise = 3\n")
     assert litebert_main(["pretrain", "--config", str(bad), "--data", str(prepared / "data")]) == 2
@@ -137,3 +137,15 @@ def test_sigkill_during_checkpoint_writes_resumes_bit_identical(prepared, tmp_pa
     assert a.keys() == b.keys()
     for key in a:
         assert torch.equal(a[key], b[key]), key
+
+
+def test_held_out_examples_share_no_document_with_training(prepared, tmp_path):
+    from litebert.pretrain import held_out_start
+    prepare(None, str(tmp_path / "d3"), str(prepared / "tok"), max_seq_length=32, dupe_factor=3, num_workers=1,
+            progress=False)
+    data = PretrainDataset(str(tmp_path / "d3"))
+    docs = data.document_ids()
+    assert (docs[1:] >= docs[:-1]).all()  # stored document by document, all copies together
+    cut = held_out_start(data, 100)
+    assert len(data) - cut >= 100
+    assert not set(docs[:cut]) & set(docs[cut:])
