@@ -25,7 +25,8 @@ import torch
 from litebert.config import PRESETS, AlbertConfig
 from litebert.model import AlbertForPreTraining
 from litebert.pretrain_data import PretrainDataset, make_batch
-from litebert.train import TrainConfig, add_config_args, load_toml, resolve_config, shuffled_batches, train
+from litebert.train import (REFERENCES_NAME, TrainConfig, add_config_args, load_toml, resolve_config,
+                            shuffled_batches, train)
 
 # Independent masking streams (make_batch's `rank` slot): training, the held-out set (fixed for the whole run,
 # so evaluations compare like with like) and the sample the baselines are estimated from.
@@ -196,6 +197,14 @@ def pretrain(cfg: PretrainConfig, train_cfg: TrainConfig, model_overrides: dict[
     base = baselines(batches, train_indices, eval_indices)
     untrained = evaluate(model.eval())
     model.train()
+    if int(os.environ.get("RANK", "0")) == 0:  # the baselines, drawn on the run's plot
+        references = {"eval_mlm_acc": {"commonest token": base["majority_token_acc"]},
+                      "eval_mlm_loss": {"unigram": base["unigram_loss"]}}
+        if task:
+            references[f"eval_{task}_acc"] = {"majority label": base["majority_pair_acc"]}
+        os.makedirs(train_cfg.out_dir, exist_ok=True)
+        with open(os.path.join(train_cfg.out_dir, REFERENCES_NAME), "w") as f:
+            json.dump(references, f, indent=1)
     result = train(model, batch_fn, train_cfg, evaluate, tokenizer=tokenizer_dir,
                    configs={"model": model.config.to_dict(), "pretrain": dataclasses.asdict(cfg)})
     summary = {"objective": task or "mlm", "examples": {"train": len(train_indices), "held_out": len(eval_indices)},

@@ -42,6 +42,7 @@ log = logging.getLogger("litebert")
 
 BatchFn = Callable[[int, int, int, int], Mapping[str, torch.Tensor]]
 METRICS_NAME, PLOT_NAME, CONFIG_NAME = "metrics.jsonl", "metrics.png", "train_config.toml"
+REFERENCES_NAME = "references.json"  # {metric: {label: value}}: baselines drawn as dashed lines on the plot
 
 
 def _help(text: str, **extra: Any) -> dict[str, Any]:
@@ -326,11 +327,13 @@ def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
 
 def plot_metrics(metrics_path: str | os.PathLike, png_path: str | os.PathLike) -> None:
     """Loss, lr and every eval metric against step, one panel each, as a PNG (Agg canvas: no display, no
-    pyplot global state)."""
+    pyplot global state). Baselines in references.json beside the metrics are drawn as labelled dashed lines."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     records = read_metrics(metrics_path)
+    references_path = Path(metrics_path).with_name(REFERENCES_NAME)
+    references = json.loads(references_path.read_text()) if references_path.is_file() else {}
     keys = ["loss", "lr"] + sorted({k for r in records for k in r if k.startswith("eval_")})
     series = {k: [(r["step"], r[k]) for r in records if isinstance(r.get(k), (int, float))] for k in keys}
     series = {k: v for k, v in series.items() if v}
@@ -344,6 +347,10 @@ def plot_metrics(metrics_path: str | os.PathLike, png_path: str | os.PathLike) -
         ax = fig.add_subplot(rows, cols, i + 1)
         xs, ys = zip(*points)
         ax.plot(xs, ys, marker="o" if key.startswith("eval_") else None, markersize=3)
+        for j, (label, value) in enumerate(references.get(key, {}).items()):
+            ax.axhline(value, linestyle="--", linewidth=1, color=f"C{j + 1}", label=label)
+        if references.get(key):
+            ax.legend(fontsize=7)
         ax.set_title(key)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
