@@ -49,7 +49,7 @@ RECIPES: dict[str, tuple[float, int, int, int, int]] = {
 class FinetuneConfig:
     """The task and the starting model. Training knobs are TrainConfig's (defaults from RECIPES)."""
 
-    model: str = field(default="out/pretrain/final", metadata={"help": "pretrained model directory (litebert or HF)"})
+    model: str = field(default="", metadata={"help": "pretrained model directory (litebert or HF), or a Hub id"})
     task: str = field(default="novel_authorship", metadata={
         "help": f"a registered task ({', '.join(T.TASKS)}) or 'table' (any CSV/TSV/JSONL, see --text-columns)"})
     data_dir: str = field(default="", metadata={"help": "the task's directory (train/dev/test files as distributed)"})
@@ -72,6 +72,10 @@ class FinetuneConfig:
 
 
 def resolve_task(cfg: FinetuneConfig) -> T.Task:
+    if not cfg.model:
+        raise ValueError("--model is required: the directory of a pretrained (or, to evaluate, fine-tuned) model")
+    if not cfg.data_dir:
+        raise ValueError("--data-dir is required: the task's directory with its train/dev/test files")
     if cfg.task in T.TASKS:
         return T.TASKS[cfg.task]
     if cfg.task != "table":

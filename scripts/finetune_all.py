@@ -12,6 +12,7 @@ import json
 import os
 from pathlib import Path
 
+from litebert.config import AlbertConfig
 from litebert.finetune import FinetuneConfig, finetune
 from litebert.train import TrainConfig
 
@@ -29,10 +30,12 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-eval-examples", type=int, default=None)
     args = parser.parse_args()
+    positions = AlbertConfig.load(args.model).max_position_embeddings
     results = {}
     for task in args.tasks:
         for init in ("pretrained", "from_scratch"):
-            cfg = FinetuneConfig(model=args.model, task=task, data_dir=str(TASKS / task), max_length=MAX_LENGTH[task],
+            cfg = FinetuneConfig(model=args.model, task=task, data_dir=str(TASKS / task),
+                                 max_length=min(MAX_LENGTH[task], positions), max_query_length=24, doc_stride=16,
                                  from_scratch=init == "from_scratch", max_eval_examples=args.max_eval_examples)
             train_cfg = TrainConfig(optimizer="adamw", lr=args.lr, batch_size=args.batch_size, max_steps=args.steps,
                                     warmup_steps=args.steps // 10, eval_every=max(args.steps // 4, 1),

@@ -1,0 +1,119 @@
+"""Fine-tuning every head through `litebert finetune`, and the resulting checkpoints in transformers."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from fixtures.tokenizers import train_tiny_tokenizer
+from paths import SHARED_DATA
+
+from litebert.cli import main as litebert_main
+from litebert.config import AlbertConfig
+from litebert.finetune import HEAD_FOR_KIND, FinetuneConfig, finetune, resolve_task
+from litebert.model import AlbertForPreTraining
+from litebert.train import TrainConfig
+
+transformers = pytest.importorskip("transformers")
+TASKS = SHARED_DATA / "tasks"
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    """A tiny random 'pretrained' model directory with its tokenizer, as `litebert pretrain` leaves one."""
+    root = tmp_path_factory.mktemp("ft")
+    tok = train_tiny_tokenizer(root)
+    torch.manual_seed(0)
+    model = AlbertForPreTraining(AlbertConfig(vocab_size=tok.vocab_size, embedding_size=16, hidden_size=32,
+                                              num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                                              max_position_embeddings=128))
+    model.save_pretrained(root / "model")
+    tok.save_pretrained(str(root / "model"))
+    return root
+
+
+def regression_task(directory):
+    """bible_paraphrase pairs with their labels as scores, for the table reader's regression mode."""
+    directory.mkdir(exist_ok=True)
+    for split, n in (("train", 48), ("dev", 24)):
+        with open(TASKS / "bible_paraphrase" / f"{split}.jsonl") as src, open(directory / f"{split}.jsonl", "w") as dst:
+            for _, line in zip(range(n), src):
+                row = json.loads(line)
+                dst.write(json.dumps({**row, "label": float(row["label"]) * 5}) + "\n")
+    return directory
+
+
+CASES = {  # name: (FinetuneConfig overrides, transformers class)
+    "classification": (dict(task="novel_authorship"), "AlbertForSequenceClassification"),
+    "regression": (dict(task="table", text_columns=["sentence1", "sentence2"], regression=True),
+                   "AlbertForSequenceClassification"),
+    "multiple_choice": (dict(task="wordnet_defmc"), "AlbertForMultipleChoice"),
+    "qa": (dict(task="wordnet_qa", max_query_length=24, doc_stride=32), "AlbertForQuestionAnswering"),
+    "tagging": (dict(task="conll2003"), "AlbertForTokenClassification"),
+}
+
+
+def data_dir_for(case, tmp_path):
+    if case == "regression":
+        return regression_task(tmp_path / "scores")
+    if case == "tagging":  # the CoNLL fixture as train and dev
+        directory = tmp_path / "conll"
+        directory.mkdir()
+        for name in ("train.txt", "valid.txt"):
+            shutil.copy(FIXTURES / "conll" / "train.txt", directory / name)
+        return directory
+    return TASKS / CASES[case][0]["task"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_finetuned_checkpoint_equals_transformers(pretrained, tmp_path, case):
+    overrides, hf_class = CASES[case]
+    cfg = FinetuneConfig(model=str(pretrained / "model"), data_dir=str(data_dir_for(case, tmp_path)), max_length=64,
+                         max_train_examples=48, max_eval_examples=16, eval_batch_size=8, **overrides)
+    train_cfg = TrainConfig(optimizer="adamw", lr=1e-3, batch_size=8, max_steps=3, eval_every=3,
+                            out_dir=str(tmp_path / "run"), progress=False)
+    summary = finetune(cfg, train_cfg)
+    assert summary["steps"] == 3 and summary["best"], summary
+    best = tmp_path / "run" / "best"
+    head = HEAD_FOR_KIND[resolve_task(cfg).kind]
+    ours = head.from_pretrained(best).eval()
+    theirs = getattr(transformers, hf_class).from_pretrained(best).eval()
+    assert type(ours).__name__ == hf_class
+    shape = (2, 3, 20) if case == "multiple_choice" else (2, 20)
+    ids = torch.randint(5, ours.config.vocab_size, shape)
+    with torch.no_grad():
+        a, b = ours(ids), theirs(ids)
+    for name in ("logits", "start_logits", "end_logits"):
+        if hasattr(a, name):
+            torch.testing.assert_close(getattr(a, name), getattr(b, name), atol=1e-5, rtol=0)
+    if case == "classification":  # the label names travel with the checkpoint
+        assert theirs.config.id2label[0] == ours.config.id2label[0] == "Charles Dickens"
+
+
+def test_evaluate_and_predict_cli(pretrained, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert litebert_main(["finetune", "--model", str(pretrained / "model"), "--task", "wordnet_defmc", "--data-dir",
+                          str(TASKS / "wordnet_defmc"), "--max-train-examples", "32", "--max-eval-examples", "8",
+                          "--max-steps", "2", "--batch-size", "8", "--max-length", "32", "--out-dir", str(out),
+                          "--no-progress"]) == 0
+    capsys.readouterr()
+    assert litebert_main(["evaluate", "--model", str(out / "best"), "--task", "wordnet_defmc", "--data-dir",
+                          str(TASKS / "wordnet_defmc"), "--max-eval-examples", "8", "--max-length", "32",
+                          "--out", str(tmp_path / "m.json")]) == 0
+    metrics = json.loads((tmp_path / "m.json").read_text())
+    assert 0 <= metrics["accuracy"] <= 1
+    assert litebert_main(["predict", "--model", str(out / "best"), "--task", "wordnet_defmc", "--data-dir",
+                          str(TASKS / "wordnet_defmc"), "--split", "test", "--max-eval-examples", "5",
+                          "--max-length", "32", "--out", str(tmp_path / "p.jsonl")]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    assert len(rows) == 5 and all(r["prediction"] in range(4) for r in rows)
+
+
+def test_bad_input_is_one_line(pretrained, tmp_path, capsys):
+    assert litebert_main(["finetune", "--model", str(pretrained / "model"), "--task", "nope", "--data-dir", "x"]) == 2
+    assert "unknown task 'nope'" in capsys.readouterr().err
+    assert litebert_main(["finetune", "--model", str(pretrained / "model"), "--task", "novel_authorship",
+                          "--data-dir", str(TASKS / "novel_authorship"), "--max-length", "4096"]) == 2
+    assert "exceeds the model's max_position_embeddings" in capsys.readouterr().err
