@@ -23,7 +23,8 @@ import time
 
 from litebert.finetune import FinetuneConfig, finetune
 from litebert.pretrain import PretrainConfig, format_summary, pretrain
-from litebert.train import BUNDLED_CONFIGS, TrainConfig, load_toml, resolve_config
+from litebert.recipes import BUNDLED_CONFIGS, load_toml, resolve_config
+from litebert.train import TrainConfig
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 CORPUS = os.path.join(DATA, "demo_corpus.txt.gz")

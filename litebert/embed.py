@@ -307,7 +307,8 @@ def _write_json(path: str, obj) -> None:
 
 def cli(argv: list[str]) -> int:
     from litebert.tokenizer import Tokenizer
-    from litebert.train import TrainConfig, add_config_args, resolve_config
+    from litebert.recipes import add_config_args, resolve_config
+    from litebert.train import TrainConfig
 
     p = argparse.ArgumentParser(prog="litebert embed", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -25,7 +25,8 @@ from litebert import tasks as T
 from litebert.config import AlbertConfig
 from litebert.heads import (AlbertForMultipleChoice, AlbertForQuestionAnswering, AlbertForSequenceClassification,
                             AlbertForTokenClassification)
-from litebert.train import TrainConfig, add_config_args, load_toml, resolve_config, shuffled_batches, train
+from litebert.recipes import add_config_args, load_toml, resolve_config
+from litebert.train import TrainConfig, shuffled_batches, train
 
 HEAD_FOR_KIND = {"classification": AlbertForSequenceClassification, "regression": AlbertForSequenceClassification,
                  "multiple_choice": AlbertForMultipleChoice, "qa": AlbertForQuestionAnswering,

@@ -25,8 +25,8 @@ import torch
 from litebert.config import PRESETS, AlbertConfig
 from litebert.model import AlbertForPreTraining
 from litebert.pretrain_data import PretrainDataset, make_batch
-from litebert.train import (REFERENCES_NAME, TrainConfig, add_config_args, load_toml, resolve_config,
-                            shuffled_batches, train)
+from litebert.recipes import add_config_args, load_toml, resolve_config
+from litebert.train import REFERENCES_NAME, TrainConfig, shuffled_batches, train
 
 # Independent masking streams (make_batch's `rank` slot): training, the held-out set (fixed for the whole run,
 # so evaluations compare like with like) and the sample the baselines are estimated from.

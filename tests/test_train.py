@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from litebert.train import (NonFiniteLossError, TrainConfig, add_config_args, dump_toml, load_toml, read_metrics,
-                            resolve_config, shuffled_batches, train)
+from litebert.recipes import add_config_args, dump_toml, load_toml, resolve_config
+from litebert.train import NonFiniteLossError, TrainConfig, read_metrics, shuffled_batches, train
 
 torch.set_num_threads(1)
 
