@@ -1,4 +1,4 @@
-"""`litebert demo`: the whole ALBERT life cycle on the bundled corpus, in about 13 minutes on 2 CPU cores.
+"""`litebert demo`: the whole ALBERT life cycle on the bundled corpus, in about 10 minutes on 2 CPU cores.
 
   1. train a SentencePiece tokenizer on the bundled demo corpus (six Austen novels, three other Gutenberg
      novels and the Jargon File: 7 MB of public-domain text, documents in a fixed shuffled order);
