@@ -203,13 +203,17 @@ def pretrain(cfg: PretrainConfig, train_cfg: TrainConfig, model_overrides: dict[
         if task:
             references[f"eval_{task}_acc"] = {"majority label": base["majority_pair_acc"]}
         os.makedirs(train_cfg.out_dir, exist_ok=True)
-        with open(os.path.join(train_cfg.out_dir, REFERENCES_NAME), "w") as f:
+        path = os.path.join(train_cfg.out_dir, REFERENCES_NAME)
+        with open(path + ".tmp", "w") as f:
             json.dump(references, f, indent=1)
+        os.replace(path + ".tmp", path)
     result = train(model, batch_fn, train_cfg, evaluate, tokenizer=tokenizer_dir,
                    configs={"model": model.config.to_dict(), "pretrain": dataclasses.asdict(cfg)})
+    # A resume of a finished run trains (and evaluates) nothing: score the final weights here instead.
+    final = dict(result.eval) or (evaluate(model.eval()) if int(os.environ.get("RANK", "0")) == 0 else {})
     summary = {"objective": task or "mlm", "examples": {"train": len(train_indices), "held_out": len(eval_indices)},
                "parameters": model.num_parameters(), "baselines": base, "untrained": untrained,
-               "final": dict(result.eval), "steps": result.step,
+               "final": final, "steps": result.step,
                "tokens_seen": result.step * train_cfg.batch_size * dataset.max_seq_length,
                "checkpoint": str(result.checkpoint), "out_dir": train_cfg.out_dir}
     if int(os.environ.get("RANK", "0")) == 0:

@@ -196,10 +196,17 @@ def count_tokens(batch: Mapping[str, torch.Tensor]) -> int:
 # -- metrics and plot --------------------------------------------------------------------------------------------
 
 def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The records of metrics.jsonl; a line torn by a kill mid-append is dropped, not fatal to a resume."""
     path = Path(path)
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
 
 
 def plot_metrics(metrics_path: str | os.PathLike, png_path: str | os.PathLike) -> None:
@@ -210,7 +217,10 @@ def plot_metrics(metrics_path: str | os.PathLike, png_path: str | os.PathLike) -
 
     records = read_metrics(metrics_path)
     references_path = Path(metrics_path).with_name(REFERENCES_NAME)
-    references = json.loads(references_path.read_text()) if references_path.is_file() else {}
+    try:
+        references = json.loads(references_path.read_text()) if references_path.is_file() else {}
+    except json.JSONDecodeError:  # torn by a kill mid-write: the plot goes without its baselines
+        references = {}
     keys = ["loss", "lr"] + sorted({k for r in records for k in r if k.startswith("eval_")})
     series = {k: [(r["step"], r[k]) for r in records if isinstance(r.get(k), (int, float))] for k in keys}
     series = {k: v for k, v in series.items() if v}
