@@ -240,7 +240,7 @@ def read_pairs(path: str, cfg: SentenceConfig, limit: int | None = None
 def train_sentence_encoder(cfg: SentenceConfig, train_cfg) -> dict:
     """S-ALBERT training through the one loop; returns the summary also written to <out_dir>/summary.json."""
     from litebert.tokenizer import Tokenizer
-    from litebert.train import shuffled_batches, train
+    from litebert.train import shuffled_batches, train, world_size
 
     if not cfg.train:
         raise ValueError("no training pairs: pass --train FILE")
@@ -272,7 +272,7 @@ def train_sentence_encoder(cfg: SentenceConfig, train_cfg) -> dict:
     def evaluate(m: SentenceEncoder) -> dict[str, float]:
         return evaluate_pairs(m, tokenizer, eval_pairs, eval_labels, m.pooling, cfg.eval_batch_size, m.max_length)
 
-    micro, _ = train_cfg.accumulation(int(os.environ.get("WORLD_SIZE", "1")))
+    micro, _ = train_cfg.accumulation(world_size())
     batch_fn = shuffled_batches(len(pairs), train_cfg.batch_size, micro, train_cfg.seed, collate)
     tokenizer_dir = os.path.join(train_cfg.out_dir, "tokenizer")  # only the tokenizer's files go into checkpoints
     tokenizer.save_pretrained(tokenizer_dir)

@@ -26,7 +26,7 @@ from litebert.config import AlbertConfig
 from litebert.heads import (AlbertForMultipleChoice, AlbertForQuestionAnswering, AlbertForSequenceClassification,
                             AlbertForTokenClassification)
 from litebert.recipes import add_config_args, load_toml, resolve_config
-from litebert.train import TrainConfig, shuffled_batches, train
+from litebert.train import TrainConfig, is_main_process, shuffled_batches, train, world_size
 
 HEAD_FOR_KIND = {"classification": AlbertForSequenceClassification, "regression": AlbertForSequenceClassification,
                  "multiple_choice": AlbertForMultipleChoice, "qa": AlbertForQuestionAnswering,
@@ -114,14 +114,8 @@ def featurize(task: T.Task, examples: Sequence, tok, labels: list[str] | None, c
 
 def read_split(task: T.Task, cfg: FinetuneConfig, split: str, labels: list[str] | None = None,
                limit: int | None = None) -> T.Examples:
+    """A split's examples; with `labels` (the training split's), a label outside them is a counted skip."""
     examples = T.read_task(task, cfg.data_dir, split, errors="skip", labels=labels)
-    if task.kind in ("classification",) and labels is not None and split != "train":
-        unseen = [ex for ex in examples if ex.label is not None and str(ex.label) not in labels]
-        if unseen:  # a label the classifier has no output for: count and leave out, never crash mid-run
-            examples = T.Examples([ex for ex in examples if ex not in unseen],
-                                  examples.skipped + [f"{ex.id}: label {ex.label!r} not seen in training"
-                                                      for ex in unseen])
-            print(f"{split}: skipped {len(unseen)} examples whose label was not seen in training")
     return examples if limit is None else T.Examples(examples[:limit], examples.skipped)
 
 
@@ -244,8 +238,7 @@ def finetune(cfg: FinetuneConfig, train_cfg: TrainConfig) -> dict[str, Any]:
     torch.manual_seed(train_cfg.seed)
     model = load_model(cfg, task, labels)
 
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    micro, _ = train_cfg.accumulation(world_size)
+    micro, _ = train_cfg.accumulation(world_size())
     batch_fn = shuffled_batches(len(train_features), train_cfg.batch_size, micro, train_cfg.seed,
                                 lambda idx, _position: T.collate([train_features[i] for i in idx], tok.pad_id))
     primary = "f1" if task.kind in ("qa", "tagging") else task.metrics[0]
@@ -270,7 +263,7 @@ def finetune(cfg: FinetuneConfig, train_cfg: TrainConfig) -> dict[str, Any]:
                "primary_metric": primary, "final": dict(result.eval), "best": best["metrics"],
                "baseline": trivial_baseline(task, train_examples, eval_examples), "steps": result.step,
                "best_dir": best_dir, "out_dir": train_cfg.out_dir}
-    if int(os.environ.get("RANK", "0")) == 0:
+    if is_main_process():
         with open(os.path.join(train_cfg.out_dir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2)
     return summary

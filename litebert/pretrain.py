@@ -26,7 +26,7 @@ from litebert.config import PRESETS, AlbertConfig
 from litebert.model import AlbertForPreTraining
 from litebert.pretrain_data import PretrainDataset, make_batch
 from litebert.recipes import add_config_args, load_toml, resolve_config
-from litebert.train import REFERENCES_NAME, TrainConfig, shuffled_batches, train
+from litebert.train import REFERENCES_NAME, TrainConfig, is_main_process, shuffled_batches, train, world_size
 
 # Independent masking streams (make_batch's `rank` slot): training, the held-out set (fixed for the whole run,
 # so evaluations compare like with like) and the sample the baselines are estimated from.
@@ -175,8 +175,7 @@ def pretrain(cfg: PretrainConfig, train_cfg: TrainConfig, model_overrides: dict[
     batches = Batches(dataset, train_cfg.seed, task)
     torch.manual_seed(train_cfg.seed)
     model = build_model(cfg, model_overrides, dataset.meta["vocab_size"], dataset.max_seq_length)
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    micro, _ = train_cfg.accumulation(world_size)
+    micro, _ = train_cfg.accumulation(world_size())
     train_view = _Subset(batches, train_indices)
     batch_fn = shuffled_batches(len(train_indices), train_cfg.batch_size, micro, train_cfg.seed, train_view)
 
@@ -197,7 +196,7 @@ def pretrain(cfg: PretrainConfig, train_cfg: TrainConfig, model_overrides: dict[
     base = baselines(batches, train_indices, eval_indices)
     untrained = evaluate(model.eval())
     model.train()
-    if int(os.environ.get("RANK", "0")) == 0:  # the baselines, drawn on the run's plot
+    if is_main_process():  # the baselines, drawn on the run's plot
         references = {"eval_mlm_acc": {"commonest token": base["majority_token_acc"]},
                       "eval_mlm_loss": {"unigram": base["unigram_loss"]}}
         if task:
@@ -210,13 +209,13 @@ def pretrain(cfg: PretrainConfig, train_cfg: TrainConfig, model_overrides: dict[
     result = train(model, batch_fn, train_cfg, evaluate, tokenizer=tokenizer_dir,
                    configs={"model": model.config.to_dict(), "pretrain": dataclasses.asdict(cfg)})
     # A resume of a finished run trains (and evaluates) nothing: score the final weights here instead.
-    final = dict(result.eval) or (evaluate(model.eval()) if int(os.environ.get("RANK", "0")) == 0 else {})
+    final = dict(result.eval) or (evaluate(model.eval()) if is_main_process() else {})
     summary = {"objective": task or "mlm", "examples": {"train": len(train_indices), "held_out": len(eval_indices)},
                "parameters": model.num_parameters(), "baselines": base, "untrained": untrained,
                "final": final, "steps": result.step,
                "tokens_seen": result.step * train_cfg.batch_size * dataset.max_seq_length,
                "checkpoint": str(result.checkpoint), "out_dir": train_cfg.out_dir}
-    if int(os.environ.get("RANK", "0")) == 0:
+    if is_main_process():
         with open(os.path.join(train_cfg.out_dir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2)
     return summary
@@ -276,7 +275,7 @@ def cli(argv: list[str]) -> int:
     if unknown:
         raise ValueError(f"{args.config} [model]: unknown AlbertConfig fields {', '.join(sorted(unknown))}")
     summary = pretrain(cfg, train_cfg, overrides)
-    if int(os.environ.get("RANK", "0")) == 0:
+    if is_main_process():
         print(format_summary(summary))
     return 0
 

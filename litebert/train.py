@@ -131,11 +131,21 @@ def setup_distributed(device: str = "auto") -> Dist:
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     initialised = dist.is_available() and dist.is_initialized()
-    if not initialised and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    if not initialised and world_size() > 1:
         dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
     if dist.is_available() and dist.is_initialized():
         return Dist(dist.get_rank(), dist.get_world_size(), local_rank, dev, owns_group=not initialised)
     return Dist(0, 1, 0, dev, owns_group=False)
+
+
+def world_size() -> int:
+    """Processes in the run, from torchrun's environment (1 without torchrun)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def is_main_process() -> bool:
+    """Rank 0 (or no torchrun): the process that writes summaries and prints."""
+    return int(os.environ.get("RANK", "0")) == 0
 
 
 def set_seed(seed: int) -> None:
