@@ -23,6 +23,7 @@ import torch
 
 from litebert import tasks as T
 from litebert.config import AlbertConfig
+from litebert.features import collate, featurize_choices, featurize_classification, featurize_tags, word_predictions
 from litebert.heads import (AlbertForMultipleChoice, AlbertForQuestionAnswering, AlbertForSequenceClassification,
                             AlbertForTokenClassification)
 from litebert.recipes import add_config_args, load_toml, resolve_config
@@ -103,11 +104,11 @@ def task_labels(task: T.Task, train_examples: Sequence) -> list[str] | None:
 def featurize(task: T.Task, examples: Sequence, tok, labels: list[str] | None, cfg: FinetuneConfig,
               max_length: int) -> list:
     if task.kind in ("classification", "regression"):
-        return T.featurize_classification(examples, tok, max_length, labels)
+        return featurize_classification(examples, tok, max_length, labels)
     if task.kind == "multiple_choice":
-        return T.featurize_choices(examples, tok, max_length)
+        return featurize_choices(examples, tok, max_length)
     if task.kind == "tagging":
-        return T.featurize_tags(examples, tok, max_length, labels)
+        return featurize_tags(examples, tok, max_length, labels)
     from litebert.squad import featurize_squad
     return featurize_squad(examples, tok, max_length, cfg.doc_stride, cfg.max_query_length)
 
@@ -126,7 +127,7 @@ def predict_outputs(model, features: Sequence, batch_size: int, pad_id: int) -> 
     outputs: list[np.ndarray] = []
     for start in range(0, len(features), batch_size):
         chunk = features[start:start + batch_size]
-        batch = T.collate(chunk, pad_id)
+        batch = collate(chunk, pad_id)
         batch = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
         out = model(**batch)
         if isinstance(model, AlbertForQuestionAnswering):
@@ -156,7 +157,7 @@ def score(task: T.Task, examples: Sequence, features: Sequence, outputs: Sequenc
         return metrics, [answers[ex.id] for ex in examples]
     if task.kind == "tagging":
         from litebert.metrics import entity_f1
-        preds = [T.word_predictions(f.word_ids, o.argmax(-1), len(ex.words), labels)
+        preds = [word_predictions(f.word_ids, o.argmax(-1), len(ex.words), labels)
                  for ex, f, o in zip(examples, features, outputs)]
         gold = [ex.tags for ex in examples]
         return (entity_f1(gold, preds) if all(g is not None for g in gold) else {}), preds
@@ -240,7 +241,7 @@ def finetune(cfg: FinetuneConfig, train_cfg: TrainConfig) -> dict[str, Any]:
 
     micro, _ = train_cfg.accumulation(world_size())
     batch_fn = shuffled_batches(len(train_features), train_cfg.batch_size, micro, train_cfg.seed,
-                                lambda idx, _position: T.collate([train_features[i] for i in idx], tok.pad_id))
+                                lambda idx, _position: collate([train_features[i] for i in idx], tok.pad_id))
     primary = "f1" if task.kind in ("qa", "tagging") else task.metrics[0]
     best: dict[str, Any] = {"metric": -float("inf"), "metrics": {}}
     best_dir = os.path.join(train_cfg.out_dir, "best")

@@ -1,30 +1,22 @@
-"""Fine-tuning tasks: readers for the formats datasets are distributed in, a registry of known tasks, the
-featurizers that turn examples into model inputs, and the collate that batches them.
+"""Fine-tuning tasks: readers for the formats datasets are distributed in, and a registry of known tasks.
+(litebert/features.py turns the examples into model inputs and batches them.)
 
 Readers are pure functions of a path and a few knobs, returning an `Examples` list of small dataclasses.
 A record that cannot be read (a malformed row, invalid JSON, a label outside the label set, an answer span
 that is not in its context) raises DataError naming file:line, or with errors="skip" is left out, counted
 in `Examples.skipped` and reported in one log line. SQuAD-format data lives in litebert/squad.py, which uses
 the same machinery.
-
-Featurizers code against a small tokenizer interface (litebert.tokenizer.Tokenizer provides it):
-  tok.encode(text, pair=None, add_special_tokens=True, max_length=None, truncation="longest_first") -> ids
-  tok.encode_with_offsets(text) -> (ids, [(start, end) char spans into text])   # no special tokens
-  tok.cls_id, tok.sep_id, tok.pad_id
 """
 
 from __future__ import annotations
 
-import bisect
 import csv
 import json
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
-
-import torch
 
 log = logging.getLogger(__name__)
 
@@ -483,157 +475,3 @@ def write_glue_predictions(path: os.PathLike | str, task: str | Task, examples: 
             value = f"{float(pred):.3f}" if task.labels is None else task.labels[int(pred)]
             f.write(f"{example.id}\t{value}\n")
     return path
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# featurizers
-
-
-@dataclass
-class Feature:
-    """Model inputs for one example, unpadded (collate pads). Multiple choice holds (C, T) nested lists."""
-
-    input_ids: list
-    token_type_ids: list  # 0 for [CLS] first-segment [SEP], 1 for the second segment and its [SEP]
-    label: int | float | list[int] | None = None  # class id | regression target | per-token ids | None
-    example_index: int = 0  # which example (in the list given to the featurizer) this came from
-    word_ids: list[int | None] | None = field(default=None, repr=False)  # tagging: each token's word
-
-
-def token_types(ids: Sequence[int], sep_id: int) -> list[int]:
-    """Segment ids of [CLS] a [SEP] (b [SEP]): 0 through the first [SEP], 1 after it."""
-    first_sep = ids.index(sep_id) if sep_id in ids else len(ids) - 1
-    return [0] * (first_sep + 1) + [1] * (len(ids) - first_sep - 1)
-
-
-def featurize_classification(examples: Sequence[TextExample], tok, max_length: int,
-                             labels: Sequence[str] | None) -> list[Feature]:
-    """[CLS] a [SEP] (b [SEP]) truncated to max_length; label = index in `labels`, or float when labels is None
-    (regression)."""
-    index = None if labels is None else {str(name): i for i, name in enumerate(labels)}
-    features = []
-    for i, ex in enumerate(examples):
-        ids = tok.encode(ex.text_a, pair=ex.text_b, max_length=max_length)
-        if ex.label is None:
-            label = None
-        elif index is None:
-            label = float(ex.label)
-        elif str(ex.label) in index:
-            label = index[str(ex.label)]
-        else:
-            raise ValueError(f"example {ex.id}: label {ex.label!r} is not one of {list(labels)}")
-        features.append(Feature(ids, token_types(ids, tok.sep_id), label, i))
-    return features
-
-
-def choice_pair(context: str, question: str, option: str) -> tuple[str, str]:
-    """The (first, second) segment for one option, as the reference implementations build them.
-
-    RACE (google-research/albert race_utils): (article, question with "_" filled by the option, or
-    question + option). SWAG (BERT run_swag): (sent1, sent2 + ending) - the same rule. A question without a
-    context (wordnet_defmc): (question, option).
-    """
-    if not context:
-        return question, option
-    second = question.replace("_", option) if "_" in question else f"{question} {option}".strip()
-    return context, second
-
-
-def featurize_choices(examples: Sequence[ChoiceExample], tok, max_length: int) -> list[Feature]:
-    """One (C, T) block of [CLS] first [SEP] second [SEP] rows per example; the label is the option index."""
-    features = []
-    for i, ex in enumerate(examples):
-        rows = [tok.encode(*choice_pair(ex.context, ex.question, option), max_length=max_length)
-                for option in ex.options]
-        features.append(Feature(rows, [token_types(r, tok.sep_id) for r in rows], ex.label, i))
-    return features
-
-
-def featurize_tags(examples: Sequence[TagExample], tok, max_length: int, labels: Sequence[str]) -> list[Feature]:
-    """Word-level tags on the first sub-token of each word, IGNORE_INDEX on the others and on [CLS]/[SEP].
-
-    The words are joined with spaces and tokenized once (as pretraining saw the text), then each token is mapped
-    to the word its character span overlaps; `word_ids` keeps that map so token predictions become word tags
-    again (`word_predictions`). Words past max_length are cut off; they get no feature position.
-    """
-    index = {name: i for i, name in enumerate(labels)}
-    features = []
-    for i, ex in enumerate(examples):
-        starts, ends, pos = [], [], 0
-        for word in ex.words:
-            starts.append(pos)
-            ends.append(pos + len(word))
-            pos += len(word) + 1
-        ids, offsets = tok.encode_with_offsets(" ".join(ex.words))
-        word_ids = []
-        for s, e in offsets:
-            j = bisect.bisect_right(ends, s)  # the first word ending after the token starts
-            word_ids.append(j if j < len(starts) and starts[j] < e else None)
-        ids, word_ids = ids[: max_length - 2], word_ids[: max_length - 2]
-        tags, seen = [], set()
-        for j in word_ids:
-            first = j is not None and j not in seen
-            seen.add(j)
-            if ex.tags is not None:
-                if first and ex.tags[j] not in index:
-                    raise ValueError(f"example {ex.id}: tag {ex.tags[j]!r} is not one of {list(labels)}")
-                tags.append(index[ex.tags[j]] if first else IGNORE_INDEX)
-        ids = [tok.cls_id, *ids, tok.sep_id]
-        label = None if ex.tags is None else [IGNORE_INDEX, *tags, IGNORE_INDEX]
-        features.append(Feature(ids, [0] * len(ids), label, i, [None, *word_ids, None]))
-    return features
-
-
-def word_predictions(word_ids: Sequence[int | None], token_preds: Sequence[int], num_words: int,
-                     labels: Sequence[str], default: str = "O") -> list[str]:
-    """Word tags from per-token predictions: each word takes its first sub-token's; cut-off words get default."""
-    tags, seen = [default] * num_words, set()
-    for j, pred in zip(word_ids, token_preds):
-        if j is not None and j not in seen:
-            seen.add(j)
-            tags[j] = labels[int(pred)]
-    return tags
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# batching
-
-
-def pad(rows: Sequence[Sequence], value: int, dtype: torch.dtype = torch.long) -> torch.Tensor:
-    """(B, T) from B ragged rows, or (B, C, T) from B lists of C ragged rows, filled with `value` on the right."""
-    nested = bool(rows) and bool(rows[0]) and isinstance(rows[0][0], (list, tuple))
-    flat = [r for row in rows for r in row] if nested else list(rows)
-    width = max(len(r) for r in flat)
-    out = torch.full((len(flat), width), value, dtype=dtype)
-    for i, r in enumerate(flat):
-        out[i, : len(r)] = torch.tensor(r, dtype=dtype)
-    if nested:
-        if len({len(row) for row in rows}) != 1:
-            raise ValueError("multiple-choice examples in one batch must have the same number of options")
-        return out.view(len(rows), len(rows[0]), width)  # (B, C, T)
-    return out
-
-
-def collate(features: Sequence, pad_id: int = 0) -> dict[str, torch.Tensor]:
-    """Pad a list of features (Feature or squad.QAFeature) into the heads' keyword arguments: input_ids,
-    attention_mask, token_type_ids and, when labelled, labels (int64; float32 for regression; per-token labels
-    padded with IGNORE_INDEX) or start_positions/end_positions."""
-    if not features:
-        raise ValueError("collate needs at least one feature")
-    ids = [f.input_ids for f in features]
-    ones = [[[1] * len(r) for r in row] if isinstance(row[0], list) else [1] * len(row) for row in ids]
-    batch = {"input_ids": pad(ids, pad_id), "attention_mask": pad(ones, 0),
-             "token_type_ids": pad([f.token_type_ids for f in features], 0)}
-    labels = [getattr(f, "label", None) for f in features]
-    if all(x is not None for x in labels):
-        if isinstance(labels[0], list):
-            batch["labels"] = pad(labels, IGNORE_INDEX)
-        else:
-            dtype = torch.float32 if isinstance(labels[0], float) else torch.long
-            batch["labels"] = torch.tensor(labels, dtype=dtype)
-    elif any(x is not None for x in labels):
-        raise ValueError("a batch mixes labelled and unlabelled features")
-    if all(getattr(f, "start_position", None) is not None for f in features):
-        batch["start_positions"] = torch.tensor([f.start_position for f in features], dtype=torch.long)
-        batch["end_positions"] = torch.tensor([f.end_position for f in features], dtype=torch.long)
-    return batch

@@ -9,7 +9,8 @@ import pytest
 from fixtures.tokenizers import FakeTokenizer, train_tiny_tokenizer
 from paths import SHARED_DATA
 from litebert import squad as S
-from litebert.tasks import DataError, collate, read_task
+from litebert.features import collate
+from litebert.tasks import DataError, read_task
 
 FIX = Path(__file__).parent / "fixtures" / "squad"
 WORDNET_QA = SHARED_DATA / "tasks" / "wordnet_qa"

@@ -8,6 +8,7 @@ import torch
 
 from fixtures.tokenizers import FakeTokenizer, train_tiny_tokenizer
 from paths import SHARED_DATA
+from litebert import features as FT
 from litebert import tasks as T
 
 FIX = Path(__file__).parent / "fixtures"
@@ -128,9 +129,9 @@ def test_race_reader():
                                                    ("high/high4.txt-0", 0)]
     assert examples[1].options[3] == "Tom's teacher"
     # ALBERT's race_utils: the option fills the question's blank
-    assert T.choice_pair(examples[1].context, examples[1].question, "Mary") == (
+    assert FT.choice_pair(examples[1].context, examples[1].question, "Mary") == (
         examples[1].context, "Mary asked Tom to stay after class.")
-    second = T.choice_pair(examples[0].context, examples[0].question, "at home")[1]
+    second = FT.choice_pair(examples[0].context, examples[0].question, "at home")[1]
     assert second == "Where does the story happen? at home"
 
 
@@ -147,7 +148,7 @@ def test_swag_reader():
     examples = T.read_task("swag", FIX / "swag", "dev")
     assert len(examples) == 2 and examples[0].id == "19974" and examples[0].label == 2
     assert (examples[0].context, examples[0].question) == ("Students lower their eyes nervously.", "She")
-    assert T.choice_pair(examples[0].context, examples[0].question, examples[0].options[2]) == (
+    assert FT.choice_pair(examples[0].context, examples[0].question, examples[0].options[2]) == (
         "Students lower their eyes nervously.", "She walks slowly towards someone.")
 
 
@@ -158,7 +159,7 @@ def test_choice_jsonl_reader(tmp_path):
     with pytest.raises(T.DataError, match=r"mc\.jsonl:2: label 2 is not an index into 2 options"):
         T.read_choice_jsonl(f)
     assert T.read_choice_jsonl(f, errors="skip") == [T.ChoiceExample("q", "", "a cat", ["feline", "dog"], 0)]
-    assert T.choice_pair("", "a cat", "feline") == ("a cat", "feline")
+    assert FT.choice_pair("", "a cat", "feline") == ("a cat", "feline")
 
 
 def test_conll_reader(tmp_path):
@@ -201,61 +202,61 @@ def test_shared_datasets_counts(name, counts):
 def test_featurize_classification_single_pair_regression():
     tok = FakeTokenizer()
     pair = T.TextExample("0", "aa bb", "cc dd ee", "entailment")
-    f, = T.featurize_classification([pair], tok, 16, ["contradiction", "entailment"])
+    f, = FT.featurize_classification([pair], tok, 16, ["contradiction", "entailment"])
     assert f.input_ids[0] == tok.cls_id and f.input_ids.count(tok.sep_id) == 2
     assert f.token_type_ids == [0, 0, 0, 0, 1, 1, 1, 1] and f.label == 1
-    f, = T.featurize_classification([T.TextExample("0", "a b c d e f g h")], tok, 5, ["x"])
+    f, = FT.featurize_classification([T.TextExample("0", "a b c d e f g h")], tok, 5, ["x"])
     assert len(f.input_ids) == 5 and f.token_type_ids == [0] * 5 and f.label is None
-    f, = T.featurize_classification([T.TextExample("0", "a", "b", 4.75)], tok, 8, None)
+    f, = FT.featurize_classification([T.TextExample("0", "a", "b", 4.75)], tok, 8, None)
     assert f.label == 4.75
     with pytest.raises(ValueError, match="label 'maybe'"):
-        T.featurize_classification([T.TextExample("7", "a", None, "maybe")], tok, 8, ["yes", "no"])
+        FT.featurize_classification([T.TextExample("7", "a", None, "maybe")], tok, 8, ["yes", "no"])
 
 
 def test_featurize_tags_labels_first_subtoken_only():
     tok = FakeTokenizer(piece=3)
     example = T.TagExample("s", ["Washington", "is", "in", "USA"], ["B-LOC", "O", "O", "B-LOC"])
     labels = ["O", "B-LOC", "I-LOC"]
-    f, = T.featurize_tags([example], tok, 32, labels)
+    f, = FT.featurize_tags([example], tok, 32, labels)
     pieces = [tok.piece_of(i) for i in f.input_ids]
     assert pieces == ["[CLS]", "Was", "hin", "gto", "n", "is", "in", "USA", "[SEP]"]
     assert f.label == [-100, 1, -100, -100, -100, 0, 0, 1, -100]
     assert f.word_ids == [None, 0, 0, 0, 0, 1, 2, 3, None]
-    assert T.word_predictions(f.word_ids, [0, 1, 2, 2, 2, 0, 0, 1, 0], 4, labels) == example.tags
-    short, = T.featurize_tags([example], tok, 6, labels)  # 4 tokens fit: the last two words are cut off
+    assert FT.word_predictions(f.word_ids, [0, 1, 2, 2, 2, 0, 0, 1, 0], 4, labels) == example.tags
+    short, = FT.featurize_tags([example], tok, 6, labels)  # 4 tokens fit: the last two words are cut off
     assert short.label == [-100, 1, -100, -100, -100, -100] and short.word_ids[-2] == 0
-    assert T.word_predictions(short.word_ids, [0, 1, 0, 0, 0, 0], 4, labels) == ["B-LOC", "O", "O", "O"]
+    assert FT.word_predictions(short.word_ids, [0, 1, 0, 0, 0, 0], 4, labels) == ["B-LOC", "O", "O", "O"]
 
 
 def test_collate_pads_and_types():
     tok = FakeTokenizer()
-    feats = T.featurize_classification([T.TextExample("0", "a b c", None, "1"), T.TextExample("1", "d", None, "0")],
+    feats = FT.featurize_classification([T.TextExample("0", "a b c", None, "1"), T.TextExample("1", "d", None, "0")],
                                        tok, 16, ["0", "1"])
-    batch = T.collate(feats, pad_id=tok.pad_id)
+    batch = FT.collate(feats, pad_id=tok.pad_id)
     assert batch["input_ids"].shape == (2, 5) and batch["input_ids"].dtype == torch.int64
     assert batch["input_ids"][1].tolist()[3:] == [tok.pad_id, tok.pad_id]
     assert batch["attention_mask"].tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]
     assert batch["labels"].tolist() == [1, 0] and batch["labels"].dtype == torch.int64
-    reg = T.collate(T.featurize_classification([T.TextExample("0", "a", "b", 2.5)], tok, 8, None))
+    reg = FT.collate(FT.featurize_classification([T.TextExample("0", "a", "b", 2.5)], tok, 8, None))
     assert reg["labels"].dtype == torch.float32
-    tags = T.featurize_tags([T.TagExample("a", ["x"], ["O"]), T.TagExample("b", ["y", "z"], ["O", "O"])], tok, 8, ["O"])
-    assert T.collate(tags)["labels"].tolist() == [[-100, 0, -100, -100], [-100, 0, 0, -100]]
-    unlabelled = T.featurize_classification([T.TextExample("0", "a")], tok, 8, ["0"])
-    assert "labels" not in T.collate(unlabelled)
+    tags = FT.featurize_tags([T.TagExample("a", ["x"], ["O"]), T.TagExample("b", ["y", "z"], ["O", "O"])], tok, 8, ["O"])
+    assert FT.collate(tags)["labels"].tolist() == [[-100, 0, -100, -100], [-100, 0, 0, -100]]
+    unlabelled = FT.featurize_classification([T.TextExample("0", "a")], tok, 8, ["0"])
+    assert "labels" not in FT.collate(unlabelled)
     with pytest.raises(ValueError, match="mixes labelled"):
-        T.collate(feats + unlabelled)
+        FT.collate(feats + unlabelled)
 
 
 def test_featurize_choices_and_collate_to_b_c_t():
     tok = FakeTokenizer()
     examples = [T.ChoiceExample("0", "ctx here", "q _ end", ["x", "yy zz"], 1),
                 T.ChoiceExample("1", "", "the cat", ["w", "v"], 0)]
-    feats = T.featurize_choices(examples, tok, 16)
+    feats = FT.featurize_choices(examples, tok, 16)
     assert len(feats[0].input_ids) == 2 and feats[0].label == 1
     pieces = [tok.piece_of(i) for i in feats[0].input_ids[0]]
     assert pieces == ["[CLS]", "ctx", "her", "e", "[SEP]", "q", "x", "end", "[SEP]"]  # the option fills the blank
     assert feats[1].token_type_ids[0] == [0, 0, 0, 0, 1, 1]  # [CLS] the cat [SEP] w [SEP]
-    batch = T.collate(feats)
+    batch = FT.collate(feats)
     assert batch["input_ids"].shape[:2] == (2, 2) and batch["labels"].tolist() == [1, 0]
     assert batch["attention_mask"].sum().item() == sum(len(r) for f in feats for r in f.input_ids)
 
@@ -272,7 +273,7 @@ def real_tok(tmp_path_factory):
 def test_classification_features_match_real_tokenizer(real_tok):
     examples = [T.TextExample("0", "Anne Elliot was a lady.", "Sir Walter was vain, and proud of it!", "1"),
                 T.TextExample("1", "It was a truth universally acknowledged.", None, "0")]
-    feats = T.featurize_classification(examples, real_tok, 12, ["0", "1"])
+    feats = FT.featurize_classification(examples, real_tok, 12, ["0", "1"])
     expected = real_tok([e.text_a for e in examples[:1]], [examples[0].text_b], max_length=12)
     assert feats[0].input_ids == expected["input_ids"][0].tolist()
     assert feats[0].token_type_ids == expected["token_type_ids"][0].tolist()
@@ -282,7 +283,7 @@ def test_classification_features_match_real_tokenizer(real_tok):
 
 def test_choice_features_match_real_tokenizer(real_tok):
     example = T.ChoiceExample("0", "Anne walked to Uppercross.", "Where did _ go?", ["Anne", "Mary"], 1)
-    f, = T.featurize_choices([example], real_tok, 10)
+    f, = FT.featurize_choices([example], real_tok, 10)
     expected = real_tok([example.context] * 2, ["Where did Anne go?", "Where did Mary go?"], max_length=10)
     assert f.input_ids == expected["input_ids"].tolist() and f.token_type_ids == expected["token_type_ids"].tolist()
 
@@ -290,7 +291,7 @@ def test_choice_features_match_real_tokenizer(real_tok):
 def test_tag_alignment_with_real_tokenizer(real_tok):
     words = ["Sir", "Walter", "Elliot,", "of", "Kellynch-Hall,", "in", "Somersetshire"]
     example = T.TagExample("s", words, ["O", "B-PER", "I-PER", "O", "B-LOC", "O", "B-LOC"])
-    f, = T.featurize_tags([example], real_tok, 64, ["O", "B-PER", "I-PER", "B-LOC"])
+    f, = FT.featurize_tags([example], real_tok, 64, ["O", "B-PER", "I-PER", "B-LOC"])
     text, starts = " ".join(words), [sum(len(w) + 1 for w in words[:j]) for j in range(len(words))]
     ids, offsets = real_tok.encode_with_offsets(text)
     labelled = [k for k, lab in enumerate(f.label) if lab != -100]
@@ -298,4 +299,4 @@ def test_tag_alignment_with_real_tokenizer(real_tok):
     for j, k in enumerate(labelled):
         s, e = offsets[k - 1]  # shift for [CLS]
         assert f.word_ids[k] == j and starts[j] <= s < starts[j] + len(words[j])
-    assert T.word_predictions(f.word_ids, f.label, len(words), ["O", "B-PER", "I-PER", "B-LOC"]) == example.tags
+    assert FT.word_predictions(f.word_ids, f.label, len(words), ["O", "B-PER", "I-PER", "B-LOC"]) == example.tags
