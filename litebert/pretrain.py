@@ -24,7 +24,8 @@ import torch
 
 from litebert.config import PRESETS, AlbertConfig
 from litebert.model import AlbertForPreTraining
-from litebert.pretrain_data import PretrainDataset, make_batch
+from litebert.masking import make_batch
+from litebert.pretrain_data import PretrainDataset
 from litebert.recipes import add_config_args, load_toml, resolve_config
 from litebert.train import REFERENCES_NAME, TrainConfig, is_main_process, shuffled_batches, train, world_size
 

@@ -14,7 +14,8 @@ from litebert.cli import main as litebert_main
 from litebert.config import AlbertConfig
 from litebert.model import AlbertForPreTraining
 from litebert.pretrain import PretrainConfig, pretrain
-from litebert.pretrain_data import PretrainDataset, make_batch, prepare
+from litebert.masking import make_batch
+from litebert.pretrain_data import PretrainDataset, prepare
 from litebert.tokenizer import train_tokenizer
 from litebert.train import TrainConfig, train
 

@@ -10,16 +10,8 @@ import os
 import numpy as np
 import pytest
 
-from litebert.pretrain_data import (
-    InstanceOptions,
-    PretrainDataset,
-    create_instances,
-    make_batch,
-    mask_tokens,
-    prepare,
-    select_spans,
-    split_sentences,
-)
+from litebert.masking import make_batch, mask_tokens, select_spans
+from litebert.pretrain_data import InstanceOptions, PretrainDataset, create_instances, prepare, split_sentences
 from litebert.tokenizer import train_tokenizer
 
 V, MASK = 30000, 4
