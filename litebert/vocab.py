@@ -26,6 +26,7 @@ import argparse
 import logging
 import math
 import os
+import random
 import tempfile
 from dataclasses import dataclass
 
@@ -37,6 +38,11 @@ from litebert.tokenizer import SPECIALS, SPIECE_UNDERLINE, Tokenizer, preprocess
 log = logging.getLogger("litebert")
 
 SCORE_MARGIN = 0.1  # how far above its best split a new piece scores: enough to win, small enough to stay modest
+# Plus a per-piece jitter in [0, TIE_BREAK): with one fixed margin, two overlapping new pieces ("▁1" and "19" over
+# "▁1990") give two segmentations with exactly the same score, and sentencepiece (float32 sums) and HF's
+# tokenizers (float64 sums) then break the tie differently. Jitter far above float32 rounding (~1e-5) makes the
+# best segmentation unique, so both libraries agree.
+TIE_BREAK = 0.05
 
 
 @dataclass
@@ -138,7 +144,8 @@ def extend_tokenizer(tokenizer: Tokenizer, pieces: list[str], out_dir: str) -> E
     new_scores: dict[str, float] = {}
     for piece in sorted(chosen, key=len):
         split_score, _ = best_split(piece, scores, max(max_len, len(piece)), unk_score)
-        new_scores[piece] = scores[piece] = split_score + SCORE_MARGIN
+        margin = SCORE_MARGIN + TIE_BREAK * random.Random(piece).random()  # seeded by the piece: reproducible
+        new_scores[piece] = scores[piece] = split_score + margin
     for piece in chosen:
         proto.pieces.add(piece=piece, score=new_scores[piece], type=normal)
     proto.trainer_spec.vocab_size = len(proto.pieces)

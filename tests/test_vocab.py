@@ -136,3 +136,21 @@ def test_cli_and_errors(base, tmp_path, capsys):
     assert litebert_main(["extend-vocab", "--model", str(tmp_path / "none"), "--out", str(tmp_path / "y"),
                           "--words", str(words)]) == 2
     assert "none: not a model directory" in capsys.readouterr().err
+
+
+@needs_hf
+def test_overlapping_new_pieces_segment_as_transformers_does(base, tmp_path):
+    """Regression: with one fixed score margin, "▁1" and "19" made "▁1|9|9|0" and "▁|19|9|0" score exactly the
+    same, and sentencepiece (float32) and tokenizers (float64) broke the tie differently (seen in CI)."""
+    from transformers import AlbertTokenizer, AlbertTokenizerFast
+    from litebert.vocab import extend_tokenizer
+
+    _, old_tok = base
+    texts = ["in 1990, too.", "1999 and 1919 and 91 19 1190", "x1990 anne annnne walked walkked wanne"]
+    for i, pieces in enumerate([["▁1", "19"], ["▁1", "19", "99", "▁19", "90", "▁an", "ne", "nn", "▁wa", "al", "lk"]]):
+        extend_tokenizer(old_tok, pieces, str(tmp_path / str(i)))
+        ours = Tokenizer.from_pretrained(str(tmp_path / str(i)))
+        for cls in (AlbertTokenizer, AlbertTokenizerFast):
+            hf = cls.from_pretrained(str(tmp_path / str(i)))
+            for text in texts:
+                assert hf(text)["input_ids"] == ours.encode(text), (cls.__name__, pieces, text)
