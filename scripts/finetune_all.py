@@ -29,13 +29,16 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=3e-4)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-eval-examples", type=int, default=None)
+    parser.add_argument("--max-query-length", type=int, default=24, help="wordnet_qa: question tokens kept")
+    parser.add_argument("--doc-stride", type=int, default=16, help="wordnet_qa: tokens between context windows")
     args = parser.parse_args()
     positions = AlbertConfig.load(args.model).max_position_embeddings
     results = {}
     for task in args.tasks:
         for init in ("pretrained", "from_scratch"):
             cfg = FinetuneConfig(model=args.model, task=task, data_dir=str(TASKS / task),
-                                 max_length=min(MAX_LENGTH[task], positions), max_query_length=24, doc_stride=16,
+                                 max_length=min(MAX_LENGTH[task], positions), max_query_length=args.max_query_length,
+                                 doc_stride=args.doc_stride,
                                  from_scratch=init == "from_scratch", max_eval_examples=args.max_eval_examples)
             train_cfg = TrainConfig(optimizer="adamw", lr=args.lr, batch_size=args.batch_size, max_steps=args.steps,
                                     warmup_steps=args.steps // 10, eval_every=max(args.steps // 4, 1),
