@@ -213,6 +213,7 @@ def pretrain(cfg: PretrainConfig, train_cfg: TrainConfig, model_overrides: dict[
     final = dict(result.eval) or (evaluate(model.eval()) if is_main_process() else {})
     summary = {"objective": task or "mlm", "examples": {"train": len(train_indices), "held_out": len(eval_indices)},
                "parameters": model.num_parameters(), "baselines": base, "untrained": untrained,
+               "init_from": cfg.init_from,
                "final": final, "steps": result.step,
                "tokens_seen": result.step * train_cfg.batch_size * dataset.max_seq_length,
                "checkpoint": str(result.checkpoint), "out_dir": train_cfg.out_dir}
@@ -240,19 +241,20 @@ def _tokenizer_of(model_dir: str):
 
 
 def format_summary(s: dict[str, Any]) -> str:
-    """The few lines a person reads after a run: learned vs chance vs untrained."""
+    """The few lines a person reads after a run: learned vs chance vs untrained (or vs the starting checkpoint)."""
     b, u, f = s["baselines"], s["untrained"], s["final"]
+    start = "at start" if s.get("init_from") else "untrained"
     lines = [f"pretrained {s['parameters'] / 1e6:.2f}M parameters for {s['steps']} steps "
              f"({s['tokens_seen'] / 1e6:.1f}M tokens), objective MLM" + (f" + {s['objective'].upper()}"
                                                                         if s["objective"] != "mlm" else ""),
              f"  held-out MLM accuracy {f['mlm_acc']:.1%}   (most frequent token {b['majority_token_acc']:.1%}, "
-             f"untrained {u['mlm_acc']:.1%})",
-             f"  held-out MLM loss     {f['mlm_loss']:.3f}   (unigram {b['unigram_loss']:.3f}, untrained "
+             f"{start} {u['mlm_acc']:.1%})",
+             f"  held-out MLM loss     {f['mlm_loss']:.3f}   (unigram {b['unigram_loss']:.3f}, {start} "
              f"{u['mlm_loss']:.3f})"]
     for key in ("sop_acc", "nsp_acc"):
         if key in f:
             lines.append(f"  held-out {key[:3].upper()} accuracy {f[key]:.1%}   (majority "
-                         f"{b.get('majority_pair_acc', 0.5):.1%}, untrained {u[key]:.1%})")
+                         f"{b.get('majority_pair_acc', 0.5):.1%}, {start} {u[key]:.1%})")
     for key in sorted(k for k in f if "/" in k):
         lines.append(f"  {key} {f[key]:.3f}")
     lines.append(f"  checkpoint {s['checkpoint']}")

@@ -14,7 +14,7 @@ import torch
 from paths import SHARED_DATA
 from litebert.embed import embed
 from litebert.model import AlbertForMaskedLM, AlbertForPreTraining, AlbertModel
-from litebert.pretrain import PretrainConfig, pretrain
+from litebert.pretrain import PretrainConfig, format_summary, pretrain
 from litebert.pretrain_data import PretrainDataset, prepare
 from litebert.tokenizer import Tokenizer, train_tokenizer
 from litebert.train import TrainConfig
@@ -58,6 +58,7 @@ def test_further_pretraining_lowers_held_out_loss_on_the_new_corpus(english):
     # "untrained" is the starting model on the new corpus's held-out part, before any further step.
     assert summary["objective"] == "mlm"
     assert summary["final"]["mlm_loss"] < summary["untrained"]["mlm_loss"] - 0.2, summary
+    assert "at start" in format_summary(summary) and "untrained" not in format_summary(summary)
     assert (root / "further" / "metrics.png").exists() and (root / "further" / "summary.json").exists()
     checkpoint = summary["checkpoint"]
     assert Tokenizer.from_pretrained(checkpoint).sha256 == Tokenizer.from_pretrained(start).sha256
