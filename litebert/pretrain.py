@@ -64,6 +64,9 @@ def build_model(cfg: PretrainConfig, overrides: dict[str, Any], vocab_size: int,
         if model.config.vocab_size != vocab_size:
             raise ValueError(f"{cfg.init_from} has vocab_size {model.config.vocab_size}, the data's tokenizer "
                              f"{vocab_size}: extend the model's vocabulary first (litebert extend-vocab)")
+        if model.config.max_position_embeddings < max_seq_length:
+            raise ValueError(f"the data has sequences of {max_seq_length} tokens but {cfg.init_from} has "
+                             f"max_position_embeddings {model.config.max_position_embeddings}")
         return model
     if cfg.model in PRESETS:
         config = AlbertConfig.from_preset(cfg.model, vocab_size=vocab_size, **overrides)
@@ -85,6 +88,19 @@ def held_out_start(dataset: PretrainDataset, held_out: int) -> int:
         raise ValueError(f"{dataset.data_dir} has {n} examples from {len(np.unique(docs))} documents: holding out "
                          f"{held_out} examples leaves no document to train on; prepare more text or lower held_out")
     return cut
+
+
+def held_out_like(reference: PretrainDataset, held_out: int, other: PretrainDataset) -> int:
+    """The `held_out` that makes `other` (the same corpus prepared again, e.g. at another sequence length) hold
+    out exactly the documents `reference` holds out with `held_out`: a run continued on `other` from a model
+    trained on `reference` is then scored only on documents neither run trained on."""
+    first_doc = reference.document_ids()[held_out_start(reference, held_out)]
+    docs = other.document_ids()
+    kept = len(docs) - int(np.searchsorted(docs, first_doc, side="left"))
+    if kept == 0:
+        raise ValueError(f"{other.data_dir} has no example from the documents {reference.data_dir} holds out: "
+                         "were they prepared from the same corpus?")
+    return kept
 
 
 def sentence_task(dataset: PretrainDataset, objective: str) -> str | None:
@@ -214,7 +230,7 @@ def pretrain(cfg: PretrainConfig, train_cfg: TrainConfig, model_overrides: dict[
     summary = {"objective": task or "mlm", "examples": {"train": len(train_indices), "held_out": len(eval_indices)},
                "parameters": model.num_parameters(), "baselines": base, "untrained": untrained,
                "init_from": cfg.init_from,
-               "final": final, "steps": result.step,
+               "final": final, "steps": result.step, "seq_length": dataset.max_seq_length,
                "tokens_seen": result.step * train_cfg.batch_size * dataset.max_seq_length,
                "checkpoint": str(result.checkpoint), "out_dir": train_cfg.out_dir}
     if is_main_process():
@@ -244,9 +260,11 @@ def format_summary(s: dict[str, Any]) -> str:
     """The few lines a person reads after a run: learned vs chance vs untrained (or vs the starting checkpoint)."""
     b, u, f = s["baselines"], s["untrained"], s["final"]
     start = "at start" if s.get("init_from") else "untrained"
-    lines = [f"pretrained {s['parameters'] / 1e6:.2f}M parameters for {s['steps']} steps "
-             f"({s['tokens_seen'] / 1e6:.1f}M tokens), objective MLM" + (f" + {s['objective'].upper()}"
-                                                                        if s["objective"] != "mlm" else ""),
+    verb = "continued" if s.get("init_from") else "pretrained"
+    at_seq = f" at seq {s['seq_length']}" if "seq_length" in s else ""
+    objective = "MLM" + (f" + {s['objective'].upper()}" if s["objective"] != "mlm" else "")
+    lines = [f"{verb} {s['parameters'] / 1e6:.2f}M parameters for {s['steps']} steps{at_seq} "
+             f"({s['tokens_seen'] / 1e6:.1f}M tokens), objective {objective}",
              f"  held-out MLM accuracy {f['mlm_acc']:.1%}   (most frequent token {b['majority_token_acc']:.1%}, "
              f"{start} {u['mlm_acc']:.1%})",
              f"  held-out MLM loss     {f['mlm_loss']:.3f}   (unigram {b['unigram_loss']:.3f}, {start} "
@@ -283,4 +301,4 @@ def cli(argv: list[str]) -> int:
     return 0
 
 
-__all__ = ["PretrainConfig", "pretrain", "evaluate_pretraining", "baselines", "format_summary"]
+__all__ = ["PretrainConfig", "pretrain", "evaluate_pretraining", "baselines", "format_summary", "held_out_like"]

@@ -87,6 +87,11 @@ def test_mlm_checkpoint_gets_a_fresh_sop_head_and_the_right_tokenizer(english, t
             max_seq_length=32, num_workers=1, progress=False)
     with pytest.raises(ValueError, match="another tokenizer"):
         run(tmp_path / "other_data", tmp_path / "bad", 1, init_from=start)
+    # Longer sequences than the checkpoint has positions for: named, not an index error mid-step.
+    prepare([str(root / "jargon.jsonl")], str(tmp_path / "long_data"), str(root / "tok"), max_seq_length=64,
+            num_workers=1, progress=False)
+    with pytest.raises(ValueError, match="sequences of 64 tokens .* max_position_embeddings 32"):
+        run(tmp_path / "long_data", tmp_path / "bad", 1, init_from=start)
 
 
 @needs_hf

@@ -19,7 +19,12 @@ def test_quick_demo_runs_every_stage_and_prints_a_summary(tmp_path, capsys):
                  "from random initialisation", "majority class", "pretraining curves"):
         assert line in out, line
     summary = json.loads((tmp_path / "demo" / "summary.json").read_text())
-    assert summary["pretrain"]["steps"] == 40 and set(summary["finetune"]) == {"pretrained", "from_scratch"}
+    assert summary["pretrain"]["steps"] == 40 and summary["pretrain"]["seq_length"] == 64
+    # The second phase continues the first's model on 128-token pairs and scores the same held-out documents.
+    assert summary["pretrain128"]["steps"] == 10 and summary["pretrain128"]["seq_length"] == 128
+    assert summary["pretrain128"]["init_from"] == summary["pretrain"]["checkpoint"]
+    assert "continued 0." in out and "at start" in out
+    assert set(summary["finetune"]) == {"pretrained", "from_scratch"}
     assert (tmp_path / "demo" / "finetune_pretrained" / "best" / "model.safetensors").exists()
 
 

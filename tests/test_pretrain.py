@@ -151,3 +151,19 @@ def test_held_out_examples_share_no_document_with_training(prepared, tmp_path):
     cut = held_out_start(data, 100)
     assert len(data) - cut >= 100
     assert not set(docs[:cut]) & set(docs[cut:])
+
+
+def test_a_continuation_at_another_length_holds_out_the_same_documents(prepared, tmp_path):
+    """The demo's second phase (seq 128 after seq 64) must score only documents the first phase never saw."""
+    from litebert.pretrain import held_out_like, held_out_start
+    short = PretrainDataset(str(prepared / "data"))
+    prepare(None, str(tmp_path / "long"), str(prepared / "tok"), max_seq_length=64, num_workers=1, progress=False)
+    long = PretrainDataset(str(tmp_path / "long"))
+    assert len(long) != len(short)
+    kept = held_out_like(short, 100, long)
+    short_docs, long_docs = short.document_ids(), long.document_ids()
+    held_short = set(short_docs[held_out_start(short, 100):])
+    cut = held_out_start(long, kept)
+    assert cut == len(long) - kept  # already on a document boundary
+    assert set(long_docs[cut:]) <= held_short and min(long_docs[cut:]) == min(held_short)
+    assert not set(long_docs[:cut]) & held_short  # phase 2 trains on no document phase 1 holds out
