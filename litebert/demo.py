@@ -5,7 +5,7 @@
   2. cut it into sentence-order pairs of 64 and of 128 tokens (the last documents are held out);
   3. pretrain a small ALBERT with MLM + SOP on the 64-token pairs, then continue briefly on the 128-token ones
      (BERT's two phases: short sequences are cheap and learn faster from scratch; the long phase trains every
-     position and lifts SOP, whose evidence is the two segments' content), evaluating on the held-out pairs
+     position, and SOP's evidence is the two segments' content), evaluating on the held-out pairs
      against the baselines the run computes itself (most frequent token, unigram loss, majority SOP label) and
      against the untrained model;
   4. fine-tune it on a real labelled task (novel_authorship: who wrote this passage?), and fine-tune the same
@@ -62,7 +62,7 @@ def run(out_dir: str, quick: bool = False, seed: int = 12345) -> dict:
     t0 = time.time()
     if os.path.exists(out_dir):
         shutil.rmtree(out_dir)  # a demo starts clean; real runs use --resume instead
-    tok_dir, data_dir = os.path.join(out_dir, "tokenizer"), os.path.join(out_dir, "data")
+    tok_dir = os.path.join(out_dir, "tokenizer")
 
     print("[1/5] tokenizer: SentencePiece unigram on the bundled demo corpus", flush=True)
     tok = train_tokenizer([CORPUS], tok_dir, vocab_size=8000)
@@ -73,8 +73,8 @@ def run(out_dir: str, quick: bool = False, seed: int = 12345) -> dict:
     data, metas = {}, {}
     for length in (64, 128):
         data[length] = os.path.join(out_dir, f"data{length}")
-        meta = metas[length] = prepare([CORPUS], data[length], tok_dir, max_seq_length=length, dupe_factor=1 if quick else 2,
-                       seed=seed, num_workers=2, progress=False)
+        meta = metas[length] = prepare([CORPUS], data[length], tok_dir, max_seq_length=length,
+                                       dupe_factor=1 if quick else 2, seed=seed, num_workers=2, progress=False)
         print(f"      seq {length}: {meta['num_instances']} examples, {meta['num_tokens']} tokens -> {data[length]}")
 
     print("[3/5] pretrain: MLM + SOP on the 64-token pairs", flush=True)
@@ -105,7 +105,8 @@ def run(out_dir: str, quick: bool = False, seed: int = 12345) -> dict:
         train_cfg = TrainConfig(**{**FINETUNE, **(QUICK if quick else {}),
                                    "out_dir": os.path.join(out_dir, f"finetune_{name}"), "seed": seed})
         runs[name] = finetune(cfg, train_cfg)
-    summary = {"pretrain": short, "pretrain128": pre, "finetune": runs, "minutes": (time.time() - t0) / 60, "out_dir": out_dir}
+    summary = {"pretrain": short, "pretrain128": pre, "finetune": runs, "minutes": (time.time() - t0) / 60,
+               "out_dir": out_dir}
     with open(os.path.join(out_dir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
     return summary
