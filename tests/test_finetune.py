@@ -20,17 +20,22 @@ TASKS = SHARED_DATA / "tasks"
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-@pytest.fixture(scope="module")
-def pretrained(tmp_path_factory):
+def tiny_model_dir(root: Path, hidden_size: int = 32) -> Path:
     """A tiny random 'pretrained' model directory with its tokenizer, as `litebert pretrain` leaves one."""
-    root = tmp_path_factory.mktemp("ft")
     tok = train_tiny_tokenizer(root)
     torch.manual_seed(0)
-    model = AlbertForPreTraining(AlbertConfig(vocab_size=tok.vocab_size, embedding_size=16, hidden_size=32,
-                                              num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                                              max_position_embeddings=128))
+    model = AlbertForPreTraining(AlbertConfig(vocab_size=tok.vocab_size, embedding_size=16, hidden_size=hidden_size,
+                                              num_hidden_layers=2, num_attention_heads=2,
+                                              intermediate_size=2 * hidden_size, max_position_embeddings=128))
     model.save_pretrained(root / "model")
     tok.save_pretrained(str(root / "model"))
+    return root / "model"
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ft")
+    tiny_model_dir(root)
     return root
 
 
@@ -134,14 +139,7 @@ def test_qa_training_learns_to_find_the_asked_word_in_real_passages(tmp_path):
                 dst.write(json.dumps(row) + "\n")
     with open(data / "dev.jsonl") as f:  # always picking one word of the passage at random
         random_word_em = 100 * sum(1 / len(json.loads(line)["context"].split()) for line in f) / 200
-    tok = train_tiny_tokenizer(tmp_path)
-    torch.manual_seed(0)
-    model = AlbertForPreTraining(AlbertConfig(vocab_size=tok.vocab_size, embedding_size=16, hidden_size=64,
-                                              num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
-                                              max_position_embeddings=128))
-    model.save_pretrained(tmp_path / "model")
-    tok.save_pretrained(str(tmp_path / "model"))
-    cfg = FinetuneConfig(model=str(tmp_path / "model"), task="wordnet_qa", data_dir=str(data), max_length=96,
+    cfg = FinetuneConfig(model=str(tiny_model_dir(tmp_path, hidden_size=64)), task="wordnet_qa", data_dir=str(data), max_length=96,
                          max_query_length=24, doc_stride=32, max_eval_examples=200)
     train_cfg = TrainConfig(optimizer="adamw", lr=2e-3, batch_size=32, max_steps=1500, warmup_steps=150,
                             eval_every=1500, save_every=0, keep_last=1, log_every=100, out_dir=str(tmp_path / "run"),
