@@ -25,7 +25,7 @@ import shutil
 import time
 
 from litebert.finetune import FinetuneConfig, finetune
-from litebert.pretrain import PretrainConfig, format_summary, held_out_like, pretrain
+from litebert.pretrain import PretrainConfig, format_summary, pretrain
 from litebert.recipes import BUNDLED_CONFIGS, load_toml, resolve_config
 from litebert.train import TrainConfig
 
@@ -57,7 +57,7 @@ def unpack_task(out_dir: str) -> str:
 
 
 def run(out_dir: str, quick: bool = False, seed: int = 12345) -> dict:
-    from litebert.pretrain_data import PretrainDataset, prepare
+    from litebert.pretrain_data import prepare
     from litebert.tokenizer import train_tokenizer
     t0 = time.time()
     if os.path.exists(out_dir):
@@ -86,9 +86,8 @@ def run(out_dir: str, quick: bool = False, seed: int = 12345) -> dict:
     short = pretrain(pre_cfg, pre_train, MODEL)
 
     print("[4/5] pretrain: the same model continued on the 128-token pairs", flush=True)
-    long_held_out = held_out_like(PretrainDataset(data[64], tokenizer=None), held_out,
-                                  PretrainDataset(data[128], tokenizer=None))  # the same held-out documents
-    long_cfg = resolve_config(PretrainConfig, {**RECIPE["pretrain"], "data": data[128], "held_out": long_held_out,
+    long_cfg = resolve_config(PretrainConfig, {**RECIPE["pretrain"], "data": data[128], "held_out": held_out,
+                                               "held_out_from": data[64],  # the same held-out documents
                                                "init_from": short["checkpoint"]})
     long_train = resolve_config(TrainConfig, {**RECIPE["train"], **LONG_PHASE,
                                               **(QUICK_LONG_PHASE if quick else {}),

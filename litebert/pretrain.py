@@ -48,6 +48,9 @@ class PretrainConfig:
         "choices": ("auto", "mlm")})
     held_out: int = field(default=1000, metadata={
         "help": "examples at the end of the data (its last documents) kept out of training for evaluation"})
+    held_out_from: str | None = field(default=None, metadata={
+        "help": "count --held-out in this other prepared directory (the same corpus at another sequence length, "
+                "the data of the run --init-from continues) and hold out the same documents here"})
     eval_data: list[str] = field(default_factory=list, metadata={
         "help": "more prepared directories to evaluate on (e.g. NSP pairs of held-out text, for the SOP/NSP table)"})
     eval_batch_size: int = field(default=64, metadata={"help": "examples per evaluation forward"})
@@ -90,17 +93,30 @@ def held_out_start(dataset: PretrainDataset, held_out: int) -> int:
     return cut
 
 
-def held_out_like(reference: PretrainDataset, held_out: int, other: PretrainDataset) -> int:
-    """The `held_out` that makes `other` (the same corpus prepared again, e.g. at another sequence length) hold
-    out exactly the documents `reference` holds out with `held_out`: a run continued on `other` from a model
-    trained on `reference` is then scored only on documents neither run trained on."""
-    first_doc = reference.document_ids()[held_out_start(reference, held_out)]
-    docs = other.document_ids()
-    kept = len(docs) - int(np.searchsorted(docs, first_doc, side="left"))
-    if kept == 0:
-        raise ValueError(f"{other.data_dir} has no example from the documents {reference.data_dir} holds out: "
+def _sibling(directory: str, dataset: PretrainDataset) -> PretrainDataset:
+    """Another prepared directory used beside `dataset` (evaluation, held-out documents): same tokenizer."""
+    other = PretrainDataset(directory, tokenizer=None)
+    if other.meta["tokenizer_sha256"] != dataset.meta["tokenizer_sha256"]:
+        raise ValueError(f"{directory} was made with another tokenizer than {dataset.data_dir}")
+    return other
+
+
+def held_out_cut(cfg: PretrainConfig, dataset: PretrainDataset) -> int:
+    """Where `dataset`'s held-out examples begin. With `held_out_from`, at the first document that the other
+    directory holds out: a run continued from a model trained on that directory is then scored only on
+    documents neither run trained on."""
+    if not cfg.held_out_from:
+        return held_out_start(dataset, cfg.held_out)
+    reference = _sibling(cfg.held_out_from, dataset)
+    first_doc = reference.document_ids()[held_out_start(reference, cfg.held_out)]
+    cut = int(np.searchsorted(dataset.document_ids(), first_doc, side="left"))
+    if cut == len(dataset):
+        raise ValueError(f"{cfg.data} has no example from the documents {cfg.held_out_from} holds out: "
                          "were they prepared from the same corpus?")
-    return kept
+    if cut == 0:
+        raise ValueError(f"{cfg.data}: holding out the documents {cfg.held_out_from} holds out leaves none to "
+                         "train on")
+    return cut
 
 
 def sentence_task(dataset: PretrainDataset, objective: str) -> str | None:
@@ -186,7 +202,7 @@ def pretrain(cfg: PretrainConfig, train_cfg: TrainConfig, model_overrides: dict[
     tokenizer_dir = dataset.meta["tokenizer_dir"]
     if cfg.init_from:  # further pretraining: the checkpoint's tokenizer must be the one the data was made with
         PretrainDataset(cfg.data, tokenizer=_tokenizer_of(cfg.init_from))
-    cut = held_out_start(dataset, cfg.held_out)
+    cut = held_out_cut(cfg, dataset)
     train_indices, eval_indices = list(range(cut)), list(range(cut, len(dataset)))
     task = sentence_task(dataset, cfg.objective)
     batches = Batches(dataset, train_cfg.seed, task)
@@ -198,9 +214,7 @@ def pretrain(cfg: PretrainConfig, train_cfg: TrainConfig, model_overrides: dict[
 
     extra_eval = []
     for directory in cfg.eval_data:
-        other = PretrainDataset(directory, tokenizer=None)
-        if other.meta["tokenizer_sha256"] != dataset.meta["tokenizer_sha256"]:
-            raise ValueError(f"{directory} was made with another tokenizer than {cfg.data}")
+        other = _sibling(directory, dataset)
         extra_eval.append((os.path.basename(os.path.normpath(directory)) + "/",
                            Batches(other, train_cfg.seed, sentence_task(other, "auto")), list(range(len(other)))))
 
@@ -301,4 +315,4 @@ def cli(argv: list[str]) -> int:
     return 0
 
 
-__all__ = ["PretrainConfig", "pretrain", "evaluate_pretraining", "baselines", "format_summary", "held_out_like"]
+__all__ = ["PretrainConfig", "pretrain", "evaluate_pretraining", "baselines", "format_summary", "held_out_cut"]

@@ -155,15 +155,24 @@ def test_held_out_examples_share_no_document_with_training(prepared, tmp_path):
 
 def test_a_continuation_at_another_length_holds_out_the_same_documents(prepared, tmp_path):
     """The demo's second phase (seq 128 after seq 64) must score only documents the first phase never saw."""
-    from litebert.pretrain import held_out_like, held_out_start
+    from litebert.pretrain import held_out_cut, held_out_start
     short = PretrainDataset(str(prepared / "data"))
     prepare(None, str(tmp_path / "long"), str(prepared / "tok"), max_seq_length=64, num_workers=1, progress=False)
     long = PretrainDataset(str(tmp_path / "long"))
     assert len(long) != len(short)
-    kept = held_out_like(short, 100, long)
+    cut = held_out_cut(PretrainConfig(data=str(tmp_path / "long"), held_out=100,
+                                      held_out_from=str(prepared / "data")), long)
     short_docs, long_docs = short.document_ids(), long.document_ids()
     held_short = set(short_docs[held_out_start(short, 100):])
-    cut = held_out_start(long, kept)
-    assert cut == len(long) - kept  # already on a document boundary
+    assert cut == held_out_start(long, len(long) - cut)  # on a document boundary
     assert set(long_docs[cut:]) <= held_short and min(long_docs[cut:]) == min(held_short)
     assert not set(long_docs[:cut]) & held_short  # phase 2 trains on no document phase 1 holds out
+
+
+def test_held_out_from_refuses_unrelated_data(prepared, tmp_path):
+    from litebert.pretrain import held_out_cut
+    train_tokenizer(None, str(tmp_path / "tok2"), vocab_size=900)
+    prepare(None, str(tmp_path / "other"), str(tmp_path / "tok2"), max_seq_length=32, num_workers=1, progress=False)
+    data = PretrainDataset(str(prepared / "data"))
+    with pytest.raises(ValueError, match="another tokenizer"):
+        held_out_cut(PretrainConfig(data=str(prepared / "data"), held_out_from=str(tmp_path / "other")), data)
