@@ -38,7 +38,7 @@ FINETUNE = dict(optimizer="adamw", lr=3e-4, batch_size=32, max_steps=500, warmup
                 eval_every=100, save_every=0, keep_last=1, log_every=25)
 # The second pretraining phase, at sequence length 128 from the first phase's last checkpoint, so that all 128
 # positions are trained: held-out SOP starts near 59% on the longer pairs and ends where the first phase ended
-# or above (65.3% -> 65.2% and 64.6% -> 65.2% in two demo runs; +3.1 points in the longer cpu_long run; README,
+# or above (65.3% -> 65.2% and 64.6% -> 65.2% in two demo runs; +1.6 points in the longer cpu_long run; README,
 # "Pretraining recipe: what we measured").
 LONG_PHASE = dict(max_steps=600, warmup_steps=50, lr=5e-3, eval_every=200, save_every=600)
 QUICK = dict(max_steps=40, eval_every=20, save_every=20, warmup_steps=4)  # --quick: a smoke run in a minute
