@@ -59,7 +59,8 @@ class FinetuneConfig:
     max_length: int | None = field(default=None, metadata={"help": "max tokens per input (default: the recipe's)"})
     doc_stride: int = field(default=128, metadata={"help": "QA: tokens between the starts of context windows"})
     max_query_length: int = field(default=64, metadata={"help": "QA: question tokens kept"})
-    max_answer_length: int = field(default=30, metadata={"help": "QA: longest answer span, in tokens"})
+    max_answer_length: int | None = field(default=None, metadata={
+        "help": "QA: longest answer span, in tokens (default: the task's; 30 as in SQuAD, 8 for wordnet_qa)"})
     text_columns: list[str] = field(default_factory=list, metadata={"help": "table task: one or two text columns"})
     label_column: str = field(default="label", metadata={"help": "table task: the label column"})
     regression: bool = field(default=False, metadata={"help": "table task: float labels (MSE), Pearson/Spearman"})
@@ -71,6 +72,9 @@ class FinetuneConfig:
     max_train_examples: int | None = field(default=None, metadata={"help": "use only the first N training examples"})
     max_eval_examples: int | None = field(default=None, metadata={"help": "score only the first N eval examples"})
     eval_batch_size: int = field(default=64, metadata={"help": "examples per evaluation forward"})
+    dropout: float | None = field(default=None, metadata={
+        "help": "hidden and attention dropout while fine-tuning (default: the model's; ALBERT v2 pretrains "
+                "without dropout, and a small model fine-tuned on a few thousand examples may want 0.1)"})
 
 
 def resolve_task(cfg: FinetuneConfig) -> T.Task:
@@ -147,7 +151,7 @@ def score(task: T.Task, examples: Sequence, features: Sequence, outputs: Sequenc
     if task.kind == "qa":
         from litebert.squad import apply_null_threshold, decode_squad, evaluate_squad
         decoded = decode_squad(examples, features, [o[0] for o in outputs], [o[1] for o in outputs],
-                               max_answer_length=cfg.max_answer_length)
+                               max_answer_length=cfg.max_answer_length or task.max_answer_length)
         has_null = any(not ex.answers for ex in examples)  # SQuAD v2.0: tune the no-answer threshold on this set
         metrics = evaluate_squad(examples, decoded, None)
         threshold = metrics.get("best_f1_thresh") if has_null else None
@@ -207,6 +211,8 @@ def load_model(cfg: FinetuneConfig, task: T.Task, labels: list[str] | None):
         overrides = {"num_labels": len(labels), "id2label": dict(enumerate(labels))}
     elif task.kind == "regression":
         overrides = {"num_labels": 1, "problem_type": "regression"}
+    if cfg.dropout is not None:
+        overrides.update(hidden_dropout_prob=cfg.dropout, attention_probs_dropout_prob=cfg.dropout)
     if cfg.from_scratch:
         return head(AlbertConfig.load(cfg.model).replace(**overrides))
     return head.from_pretrained(cfg.model, **overrides)

@@ -124,6 +124,22 @@ def test_bad_input_is_one_line(pretrained, tmp_path, capsys):
     assert "exceeds the model's max_position_embeddings" in capsys.readouterr().err
 
 
+def test_dropout_override_reaches_every_dropout_and_bad_values_are_one_line(pretrained, capsys):
+    from litebert.finetune import load_model
+    task = resolve_task(FinetuneConfig(model=str(pretrained / "model"), task="wordnet_qa", data_dir="x"))
+    for from_scratch in (False, True):
+        model = load_model(FinetuneConfig(model=str(pretrained / "model"), dropout=0.25, from_scratch=from_scratch),
+                           task, None)
+        rates = {m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)}
+        attention = {m.attention_dropout for m in model.modules() if hasattr(m, "attention_dropout")}
+        assert rates == {0.25} and attention == {0.25}
+    assert load_model(FinetuneConfig(model=str(pretrained / "model")), task, None).config.hidden_dropout_prob == 0.0
+    assert litebert_main(["finetune", "--model", str(pretrained / "model"), "--task", "wordnet_qa", "--data-dir",
+                          str(TASKS / "wordnet_qa"), "--max-train-examples", "8", "--dropout", "1.5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "hidden_dropout_prob must be in [0, 1), got 1.5" in err and len(err.splitlines()) == 1
+
+
 @pytest.mark.slow
 def test_qa_training_learns_to_find_the_asked_word_in_real_passages(tmp_path):
     """wordnet_qa's passages with the definition replaced by the answer word itself: a task any working QA path

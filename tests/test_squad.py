@@ -148,6 +148,25 @@ def test_decode_picks_the_best_valid_span_and_maps_back_to_text(decoy, kw, expec
     assert (ANSWER, pytest.approx(6.0)) in pred.nbest and len({t for t, _ in pred.nbest}) == len(pred.nbest)
 
 
+def test_the_span_cap_defaults_to_the_tasks():
+    """finetune.score decodes with the task's cap unless --max-answer-length says otherwise: wordnet_qa's answers
+    are single words (8 tokens), SQuAD keeps its 30."""
+    import dataclasses
+    from litebert.finetune import FinetuneConfig, score
+    from litebert.tasks import TASKS
+    _, ex, feats = windowed()
+    long_span = {"start": {**GOLD["start"], (3, 8): 10.0}, "end": {**GOLD["end"], (3, 14): 10.0}}  # 7 tokens
+    start, end = logits_for(feats, long_span)
+    outputs = [np.stack([s, e]) for s, e in zip(start, end)]
+    assert TASKS["wordnet_qa"].max_answer_length == 8 and TASKS["squad-v1.1"].max_answer_length == 30
+    capped = dataclasses.replace(TASKS["wordnet_qa"], max_answer_length=3)
+    for task, cap, expected in [(capped, None, ANSWER), (TASKS["squad-v1.1"], None, "w15 w16 w17 w18 w19 w20 w21"),
+                                (TASKS["squad-v1.1"], 3, ANSWER), (capped, 30, "w15 w16 w17 w18 w19 w20 w21")]:
+        metrics, predictions = score(task, [ex], feats, outputs, None, FinetuneConfig(max_answer_length=cap))
+        assert predictions == [expected]
+        assert metrics["exact"] == (100.0 if expected == ANSWER else 0.0)
+
+
 def test_null_answer_threshold_and_scores():
     _, ex, feats = windowed()
     start, end = logits_for(feats, {"start": {(3, 10): -3.0}, "end": {(3, 11): -3.0}}, null=1.0)  # span -6, null 2
