@@ -17,6 +17,7 @@ import argparse
 import hashlib
 import json
 import os
+import random
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -477,13 +478,15 @@ def _download_from_hub(repo_id: str) -> str:
 
 
 def train_tokenizer(files: list[str] | None, out_dir: str, vocab_size: int | None = None, do_lower_case=True,
-                    keep_accents=False, remove_space=True, **spm_options) -> Tokenizer:
+                    keep_accents=False, remove_space=True, seed: int = 12345, **spm_options) -> Tokenizer:
     """Train a unigram spiece.model on text files with ALBERT's flags and id layout; save it with the HF files.
 
     files: text/JSONL/.gz files or globs, read like `litebert prepare` reads them; None -> the bundled corpus.
     vocab_size: None -> 30000 (ALBERT), or 4000 for the bundled corpus, which is too small for 30000 pieces.
     The text is normalised with `preprocess_text` before training, so the pieces match what encoding will see.
     spm_options override or extend ALBERT_SPM_FLAGS (e.g. input_sentence_size=1000, num_threads=1).
+    seed: the sample of input_sentence_size sentences, drawn here: sentencepiece's own sampler ignores
+    spm.set_random_generator_seed (thread-local), so the same command learned different pieces on each run.
     """
     from litebert.pretrain_data import iter_documents, resolve_inputs
 
@@ -507,11 +510,13 @@ def train_tokenizer(files: list[str] | None, out_dir: str, vocab_size: int | Non
     # ALBERT used character_coverage=0.99995 on English Wikipedia + books; on a small or non-Latin corpus that
     # drops rare characters (Korean syllables seen once) to <unk>, so full coverage is our default.
     flags = {**ALBERT_SPM_FLAGS, "character_coverage": 1.0, **spm_options}
+    limit = flags.pop("input_sentence_size", 0)
+    lines = iter(reservoir_sample(sentences(), limit, seed)) if limit else sentences()
     os.makedirs(out_dir, exist_ok=True)
     prefix = os.path.join(out_dir, "spiece")
     try:
         spm.SentencePieceTrainer.train(
-            sentence_iterator=sentences(), model_prefix=prefix, vocab_size=vocab_size,
+            sentence_iterator=lines, input_sentence_size=0, model_prefix=prefix, vocab_size=vocab_size,
             pad_id=0, unk_id=1, bos_id=-1, eos_id=-1, control_symbols=["[CLS]", "[SEP]", "[MASK]"],
             minloglevel=flags.pop("minloglevel", 2), **flags)
     except RuntimeError as e:
@@ -526,6 +531,18 @@ def train_tokenizer(files: list[str] | None, out_dir: str, vocab_size: int | Non
     tok = Tokenizer(prefix + ".model", **vars(opts))
     tok.save_pretrained(out_dir)
     return tok
+
+
+def reservoir_sample(items, k: int, seed: int) -> list:
+    """k items drawn uniformly from a stream of unknown length (Algorithm R), the same k for the same seed."""
+    rng = random.Random(seed)
+    kept: list = []
+    for i, item in enumerate(items):
+        if i < k:
+            kept.append(item)
+        elif (j := rng.randrange(i + 1)) < k:
+            kept[j] = item
+    return kept
 
 
 # ----------------------------------------------------------------------------- CLI

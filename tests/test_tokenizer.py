@@ -251,3 +251,21 @@ def test_hash_is_sha256_of_model(bundled_tok, tmp_path):
     bundled_tok.save_pretrained(str(tmp_path))
     with open(tmp_path / "spiece.model", "rb") as f:
         assert hashlib.sha256(f.read()).hexdigest() == bundled_tok.sha256
+
+
+def test_training_on_a_sample_is_reproducible(tmp_path):
+    """input_sentence_size below the corpus: sentencepiece's own sampler is seeded once per process from the OS
+    (it gave CI other pieces than ours), so litebert samples; two processes with one seed learn the same pieces."""
+    import subprocess
+    from litebert.tokenizer import reservoir_sample
+    script = ("import hashlib, sys; from litebert.tokenizer import train_tokenizer; "
+              "sp = train_tokenizer(None, sys.argv[1], vocab_size=500, input_sentence_size=800, seed=7).sp; "
+              "print(hashlib.sha1(repr([(sp.id_to_piece(i), sp.get_score(i)) for i in range(500)]).encode()).hexdigest())")
+    digests = {subprocess.run([sys.executable, "-c", script, str(tmp_path / f"t{i}")], check=True, text=True,
+                              capture_output=True).stdout for i in range(2)}
+    assert len(digests) == 1
+    assert reservoir_sample(range(10), 20, 0) == list(range(10))
+    draws = [reservoir_sample(range(1000), 100, seed) for seed in (1, 1, 2)]
+    assert draws[0] == draws[1] != draws[2] and len(set(draws[0])) == 100
+    counts = np.bincount([x // 100 for seed in range(200) for x in reservoir_sample(range(1000), 50, seed)])
+    assert counts.min() > 0.8 * counts.mean()  # every tenth of the stream drawn about equally often
