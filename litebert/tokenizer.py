@@ -485,8 +485,8 @@ def train_tokenizer(files: list[str] | None, out_dir: str, vocab_size: int | Non
     vocab_size: None -> 30000 (ALBERT), or 4000 for the bundled corpus, which is too small for 30000 pieces.
     The text is normalised with `preprocess_text` before training, so the pieces match what encoding will see.
     spm_options override or extend ALBERT_SPM_FLAGS (e.g. input_sentence_size=1000, num_threads=1).
-    seed: the sample of input_sentence_size sentences, drawn here: sentencepiece's own sampler ignores
-    spm.set_random_generator_seed (thread-local), so the same command learned different pieces on each run.
+    seed: the sample of input_sentence_size sentences, drawn here: sentencepiece's own sampler is seeded from the
+    OS in each process (spm.set_random_generator_seed does not reach it), so one command learned different pieces.
     """
     from litebert.pretrain_data import iter_documents, resolve_inputs
 

@@ -65,7 +65,8 @@ def main() -> None:
         m = r["metric"]
         base = r["baseline"].get("accuracy")
         for split in ("dev", "test"):
-            mean = {init: sum(run[split][m] for run in r[init]) / len(r[init]) for init in ("pretrained", "from_scratch")}
+            mean = {init: sum(run[split][m] for run in r[init]) / len(r[init])
+                    for init in ("pretrained", "from_scratch")}
             print(f"| {task} | {m} | {split} | {mean['pretrained']:.3f} | {mean['from_scratch']:.3f} | "
                   f"{'' if base is None else f'{base:.3f}'} |")
 
