@@ -18,7 +18,7 @@ import tempfile
 import time
 
 from litebert.pretrain_data import prepare
-from litebert.tokenizer import train_tokenizer
+from litebert.tokenizer_training import train_tokenizer
 
 CORPUS = str(Path(__file__).resolve().parents[2] / "shared" / "data" / "pretrain" / "en_medium.txt")
 

@@ -15,7 +15,6 @@ pages, so later peaks reuse them and barely move RSS.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 

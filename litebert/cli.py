@@ -15,7 +15,7 @@ import sys
 VERBS: dict[str, tuple[str, str]] = {
     # verb: (module:function, one-line help)
     "demo": ("litebert.demo:main", "the whole life cycle on the bundled corpus, with a readable summary"),
-    "tokenizer": ("litebert.tokenizer:cli", "train a SentencePiece tokenizer with ALBERT's conventions"),
+    "tokenizer": ("litebert.tokenizer_training:cli", "train a SentencePiece tokenizer with ALBERT's conventions"),
     "prepare": ("litebert.pretrain_data:cli", "turn raw documents into sharded sentence-order pretraining pairs"),
     "pretrain": ("litebert.pretrain:cli", "pretrain AlbertForPreTraining with MLM + SOP (or NSP) and LAMB"),
     "finetune": ("litebert.finetune:cli", "fine-tune on a classification, QA, multiple-choice or tagging task"),

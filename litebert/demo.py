@@ -58,7 +58,7 @@ def unpack_task(out_dir: str) -> str:
 
 def run(out_dir: str, quick: bool = False, seed: int = 12345) -> dict:
     from litebert.pretrain_data import prepare
-    from litebert.tokenizer import train_tokenizer
+    from litebert.tokenizer_training import train_tokenizer
     t0 = time.time()
     if os.path.exists(out_dir):
         shutil.rmtree(out_dir)  # a demo starts clean; real runs use --resume instead

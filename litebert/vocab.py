@@ -33,7 +33,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from litebert.tokenizer import SPECIALS, SPIECE_UNDERLINE, Tokenizer, preprocess_text, train_tokenizer
+from litebert.tokenizer import SPECIALS, SPIECE_UNDERLINE, Tokenizer, preprocess_text
+from litebert.tokenizer_training import train_tokenizer
 
 log = logging.getLogger("litebert")
 

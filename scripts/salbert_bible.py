@@ -37,7 +37,7 @@ def main() -> None:
     from litebert.model import AlbertForPreTraining
     from litebert.pretrain import PretrainConfig, pretrain
     from litebert.pretrain_data import prepare
-    from litebert.tokenizer import train_tokenizer
+    from litebert.tokenizer_training import train_tokenizer
     from litebert.train import TrainConfig
 
     torch.set_num_threads(a.threads)

@@ -17,7 +17,7 @@ import os
 from litebert.demo import MODEL  # the demo recipe's architecture
 from litebert.pretrain import PretrainConfig, pretrain
 from litebert.pretrain_data import PretrainDataset, iter_documents, prepare, resolve_inputs
-from litebert.tokenizer import train_tokenizer
+from litebert.tokenizer_training import train_tokenizer
 from litebert.train import TrainConfig
 
 

@@ -16,7 +16,8 @@ from litebert.embed import embed
 from litebert.model import AlbertForMaskedLM, AlbertForPreTraining, AlbertModel
 from litebert.pretrain import PretrainConfig, format_summary, pretrain
 from litebert.pretrain_data import PretrainDataset, prepare
-from litebert.tokenizer import Tokenizer, train_tokenizer
+from litebert.tokenizer import Tokenizer
+from litebert.tokenizer_training import train_tokenizer
 from litebert.train import TrainConfig
 
 DATA = str(SHARED_DATA)

@@ -7,7 +7,7 @@ import pytest
 from litebert.cli import main as litebert_main
 from litebert.pretrain import PretrainConfig, pretrain
 from litebert.pretrain_data import prepare
-from litebert.tokenizer import train_tokenizer
+from litebert.tokenizer_training import train_tokenizer
 from litebert.train import TrainConfig
 
 

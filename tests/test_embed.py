@@ -17,7 +17,8 @@ from litebert.config import AlbertConfig
 from litebert.embed import (SentenceConfig, SentenceEncoder, embed, evaluate_pairs, paired_cosine, pool, read_pairs,
                             recall_at_1, train_sentence_encoder)
 from litebert.model import AlbertForPreTraining, AlbertModel
-from litebert.tokenizer import Tokenizer, train_tokenizer
+from litebert.tokenizer import Tokenizer
+from litebert.tokenizer_training import train_tokenizer
 from litebert.train import TrainConfig
 
 DATA = str(SHARED_DATA)

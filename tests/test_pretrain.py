@@ -16,7 +16,7 @@ from litebert.model import AlbertForPreTraining
 from litebert.pretrain import PretrainConfig, pretrain
 from litebert.masking import make_batch
 from litebert.pretrain_data import PretrainDataset, prepare
-from litebert.tokenizer import train_tokenizer
+from litebert.tokenizer_training import train_tokenizer
 from litebert.train import TrainConfig, train
 
 TINY = dict(embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,

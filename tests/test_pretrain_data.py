@@ -12,7 +12,7 @@ import pytest
 
 from litebert.masking import make_batch, mask_tokens, select_spans
 from litebert.pretrain_data import InstanceOptions, PretrainDataset, create_instances, prepare, split_sentences
-from litebert.tokenizer import train_tokenizer
+from litebert.tokenizer_training import train_tokenizer
 
 V, MASK = 30000, 4
 
