@@ -21,8 +21,8 @@ from litebert.tokenizer import NormalizerOptions, Tokenizer, preprocess_text
 ALBERT_SPM_FLAGS = dict(
     model_type="unigram",
     user_defined_symbols=["(", ")", '"', "-", ".", "–", "£", "€"],
-    shuffle_input_sentence=True,
-    input_sentence_size=10_000_000,
+    shuffle_input_sentence=True,  # kept as ALBERT's; train_tokenizer samples itself and hands spm no more
+    input_sentence_size=10_000_000,  # than this many sentences (seeded: spm's own sampler is not)
     character_coverage=0.99995,
 )
 # sentencepiece reports a too-large vocabulary like this; we turn it into a one-line hint.

@@ -11,7 +11,7 @@ from paths import SHARED_DATA
 
 from litebert.cli import main as litebert_main
 from litebert.config import AlbertConfig
-from litebert.finetune import HEAD_FOR_KIND, FinetuneConfig, finetune, resolve_task
+from litebert.finetune import HEAD_FOR_KIND, FinetuneConfig, finetune, load_model, resolve_task
 from litebert.model import AlbertForPreTraining
 from litebert.train import TrainConfig
 
@@ -125,7 +125,6 @@ def test_bad_input_is_one_line(pretrained, tmp_path, capsys):
 
 
 def test_dropout_override_reaches_every_dropout_and_bad_values_are_one_line(pretrained, capsys):
-    from litebert.finetune import load_model
     task = resolve_task(FinetuneConfig(model=str(pretrained / "model"), task="wordnet_qa", data_dir="x"))
     for from_scratch in (False, True):
         model = load_model(FinetuneConfig(model=str(pretrained / "model"), dropout=0.25, from_scratch=from_scratch),

@@ -1,5 +1,6 @@
 """SQuAD-format QA: readers on official-format files, windowed featurization, span decoding, scoring."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -10,7 +11,8 @@ from fixtures.tokenizers import FakeTokenizer, train_tiny_tokenizer
 from paths import SHARED_DATA
 from litebert import squad as S
 from litebert.features import collate
-from litebert.tasks import DataError, read_task
+from litebert.finetune import FinetuneConfig, score
+from litebert.tasks import TASKS, DataError, read_task
 
 FIX = Path(__file__).parent / "fixtures" / "squad"
 WORDNET_QA = SHARED_DATA / "tasks" / "wordnet_qa"
@@ -151,9 +153,6 @@ def test_decode_picks_the_best_valid_span_and_maps_back_to_text(decoy, kw, expec
 def test_the_span_cap_defaults_to_the_tasks():
     """finetune.score decodes with the task's cap unless --max-answer-length says otherwise: wordnet_qa's answers
     are single words (8 tokens), SQuAD keeps its 30."""
-    import dataclasses
-    from litebert.finetune import FinetuneConfig, score
-    from litebert.tasks import TASKS
     _, ex, feats = windowed()
     long_span = {"start": {**GOLD["start"], (3, 8): 10.0}, "end": {**GOLD["end"], (3, 14): 10.0}}  # 7 tokens
     start, end = logits_for(feats, long_span)
