@@ -96,18 +96,23 @@ def pretraining_batch(config: AlbertConfig, B: int, T: int, seed: int, mask_prob
 
 # -- FLOPs -------------------------------------------------------------------------------------------
 
-def forward_flops(config: AlbertConfig, B: int, T: int, mlm_positions: int = 0, pooler: bool = True) -> int:
+def forward_flops(config: AlbertConfig, B: int, T: int, mlm_positions: int = 0, pooler: bool = True,
+                  loss_rows: int | None = None) -> int:
     """Multiply-adds x 2 of one forward pass, counting all L applications of the shared layer.
 
     Per token: E->H projection 2EH; per layer application QKV 6H^2, attention scores and their use 4TH,
     output projection 2H^2, FFN 4HI. The MLM head (2HE + 2EV) is counted only at the `mlm_positions`
     labelled positions, the work the loss needs: an implementation that computes logits everywhere
-    (transformers does) does extra work that earns it no credit. Embedding gathers, LayerNorms, softmax
-    and activations are not counted (the usual convention: they are not matmuls)."""
+    (transformers does) does extra work that earns it no credit. By the same rule, with `loss_rows` (the
+    positions whose final hidden state a loss reads: the labelled ones and each [CLS]) the last layer is
+    counted as keys and values for every token (4H^2) and the rest only at those rows. Embedding gathers,
+    LayerNorms, softmax and activations are not counted (the usual convention: they are not matmuls)."""
     E, H, I, L, V = (config.embedding_size, config.hidden_size, config.intermediate_size,
                      config.num_hidden_layers * config.inner_group_num, config.vocab_size)
-    per_token = 2 * E * H + L * (8 * H * H + 4 * H * I + 4 * T * H)
-    flops = B * T * per_token + (B * 2 * H * H if pooler else 0)
+    layer = 8 * H * H + 4 * H * I + 4 * T * H  # per token, one layer application
+    flops = B * T * (2 * E * H + L * layer) + (B * 2 * H * H if pooler else 0)
+    if loss_rows is not None:
+        flops -= B * T * layer - (B * T * 4 * H * H + loss_rows * (layer - 4 * H * H))
     return flops + mlm_positions * (2 * H * E + 2 * E * V) + B * 2 * H * 2
 
 

@@ -88,7 +88,7 @@ def main() -> None:
         B, T = map(int, shape.split("x"))
         batch = pretraining_batch(config, B, T, args.seed)
         masked = int((batch["labels"] != -100).sum())
-        flops = 3 * forward_flops(config, B, T, mlm_positions=masked)
+        flops = 3 * forward_flops(config, B, T, mlm_positions=masked, loss_rows=masked + B)
         for precision in args.precisions.split(","):
             ours, theirs = load_pair(directory, "AlbertForPreTraining", "sdpa")
             steps = {"litebert": make_step(ours, batch, precision)}

@@ -1,7 +1,7 @@
 """Fine-tuning heads on the ALBERT encoder, with HuggingFace's class and weight names.
 
 Each head is a few lines: the encoder, a dropout and a linear layer. Sequence-level heads read the pooled
-[CLS]; token-level heads read every position. Loss functions follow HF's choices so that a litebert model
+[CLS] (and ask the encoder's last layer for that position alone); token-level heads read every position. Loss functions follow HF's choices so that a litebert model
 and its transformers twin compute the same loss on the same batch.
 """
 
@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from litebert.config import AlbertConfig
-from litebert.model import AlbertModel
+from litebert.model import AlbertModel, cls_position
 from litebert.weights import PretrainedMixin
 
 
@@ -67,7 +67,7 @@ class AlbertForSequenceClassification(PretrainedMixin, nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None) -> ClassifierOutput:
-        _, pooled = self.albert(input_ids, attention_mask, token_type_ids, position_ids)
+        _, pooled = self.albert(input_ids, attention_mask, token_type_ids, position_ids, cls_position(input_ids))
         logits = self.classifier(self.dropout(pooled))  # (B, num_labels)
         return ClassifierOutput(None if labels is None else sequence_loss(logits, labels, self.config), logits)
 
@@ -140,7 +140,9 @@ class AlbertForMultipleChoice(PretrainedMixin, nn.Module):
         def flat(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else t.reshape(B * C, T)
 
-        _, pooled = self.albert(flat(input_ids), flat(attention_mask), flat(token_type_ids), flat(position_ids))
+        input_ids = flat(input_ids)
+        _, pooled = self.albert(input_ids, flat(attention_mask), flat(token_type_ids), flat(position_ids),
+                                cls_position(input_ids))
         logits = self.classifier(self.dropout(pooled)).view(B, C)  # (B, C)
         return ClassifierOutput(None if labels is None else F.cross_entropy(logits.float(), labels), logits)
 

@@ -73,16 +73,16 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
               dropout_p: float) -> torch.Tensor:
     """softmax(q k^T / sqrt(hs) + mask) v for (B, nh, T, hs) inputs: SDPA, or the explicit form where it is
     faster (short sequences with gradients). The softmax runs in fp32 either way, as SDPA's kernels do."""
-    T, hs = q.shape[-2:]
+    T, hs = k.shape[-2:]
     if not (torch.is_grad_enabled() and q.requires_grad and T <= EXPLICIT_ATTENTION_MAX_LEN):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
-    scores = (q * hs ** -0.5) @ k.transpose(-1, -2)  # (B, nh, T, T)
+    scores = (q * hs ** -0.5) @ k.transpose(-1, -2)  # (B, nh, Tq, T)
     if attn_mask is not None:
         scores = scores + attn_mask
     probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype)
     if dropout_p > 0:
         probs = F.dropout(probs, dropout_p)
-    return probs @ v  # (B, nh, T, hs)
+    return probs @ v  # (B, nh, Tq, hs)
 
 
 class AlbertAttention(nn.Module):
@@ -108,13 +108,22 @@ class AlbertAttention(nn.Module):
         return weight, bias
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None,
-                qkv: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+                qkv: tuple[torch.Tensor, torch.Tensor] | None = None,
+                output_positions: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, T, H) -> (B, T, H), or (B, Tq, H) at `output_positions` (B, Tq): then keys and values are still
+        computed for every token, but queries and everything after attention only at those positions."""
         B, T, H = x.shape
-        weight, bias = qkv if qkv is not None else self.packed_qkv()
-        q, k, v = F.linear(x, weight, bias).view(B, T, 3, self.num_heads, H // self.num_heads).unbind(2)
-        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
+        nh, hs = self.num_heads, H // self.num_heads
+        if output_positions is None:
+            weight, bias = qkv if qkv is not None else self.packed_qkv()
+            q, k, v = F.linear(x, weight, bias).view(B, T, 3, nh, hs).unbind(2)
+        else:  # the module's own projections: slicing the packed weight would cost its gradient a zero-fill
+            k, v = self.key(x).view(B, T, nh, hs), self.value(x).view(B, T, nh, hs)
+            x = x.gather(1, output_positions[..., None].expand(-1, -1, H))  # (B, Tq, H)
+            q = self.query(x).view(B, -1, nh, hs)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, nh, Tq, hs), (B, nh, T, hs) x 2
         y = attention(q, k, v, attn_mask, self.attention_dropout if self.training else 0.0)
-        y = y.transpose(1, 2).reshape(B, T, H)  # (B, T, H)
+        y = y.transpose(1, 2).reshape(B, -1, H)  # (B, Tq, H)
         return self.LayerNorm(x + self.output_dropout(self.dense(y)))
 
 
@@ -132,8 +141,9 @@ class AlbertLayer(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None,
-                qkv: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-        a = self.attention(x, attn_mask, qkv)
+                qkv: tuple[torch.Tensor, torch.Tensor] | None = None,
+                output_positions: torch.Tensor | None = None) -> torch.Tensor:
+        a = self.attention(x, attn_mask, qkv, output_positions)
         # Dropout on the FFN output as in TF ALBERT (HF omits it; identical in eval mode and for v2's p=0).
         return self.full_layer_layer_norm(self.dropout(self.ffn_output(self.activation(self.ffn(a)))) + a)
 
@@ -166,18 +176,21 @@ class AlbertTransformer(nn.Module):
                 layer.ffn, layer.ffn_output = first.ffn, first.ffn_output
                 layer.full_layer_layer_norm = first.full_layer_layer_norm
 
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None,
+                output_positions: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, T, E) -> (B, T, H); with `output_positions` (B, Tq), the last layer computes only those rows."""
         x = self.embedding_hidden_mapping_in(x)  # (B, T, E) -> (B, T, H)
+        layers = [layer for g in self.layer_to_group for layer in self.albert_layer_groups[g].albert_layers]
         packed: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id(attention) -> its QKV, packed once
-        for group_index in self.layer_to_group:
-            for layer in self.albert_layer_groups[group_index].albert_layers:
-                key = id(layer.attention)
-                if key not in packed:
-                    packed[key] = cast_for_autocast(*layer.attention.packed_qkv())
-                if self.gradient_checkpointing and self.training:
-                    x = torch.utils.checkpoint.checkpoint(layer, x, attn_mask, packed[key], use_reentrant=False)
-                else:
-                    x = layer(x, attn_mask, packed[key])
+        for i, layer in enumerate(layers):
+            key = id(layer.attention)
+            if key not in packed:
+                packed[key] = cast_for_autocast(*layer.attention.packed_qkv())
+            positions = output_positions if i == len(layers) - 1 else None
+            if self.gradient_checkpointing and self.training:
+                x = torch.utils.checkpoint.checkpoint(layer, x, attn_mask, packed[key], positions, use_reentrant=False)
+            else:
+                x = layer(x, attn_mask, packed[key], positions)
         return x
 
 
@@ -218,9 +231,13 @@ class AlbertModel(PretrainedMixin, nn.Module):
         self.init_weights()
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None) -> BaseOutput:
+                token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                output_positions: torch.Tensor | None = None) -> BaseOutput:
+        """`output_positions` (B, Tq): compute the final hidden states only there (a head that reads few
+        positions saves most of the last layer); last_hidden_state is then (B, Tq, H), and the pooler reads
+        its first column, which must be position 0 ([CLS])."""
         x = self.embeddings(input_ids, token_type_ids, position_ids)
-        h = self.encoder(x, padding_mask(attention_mask, x.dtype))
+        h = self.encoder(x, padding_mask(attention_mask, x.dtype), output_positions)
         pooled = self.pooler_activation(self.pooler(h[:, 0])) if self.pooler is not None else None
         return BaseOutput(h, pooled)
 
@@ -252,6 +269,30 @@ class AlbertSOPHead(nn.Module):
 
     def forward(self, pooled: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.dropout(pooled))  # (B, 2)
+
+
+def loss_positions(labels: torch.Tensor, with_cls: bool) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """The positions whose final hidden states the pretraining losses read, for AlbertModel's
+    `output_positions`: the labelled ones, and position 0 for the SOP head's pooler.
+
+    Returns (positions (B, Tq), their labels (B, Tq)): each row lists its needed positions in ascending order
+    (so the MLM logits keep the row-major order of the full computation), then fills up to the longest row with
+    unneeded positions (label -100: computed, never read). At 15% masking Tq is ~1/5 of T, so the last layer
+    costs ~1/3 of a full one (its keys and values still need every token). Returns (None, labels) when every
+    position is needed."""
+    needed = labels != -100
+    if with_cls:
+        needed[:, 0] = True
+    width = max(1, int(needed.sum(1).max()))
+    if width == labels.shape[1]:
+        return None, labels
+    positions = torch.sort((~needed).to(torch.uint8), dim=1, stable=True).indices[:, :width]  # needed first
+    return positions, labels.gather(1, positions)
+
+
+def cls_position(input_ids: torch.Tensor) -> torch.Tensor:
+    """`output_positions` for a head that reads only the pooled [CLS]: the last layer runs one query."""
+    return input_ids.new_zeros(input_ids.shape[0], 1)
 
 
 def masked_lm(head: AlbertMLMHead, h: torch.Tensor, labels: torch.Tensor | None
@@ -295,7 +336,10 @@ class AlbertForPreTraining(PretrainedMixin, nn.Module):
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, sentence_order_label: torch.Tensor | None = None
                 ) -> PreTrainingOutput:
-        h, pooled = self.albert(input_ids, attention_mask, token_type_ids, position_ids)
+        positions = None
+        if labels is not None:
+            positions, labels = loss_positions(labels, with_cls=True)
+        h, pooled = self.albert(input_ids, attention_mask, token_type_ids, position_ids, positions)
         mlm_loss, prediction_logits = masked_lm(self.predictions, h, labels)
         sop_logits = self.sop_classifier(pooled)
         sop_loss = None if sentence_order_label is None else F.cross_entropy(sop_logits.float(), sentence_order_label.view(-1))
@@ -322,7 +366,10 @@ class AlbertForMaskedLM(PretrainedMixin, nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None) -> MaskedLMOutput:
-        h, _ = self.albert(input_ids, attention_mask, token_type_ids, position_ids)
+        positions = None
+        if labels is not None:
+            positions, labels = loss_positions(labels, with_cls=False)
+        h, _ = self.albert(input_ids, attention_mask, token_type_ids, position_ids, positions)
         return MaskedLMOutput(*masked_lm(self.predictions, h, labels))
 
 
@@ -350,4 +397,4 @@ def count_parameters(module: nn.Module) -> int:
 
 
 __all__ = ["AlbertModel", "AlbertForPreTraining", "AlbertForMaskedLM", "activation_fn", "count_parameters",
-           "init_module_weights", "masked_lm"]
+           "cls_position", "init_module_weights", "loss_positions", "masked_lm"]

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import litebert.model as model_module
 from litebert.config import AlbertConfig
-from litebert.model import AlbertForPreTraining, attention
+from litebert.model import AlbertForMaskedLM, AlbertForPreTraining, attention, loss_positions
 
 B, T = 3, 16
 
@@ -142,3 +142,64 @@ def test_compiled_layers_same_loss_and_grads():
         for layer in group.albert_layers:
             layer.compile()
     assert_same_training(plain, compiled, batch(config), atol=1e-4, rtol=1e-4)
+
+
+def test_loss_positions_lists_the_needed_positions_first_in_order():
+    labels = torch.tensor([[-100, 5, -100, 7, -100],
+                           [-100, -100, -100, -100, -100],
+                           [-100, -100, 9, -100, -100]])
+    positions, selected = loss_positions(labels, with_cls=True)
+    assert positions.tolist() == [[0, 1, 3], [0, 1, 2], [0, 2, 1]]  # needed ascending, then filler
+    assert selected.tolist() == [[-100, 5, 7], [-100, -100, -100], [-100, 9, -100]]
+    positions, selected = loss_positions(labels, with_cls=False)
+    assert positions.tolist() == [[1, 3], [0, 1], [2, 0]]
+    assert selected.tolist() == [[5, 7], [-100, -100], [9, -100]]
+    everything = torch.arange(10).view(2, 5)
+    assert loss_positions(everything, with_cls=True)[0] is None  # nothing to skip: the plain path
+
+
+@pytest.mark.parametrize("cls", [AlbertForPreTraining, AlbertForMaskedLM], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("layout", [dict(), dict(num_hidden_groups=2, inner_group_num=2), dict(checkpointing=True)],
+                         ids=["shared", "groups", "checkpointing"])
+def test_last_layer_at_loss_positions_trains_like_the_full_layer(monkeypatch, cls, layout):
+    """The last layer computed only where the losses read it: the same losses and gradients as computing it
+    everywhere, with padding and a different number of labels per sequence."""
+    layout = dict(layout)
+    checkpointing = layout.pop("checkpointing", False)
+    config = tiny(**layout)
+    torch.manual_seed(0)
+    a = cls(config)
+    with torch.no_grad():
+        for p in a.parameters():
+            p.copy_(torch.randn_like(p) * 0.2)
+    b = cls(config)
+    b.load_state_dict(a.state_dict())
+    for model in (a, b):
+        model.albert.encoder.gradient_checkpointing = checkpointing
+    inputs = batch(config)
+    inputs["labels"][1, 3:6] = inputs["input_ids"][1, 3:6]  # rows with 4, 7 and 4 labels
+    if cls is AlbertForMaskedLM:
+        del inputs["sentence_order_label"]
+    logits_selected = a(**inputs)[1]  # (M, V) at the labelled positions, row-major
+    loss_selected, grads_selected = loss_and_grads(a, inputs)
+    monkeypatch.setattr(model_module, "loss_positions", lambda labels, with_cls: (None, labels))
+    logits_full = b(**inputs)[1]
+    loss_full, grads_full = loss_and_grads(b, inputs)
+    torch.testing.assert_close(logits_selected, logits_full, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(loss_selected, loss_full, atol=1e-5, rtol=1e-5)
+    for name in grads_full:
+        torch.testing.assert_close(grads_selected[name], grads_full[name], atol=1e-5, rtol=1e-5, msg=name)
+
+
+def test_output_positions_give_the_full_hidden_states_there():
+    config = tiny()
+    model, _ = model_pair(config)
+    inputs = {k: v for k, v in batch(config).items() if k in ("input_ids", "attention_mask")}
+    positions = torch.tensor([[0, 4, 9], [0, 1, 15], [0, 2, 3]])
+    for grad in (True, False):  # explicit attention with gradients, SDPA without
+        with torch.set_grad_enabled(grad):
+            full = model.albert(**inputs)
+            part = model.albert(**inputs, output_positions=positions)
+        expected = full.last_hidden_state.gather(1, positions[..., None].expand(-1, -1, config.hidden_size))
+        torch.testing.assert_close(part.last_hidden_state, expected, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(part.pooler_output, full.pooler_output, atol=1e-5, rtol=1e-5)
