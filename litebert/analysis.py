@@ -8,6 +8,7 @@ layer fires its hook once per application, in order.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 
@@ -68,7 +69,8 @@ def cli(argv: list[str]) -> int:
     parser.add_argument("models", nargs="+", help="model directories (litebert or HF) to compare")
     parser.add_argument("--text", help="a text file, one sentence per line (default: the bundled corpus)")
     parser.add_argument("--max-sentences", type=int, default=64)
-    parser.add_argument("--max-length", type=int, default=128)
+    parser.add_argument("--max-length", type=int, default=None,
+                        help="tokens per sentence (default: each model's max_position_embeddings)")
     parser.add_argument("--out", default="transitions.png", help="where to write the plot (a .json goes beside)")
     args = parser.parse_args(argv)
     from litebert.model import AlbertModel
@@ -76,9 +78,9 @@ def cli(argv: list[str]) -> int:
     results = {}
     for directory in args.models:
         tokenizer = Tokenizer.from_pretrained(directory)
-        sentences = read_sentences(args.text, args.max_sentences)
-        batch = tokenizer(sentences, max_length=args.max_length)
         model = AlbertModel.from_pretrained(directory)
+        sentences = read_sentences(args.text, args.max_sentences)
+        batch = tokenizer(sentences, max_length=args.max_length or model.config.max_position_embeddings)
         results[os.path.basename(os.path.normpath(directory))] = layer_transitions(
             model, batch["input_ids"], batch["attention_mask"])
     plot_transitions(results, args.out)
@@ -92,13 +94,10 @@ def cli(argv: list[str]) -> int:
 
 
 def read_sentences(path: str | None, limit: int) -> list[str]:
-    """Non-empty lines of a text file, or of the bundled corpus."""
-    if path is None:
-        from litebert.pretrain_data import bundled_corpus_path
-        path = bundled_corpus_path()
-    from litebert.pretrain_data import open_text
-    with open_text(path) as f:
-        lines = [line.strip() for line in f if line.strip()]
-    if not lines:
-        raise ValueError(f"{path}: no sentences")
-    return lines[:limit]
+    """The first `limit` sentences of a corpus in any form `litebert prepare` reads (default: the bundled one)."""
+    from litebert.pretrain_data import iter_documents, resolve_inputs
+    files = resolve_inputs(path)
+    sentences = list(itertools.islice((s for doc in iter_documents(files) for s in doc), limit))
+    if not sentences:
+        raise ValueError(f"{path or files[0]}: no sentences")
+    return sentences

@@ -63,7 +63,7 @@ def main() -> None:
     print("\n| task | metric | split | pretrained | from scratch | trivial baseline (dev) |\n|---|---|---|---|---|---|")
     for task, r in results.items():
         m = r["metric"]
-        base = r["baseline"].get("accuracy")
+        base = r["baseline"].get(m)  # majority class, chance, or the rarest passage word (QA)
         for split in ("dev", "test"):
             mean = {init: sum(run[split][m] for run in r[init]) / len(r[init])
                     for init in ("pretrained", "from_scratch")}

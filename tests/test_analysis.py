@@ -1,6 +1,10 @@
+import json
+
 import torch
 
+from fixtures.tokenizers import train_tiny_tokenizer
 from litebert.analysis import layer_transitions, plot_transitions
+from litebert.cli import main
 from litebert.config import AlbertConfig
 from litebert.model import AlbertForPreTraining
 
@@ -31,3 +35,24 @@ def test_transitions_follow_every_application_of_a_shared_layer(tmp_path):
     assert all(-1 <= c <= 1 for c in r["cosine"])
     assert not albert._forward_hooks and not albert.encoder.embedding_hidden_mapping_in._forward_hooks
     assert plot_transitions({"tiny": r}, str(tmp_path / "t.png")) and (tmp_path / "t.png").stat().st_size > 1000
+
+
+def test_the_analyze_command_reads_a_corpus_and_writes_the_plot_and_figures(tmp_path, capsys):
+    tok = train_tiny_tokenizer(tmp_path)
+    config = AlbertConfig(vocab_size=tok.vocab_size, embedding_size=8, hidden_size=16, num_hidden_layers=3,
+                          num_attention_heads=2, intermediate_size=32, max_position_embeddings=32)
+    model_dir = tmp_path / "tiny"
+    AlbertForPreTraining(config).save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    out = tmp_path / "transitions.png"
+    assert main(["analyze", str(model_dir), "--text", str(tmp_path / "text.txt"), "--max-sentences", "5",
+                 "--max-length", "32", "--out", str(out)]) == 0
+    figures = json.loads(out.with_suffix(".json").read_text())
+    assert len(figures["tiny"]["l2"]) == 3 and out.stat().st_size > 1000
+    assert main(["analyze", str(model_dir), "--out", str(out)]) == 0  # the bundled corpus by default
+
+    assert main(["analyze", str(model_dir), "--text", str(tmp_path / "missing.txt")]) == 2
+    assert "no input files match" in capsys.readouterr().err.strip().splitlines()[-1]
+    (tmp_path / "empty.txt").write_text("\n\n")
+    assert main(["analyze", str(model_dir), "--text", str(tmp_path / "empty.txt")]) == 2
+    assert capsys.readouterr().err.strip().endswith("empty.txt: no sentences")
