@@ -1,4 +1,4 @@
-"""Layer-to-layer transitions: the paper's Figure 2 (L2 distance and cosine similarity between the input and
+"""Layer-to-layer transitions: the paper's Figure 1 (L2 distance and cosine similarity between the input and
 output embeddings of each layer application), showing that sharing smooths the path from layer to layer.
 
 The hidden states are collected with forward hooks, so the model's forward stays free of output flags: a shared
@@ -45,7 +45,7 @@ def layer_transitions(model: nn.Module, input_ids: torch.Tensor, attention_mask:
 
 
 def plot_transitions(results: dict[str, dict[str, list[float]]], path: str) -> str:
-    """One line per model, L2 on the left and cosine on the right, as in the paper's Figure 2."""
+    """One line per model, L2 on the left and cosine on the right, as in the paper's Figure 1."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -76,12 +76,12 @@ def cli(argv: list[str]) -> int:
     from litebert.model import AlbertModel
     from litebert.tokenizer import Tokenizer
     results = {}
-    for directory in args.models:
+    for name, directory in zip(model_names(args.models), args.models):
         tokenizer = Tokenizer.from_pretrained(directory)
         model = AlbertModel.from_pretrained(directory)
         sentences = read_sentences(args.text, args.max_sentences)
         batch = tokenizer(sentences, max_length=args.max_length or model.config.max_position_embeddings)
-        results[os.path.basename(os.path.normpath(directory))] = layer_transitions(
+        results[name] = layer_transitions(
             model, batch["input_ids"], batch["attention_mask"])
     plot_transitions(results, args.out)
     with open(os.path.splitext(args.out)[0] + ".json", "w") as f:
@@ -91,6 +91,17 @@ def cli(argv: list[str]) -> int:
         print(f"{'':{len(name)}}  cos {' '.join(f'{x:.2f}' for x in r['cosine'])}")
     print(f"plot: {args.out}")
     return 0
+
+
+def model_names(directories: list[str]) -> list[str]:
+    """Short labels for the plot: the directory names, or, where two runs end alike (runA/final, runB/final),
+    the paths below their common parent."""
+    paths = [os.path.normpath(os.path.abspath(d)) for d in directories]
+    names = [os.path.basename(p) for p in paths]
+    if len(set(names)) == len(names):
+        return names
+    common = os.path.commonpath(paths)
+    return [os.path.relpath(p, common) if p != common else os.path.basename(p) for p in paths]
 
 
 def read_sentences(path: str | None, limit: int) -> list[str]:

@@ -56,12 +56,33 @@ def unpack_task(out_dir: str) -> str:
     return target
 
 
+DEMO_MARKER = ".litebert-demo"  # written first into a demo's directory: only such a directory is ever replaced
+
+
+DEMO_ENTRIES = {DEMO_MARKER, "summary.json", "tokenizer", "data64", "data128", "pretrain", "pretrain128", "tasks",
+                "finetune_pretrained", "finetune_from_scratch"}
+
+
+def start_clean(out_dir: str) -> None:
+    """A demo starts from nothing (real runs use --resume), but it deletes only what a demo made: `--out .` or a
+    directory of other runs is refused, not wiped. (Demos from before the marker are known by their summary and
+    having nothing but the demo's own entries.)"""
+    entries = set(os.listdir(out_dir)) if os.path.isdir(out_dir) else set()
+    if entries:
+        if DEMO_MARKER not in entries and not ("summary.json" in entries and entries <= DEMO_ENTRIES):
+            raise ValueError(f"{out_dir} exists and is not a previous demo run; choose another --out or remove it")
+        shutil.rmtree(out_dir)
+    elif os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise ValueError(f"{out_dir} is a file, not a directory")
+    os.makedirs(out_dir, exist_ok=True)
+    open(os.path.join(out_dir, DEMO_MARKER), "w").close()
+
+
 def run(out_dir: str, quick: bool = False, seed: int = 12345) -> dict:
     from litebert.pretrain_data import prepare
     from litebert.tokenizer_training import train_tokenizer
     t0 = time.time()
-    if os.path.exists(out_dir):
-        shutil.rmtree(out_dir)  # a demo starts clean; real runs use --resume instead
+    start_clean(out_dir)
     tok_dir = os.path.join(out_dir, "tokenizer")
 
     print("[1/5] tokenizer: SentencePiece unigram on the bundled demo corpus", flush=True)
@@ -136,7 +157,8 @@ def format_demo(summary: dict) -> str:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="litebert demo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="out/demo", help="run directory (replaced)")
+    parser.add_argument("--out", default="out/demo",
+                        help="run directory (a previous demo run there is replaced; anything else is refused)")
     parser.add_argument("--quick", action="store_true", help="a one-minute smoke run of every stage")
     parser.add_argument("--seed", type=int, default=12345)
     args = parser.parse_args(argv)

@@ -309,6 +309,9 @@ def evaluate_checkpoint(model_dir: str, cfg: FinetuneConfig, split: str
     task = resolve_task(cfg)
     tok = Tokenizer.from_pretrained(cfg.tokenizer or directory)
     labels = [config.id2label[i] for i in range(config.num_labels)] if config.id2label else None
+    if config.architectures and HEAD_FOR_KIND[task.kind].__name__ not in config.architectures:
+        raise ValueError(f"{directory} is not fine-tuned for {task.name} ({task.kind}): its architectures are "
+                         f"{config.architectures}; fine-tune it first (litebert finetune)")
     examples = read_split(task, cfg, split, labels, cfg.max_eval_examples)
     features = featurize(task, examples, tok, labels, cfg, checked_max_length(cfg, task))
     model = HEAD_FOR_KIND[task.kind].from_pretrained(directory)
@@ -327,11 +330,16 @@ def _parser(prog: str, description: str, train_args: bool) -> argparse.ArgumentP
     return parser
 
 
+def _finetune_config(args: argparse.Namespace, sections: tuple[str, ...]) -> tuple[FinetuneConfig, dict]:
+    """The [finetune] table of --config under the command line's flags, and the whole TOML."""
+    toml = load_toml(args.config, sections) if args.config else {}
+    return resolve_config(FinetuneConfig, toml.get("finetune"), args, source=f"{args.config} [finetune]"), toml
+
+
 def cli(argv: list[str]) -> int:
     parser = _parser("litebert finetune", __doc__, train_args=True)
     args = parser.parse_args(argv)
-    toml = load_toml(args.config, ("finetune", "train")) if args.config else {}
-    cfg = resolve_config(FinetuneConfig, toml.get("finetune"), args, source=f"{args.config} [finetune]")
+    cfg, toml = _finetune_config(args, ("finetune", "train"))
     train_table = apply_recipe(cfg.task, toml.get("train", {}), args)
     train_cfg = resolve_config(TrainConfig, train_table, args, source=f"{args.config} [train]")
     summary = finetune(cfg, train_cfg)
@@ -342,10 +350,10 @@ def cli(argv: list[str]) -> int:
 
 def cli_evaluate(argv: list[str]) -> int:
     parser = _parser("litebert evaluate", "Score a fine-tuned checkpoint (--model) on a split of its task.", False)
-    parser.add_argument("--split", default="dev")
+    parser.add_argument("--split", default="dev", help="which of the task's files to score: dev, test, ...")
     parser.add_argument("--out", help="write metrics.json here")
     args = parser.parse_args(argv)
-    cfg = resolve_config(FinetuneConfig, None, args)
+    cfg, _ = _finetune_config(args, ("finetune", "train"))
     metrics, _, _, _ = evaluate_checkpoint(cfg.model, cfg, args.split)
     text = json.dumps(metrics, indent=1)
     if args.out:
@@ -358,10 +366,10 @@ def cli_evaluate(argv: list[str]) -> int:
 def cli_predict(argv: list[str]) -> int:
     parser = _parser("litebert predict", "Write predictions of a fine-tuned checkpoint (--model) for a split: "
                      "JSONL (id, prediction), or the GLUE submission format for GLUE tasks.", False)
-    parser.add_argument("--split", default="test")
+    parser.add_argument("--split", default="test", help="which of the task's files to predict: test, dev, ...")
     parser.add_argument("--out", required=True, help="output file (a directory for GLUE submissions)")
     args = parser.parse_args(argv)
-    cfg = resolve_config(FinetuneConfig, None, args)
+    cfg, _ = _finetune_config(args, ("finetune", "train"))
     _, preds, task, examples = evaluate_checkpoint(cfg.model, cfg, args.split)
     if task.submission:
         path = T.write_glue_predictions(args.out, task, examples, preds)

@@ -1,9 +1,10 @@
 import json
+import shutil
 
 import torch
 
 from fixtures.tokenizers import train_tiny_tokenizer
-from litebert.analysis import layer_transitions, plot_transitions
+from litebert.analysis import layer_transitions, model_names, plot_transitions
 from litebert.cli import main
 from litebert.config import AlbertConfig
 from litebert.model import AlbertForPreTraining
@@ -50,6 +51,12 @@ def test_the_analyze_command_reads_a_corpus_and_writes_the_plot_and_figures(tmp_
     figures = json.loads(out.with_suffix(".json").read_text())
     assert len(figures["tiny"]["l2"]) == 3 and out.stat().st_size > 1000
     assert main(["analyze", str(model_dir), "--out", str(out)]) == 0  # the bundled corpus by default
+    # Two runs whose checkpoints share a name (runA/final, runB/final) are both kept, under their own paths.
+    for run in ("runA", "runB"):
+        shutil.copytree(model_dir, tmp_path / run / "final")
+    assert main(["analyze", str(tmp_path / "runA" / "final"), str(tmp_path / "runB" / "final"), "--out", str(out)]) == 0
+    assert sorted(json.loads(out.with_suffix(".json").read_text())) == ["runA/final", "runB/final"]
+    assert model_names(["a/x", "b/y"]) == ["x", "y"]
 
     assert main(["analyze", str(model_dir), "--text", str(tmp_path / "missing.txt")]) == 2
     assert "no input files match" in capsys.readouterr().err.strip().splitlines()[-1]

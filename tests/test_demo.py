@@ -1,10 +1,12 @@
 """The main job: the demo runs end to end, and pretraining really learns against the baselines it computes."""
 
 import json
+import os
 
 import pytest
 
 from litebert.cli import main as litebert_main
+from litebert.demo import DEMO_MARKER, start_clean
 from litebert.pretrain import PretrainConfig, pretrain
 from litebert.pretrain_data import prepare
 from litebert.tokenizer_training import train_tokenizer
@@ -44,3 +46,31 @@ def test_pretraining_learns_beyond_the_commonest_token_and_unigram_baselines(tmp
     assert final["mlm_acc"] > 1.3 * base["majority_token_acc"], (final, base)
     assert final["mlm_loss"] < base["unigram_loss"] - 0.2, (final, base)
     assert final["mlm_loss"] < summary["untrained"]["mlm_loss"] - 2.0
+
+
+def test_the_demo_replaces_only_a_previous_demo_run(tmp_path, capsys):
+    """--out pointing at someone's files must not wipe them; a directory the demo made is started afresh."""
+    precious = tmp_path / "runs" / "mine" / "notes.txt"
+    precious.parent.mkdir(parents=True)
+    precious.write_text("x")
+    assert litebert_main(["demo", "--quick", "--out", str(tmp_path / "runs")]) == 2
+    assert "is not a previous demo run" in capsys.readouterr().err and precious.read_text() == "x"
+    (tmp_path / "file").write_text("y")
+    with pytest.raises(ValueError, match="is a file"):
+        start_clean(str(tmp_path / "file"))
+
+    demo = tmp_path / "demo"
+    start_clean(str(demo))  # new: created with its marker
+    (demo / "tokenizer").mkdir()
+    start_clean(str(demo))  # a demo's own directory: replaced
+    assert sorted(p.name for p in demo.iterdir()) == [DEMO_MARKER]
+    legacy = tmp_path / "legacy"  # a demo from before the marker: its summary and nothing foreign
+    (legacy / "pretrain").mkdir(parents=True)
+    (legacy / "summary.json").write_text("{}")
+    start_clean(str(legacy))
+    assert sorted(p.name for p in legacy.iterdir()) == [DEMO_MARKER]
+    (legacy / "summary.json").write_text("{}")
+    (legacy / "thesis.tex").write_text("z")
+    os.remove(legacy / DEMO_MARKER)
+    with pytest.raises(ValueError, match="not a previous demo run"):
+        start_clean(str(legacy))

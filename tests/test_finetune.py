@@ -115,6 +115,18 @@ def test_evaluate_and_predict_cli(pretrained, tmp_path, capsys):
     rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
     assert len(rows) == 5 and all(r["prediction"] in range(4) for r in rows)
 
+    # A recipe's [finetune] table is read by evaluate as by finetune; flags still win over it.
+    (tmp_path / "ft.toml").write_text(f'[finetune]\ntask = "wordnet_defmc"\ndata_dir = "{TASKS / "wordnet_defmc"}"\n'
+                                      f'max_eval_examples = 6\nmax_length = 32\n')
+    assert litebert_main(["evaluate", "--config", str(tmp_path / "ft.toml"), "--model", str(out / "best"),
+                          "--split", "test", "--out", str(tmp_path / "m6.json")]) == 0
+    assert json.loads((tmp_path / "m6.json").read_text())["accuracy"] in {k / 6 for k in range(7)}
+    # A checkpoint that was never fine-tuned for the task is refused by name, not scored with a random head.
+    capsys.readouterr()
+    assert litebert_main(["evaluate", "--model", str(pretrained / "model"), "--task", "novel_authorship",
+                          "--data-dir", str(TASKS / "novel_authorship"), "--max-eval-examples", "4"]) == 2
+    assert "is not fine-tuned for novel_authorship" in capsys.readouterr().err
+
 
 def test_bad_input_is_one_line(pretrained, tmp_path, capsys):
     assert litebert_main(["finetune", "--model", str(pretrained / "model"), "--task", "nope", "--data-dir", "x"]) == 2
