@@ -53,7 +53,14 @@ def main(argv: list[str] | None = None) -> int:
     module_name, func_name = VERBS[verb][0].split(":")
     func = getattr(importlib.import_module(module_name), func_name)
     try:
-        return int(func(rest) or 0)
+        code = int(func(rest) or 0)
+        sys.stdout.flush()  # so a reader that went away is noticed here, not as noise at interpreter exit
+        return code
+    except BrokenPipeError:
+        # `litebert params | head -1`: the reader stopped listening, which is no error of ours. Point stdout at
+        # devnull so the final flush at exit stays quiet, and exit 1 (Python docs, "Note on SIGPIPE").
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except (UserError, FileNotFoundError, ValueError, OSError) as e:
         # Expected, user-fixable failures: one line, no traceback. Anything else is a bug and shows one.
         if os.environ.get("LITEBERT_DEBUG"):

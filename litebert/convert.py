@@ -204,6 +204,17 @@ def tf_albert_config(path: str | os.PathLike) -> AlbertConfig:
         raise ConversionError(f"{path}: {e}") from None
 
 
+def same_path(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """Whether a and b are one existing file or directory, however spelled ("x" / "./x/", symlinks)."""
+    return os.path.exists(a) and os.path.exists(b) and os.path.samefile(a, b)
+
+
+def copy_file(src: str, dst: str) -> None:
+    """shutil.copyfile, except that a file copied onto itself is left as it is (shutil raises SameFileError)."""
+    if not same_path(src, dst):
+        shutil.copyfile(src, dst)
+
+
 def _find_beside(paths: list[str], names: tuple[str, ...]) -> str | None:
     for directory in dict.fromkeys(os.path.dirname(os.path.abspath(p)) for p in paths):
         for name in names:
@@ -240,7 +251,7 @@ def convert_tf_checkpoint(ckpt_prefix: str | os.PathLike, albert_config_json: st
     report.out_dir = out_dir
     report.tokenizer = _find_beside([checkpoint.index_path, os.fspath(albert_config_json)], SPM_NAMES)
     if report.tokenizer:
-        shutil.copyfile(report.tokenizer, os.path.join(out_dir, "spiece.model"))
+        copy_file(report.tokenizer, os.path.join(out_dir, "spiece.model"))  # --out may be the checkpoint's dir
     return report
 
 
@@ -253,9 +264,12 @@ def convert_hf(name_or_path: str | os.PathLike, out_dir: str | os.PathLike, hidd
     from litebert.weights import resolve_model_dir
 
     directory = resolve_model_dir(name_or_path)
+    out_dir = os.fspath(out_dir)
+    if same_path(directory, out_dir):  # saving would overwrite the checkpoint being converted: refuse up front
+        raise ConversionError(f"{out_dir} is the input directory; converting in place would overwrite it "
+                              "(choose another --out)")
     cls = model_class(AlbertConfig.load(directory))
     model = cls.from_pretrained(directory, **({"hidden_act": hidden_act} if hidden_act else {}))
-    out_dir = os.fspath(out_dir)
     model.save_pretrained(out_dir)
     for name in HF_TOKENIZER_FILES:
         if os.path.isfile(os.path.join(directory, name)):

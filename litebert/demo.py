@@ -18,7 +18,6 @@ Each stage is the same Python API the CLI verbs use; the pretraining recipe is l
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import shutil
@@ -45,22 +44,11 @@ QUICK = dict(max_steps=40, eval_every=20, save_every=20, warmup_steps=4)  # --qu
 QUICK_LONG_PHASE = dict(max_steps=10, eval_every=10, save_every=10, warmup_steps=2)
 
 
-def unpack_task(out_dir: str) -> str:
-    """The bundled novel_authorship task as plain JSONL files (what the task readers read)."""
-    target = os.path.join(out_dir, "novel_authorship")
-    os.makedirs(target, exist_ok=True)
-    for split in ("train", "dev", "test"):
-        with gzip.open(os.path.join(DATA, "novel_authorship", f"{split}.jsonl.gz"), "rb") as src, \
-                open(os.path.join(target, f"{split}.jsonl"), "wb") as dst:
-            shutil.copyfileobj(src, dst)
-    return target
-
-
 DEMO_MARKER = ".litebert-demo"  # written first into a demo's directory: only such a directory is ever replaced
 
 
-DEMO_ENTRIES = {DEMO_MARKER, "summary.json", "tokenizer", "data64", "data128", "pretrain", "pretrain128", "tasks",
-                "finetune_pretrained", "finetune_from_scratch"}
+DEMO_ENTRIES = {DEMO_MARKER, "summary.json", "tokenizer", "data64", "data128", "pretrain", "pretrain128",
+                "finetune_pretrained", "finetune_from_scratch", "tasks"}  # tasks/: where older demos unpacked the task
 
 
 def start_clean(out_dir: str) -> None:
@@ -117,7 +105,7 @@ def run(out_dir: str, quick: bool = False, seed: int = 12345) -> dict:
     pretrained_dir = pre["checkpoint"]
 
     print("[5/5] fine-tune: novel_authorship (4 authors), from the pretrained model and from scratch", flush=True)
-    task_dir = unpack_task(os.path.join(out_dir, "tasks"))
+    task_dir = os.path.join(DATA, "novel_authorship")  # the task readers take the bundled .jsonl.gz as they are
     runs = {}
     for name, scratch in (("pretrained", False), ("from_scratch", True)):
         cfg = FinetuneConfig(model=pretrained_dir, task="novel_authorship", data_dir=task_dir, max_length=64,

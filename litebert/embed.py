@@ -203,8 +203,9 @@ class SentenceConfig:
     """What S-ALBERT trains on and how it pools. Optimizer, steps and batch size are TrainConfig's (the
     in-batch negatives of the contrastive objective are the micro-batch's other pairs)."""
 
-    model: str = field(default="out/pretrain/final", metadata={
-        "help": "starting model directory with its tokenizer (any ALBERT checkpoint, or a saved S-ALBERT)"})
+    model: str = field(default="", metadata={
+        "help": "required: an ALBERT model directory with its tokenizer (spiece.model), e.g. a checkpoint "
+                "`litebert pretrain` wrote (OUT_DIR/step_N), a `litebert convert` output or a saved S-ALBERT"})
     train: str | None = field(default=None, metadata={
         "help": "sentence pairs to train on (.jsonl/.tsv/.csv with two text columns and a label or score)"})
     eval: str | None = field(default=None, metadata={
@@ -319,6 +320,8 @@ def cli(argv: list[str]) -> int:
     add_config_args(p, TrainConfig, "training (with --train)")
     args = p.parse_args(argv)
     cfg = resolve_config(SentenceConfig, None, args)
+    if not cfg.model:
+        raise ValueError("--model is required: an ALBERT model directory with its tokenizer (see --help)")
     modes = [name for name in ("input", "evaluate", "train") if getattr(args, name, None)]
     if len(modes) != 1:
         raise ValueError("give exactly one of --input (embed), --evaluate PAIRS or --train PAIRS")

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import shutil
 import warnings
 from dataclasses import dataclass
 
@@ -89,11 +88,12 @@ class ExportResult:
     output_names: list[str]
     max_abs_diff: float | None  # over the verification batches; None when not verified
     verified_with: str | None  # "onnxruntime" | "torch.jit" | None
+    not_verified_because: str | None = None  # why verified_with is None
 
     def summary(self) -> str:
         line = f"wrote {self.path} ({self.model_class}; inputs {', '.join(INPUT_NAMES)}; outputs {', '.join(self.output_names)})"
         if self.verified_with is None:
-            return line + "\n  not verified (onnxruntime is not installed: pip install onnxruntime)"
+            return line + f"\n  not verified ({self.not_verified_because})"
         return line + f"\n  verified with {self.verified_with} on other batch shapes: max |diff| {self.max_abs_diff:.2e}"
 
 
@@ -101,7 +101,7 @@ def export_model(model_dir: str | os.PathLike, out_dir: str | os.PathLike, fmt: 
                  verify: bool = True, atol: float = 1e-4) -> ExportResult:
     """Export the model in `model_dir` (litebert or HF layout) to `out_dir/model.onnx|model.pt`, copy its
     config and tokenizer beside it, and check the export against PyTorch on fresh batch shapes."""
-    from litebert.convert import model_class
+    from litebert.convert import copy_file, model_class
     from litebert.weights import resolve_model_dir
 
     if fmt not in FORMATS:
@@ -131,16 +131,20 @@ def export_model(model_dir: str | os.PathLike, out_dir: str | os.PathLike, fmt: 
             torch.onnx.export(module, sample, path, input_names=list(INPUT_NAMES), output_names=output_names,
                               dynamic_axes={name: dict(enumerate(axes)) for name in INPUT_NAMES},
                               opset_version=ONNX_OPSET, dynamo=False)
+    # --out may be the model directory itself: the export then sits beside the weights it came from, which
+    # is a reasonable place for it and overwrites nothing, so it is allowed and the copies become no-ops.
     for name in COPIED_FILES:
         if os.path.isfile(os.path.join(model_dir, name)):
-            shutil.copyfile(os.path.join(model_dir, name), os.path.join(out_dir, name))
+            copy_file(os.path.join(model_dir, name), os.path.join(out_dir, name))
 
     result = ExportResult(path, cls.__name__, output_names, None, None)
-    if verify:
-        run = _runner(path, fmt)
-        if run is not None:
-            result.verified_with = "torch.jit" if fmt == "torchscript" else "onnxruntime"
-            result.max_abs_diff = _verify(module, run, config, choices, atol, path)
+    run = _runner(path, fmt) if verify else None
+    if run is not None:
+        result.verified_with = "torch.jit" if fmt == "torchscript" else "onnxruntime"
+        result.max_abs_diff = _verify(module, run, config, choices, atol, path)
+    else:  # _runner gives None only for ONNX without onnxruntime
+        result.not_verified_because = ("onnxruntime is not installed: pip install onnxruntime" if verify
+                                       else "skipped on request: --no-verify")
     return result
 
 

@@ -67,6 +67,8 @@ class FinetuneConfig:
     regression: bool = field(default=False, metadata={"help": "table task: float labels (MSE), Pearson/Spearman"})
     train_file: str = field(default="train.jsonl", metadata={"help": "table task: training file in data_dir"})
     dev_file: str = field(default="dev.jsonl", metadata={"help": "table task: dev file in data_dir"})
+    test_file: str = field(default="test.jsonl", metadata={
+        "help": "table task: test file in data_dir, for evaluate/predict (may lack the label column)"})
     eval_split: str = field(default="dev", metadata={"help": "split scored during training and kept best on"})
     from_scratch: bool = field(default=False, metadata={
         "help": "random initialisation with --model's architecture: the baseline pretraining must beat"})
@@ -91,8 +93,8 @@ def resolve_task(cfg: FinetuneConfig) -> T.Task:
         raise ValueError("a table task needs --text-columns with one or two column names")
     kind, metrics = ("regression", ("pearson", "spearman")) if cfg.regression else ("classification", ("accuracy",
                                                                                                      "macro_f1"))
-    return T.Task("table", kind, "table", {"train": cfg.train_file, "dev": cfg.dev_file}, tuple(cfg.text_columns),
-                  cfg.label_column, None, metrics)
+    files = {"train": cfg.train_file, "dev": cfg.dev_file, "test": cfg.test_file}
+    return T.Task("table", kind, "table", files, tuple(cfg.text_columns), cfg.label_column, None, metrics)
 
 
 def task_labels(task: T.Task, train_examples: Sequence) -> list[str] | None:

@@ -99,11 +99,16 @@ def iter_documents(paths: list[str], paragraphs: bool = False, text_field: str =
                    stats: dict | None = None, progress=None) -> Iterator[list[str]]:
     """Documents as lists of sentences from text files (one sentence per line, blank line between documents;
     with paragraphs=True each line is a paragraph to split) or JSONL (.jsonl/.json, one document per line, its
-    `text_field` holding paragraphs separated by newlines). Any file may be gzipped."""
+    `text_field` holding paragraphs separated by newlines). Any file may be gzipped.
+
+    A JSONL record without `text_field` is counted apart from bad JSON (skipped_missing_text_field), and a JSONL
+    file where no record has it is an error naming the field and the keys the records do have: the usual cause
+    is a wrong --text-field, which would otherwise read as a corpus of bad lines."""
     stats = stats if stats is not None else collections.Counter()
     for path in paths:
         is_jsonl = path.removesuffix(".gz").endswith((".jsonl", ".json"))
         doc: list[str] = []
+        found, other_keys = False, None  # does any record of this file have the field; keys of the first without
         for line, nbytes in _lines(path, stats):
             if progress is not None:
                 progress.update(nbytes)
@@ -114,9 +119,16 @@ def iter_documents(paths: list[str], paragraphs: bool = False, text_field: str =
                 if not line.strip():
                     continue
                 try:
-                    text = json.loads(line)[text_field]
-                    assert isinstance(text, str)
-                except (ValueError, KeyError, TypeError, AssertionError):
+                    record = json.loads(line)
+                except ValueError:
+                    record = None
+                if isinstance(record, dict) and text_field not in record:
+                    stats["skipped_missing_text_field"] += 1
+                    other_keys = list(record) if other_keys is None else other_keys
+                    continue
+                found = found or isinstance(record, dict)
+                text = record[text_field] if isinstance(record, dict) else None
+                if not isinstance(text, str):
                     stats["skipped_bad_json_lines"] += 1
                     continue
                 sentences = [s for p in text.split("\n") for s in split_sentences(p)]
@@ -130,6 +142,9 @@ def iter_documents(paths: list[str], paragraphs: bool = False, text_field: str =
                 doc = []
             else:
                 doc.extend(split_sentences(line) if paragraphs else [line])
+        if other_keys is not None and not found:
+            raise ValueError(f"{path}: no record has the text field {text_field!r}; its records have the keys "
+                             f"{other_keys[:10]} (choose one with --text-field)")
         if doc:
             yield doc
 
@@ -330,6 +345,10 @@ class _ShardWriter:
         n = len(self.buf["input_ids"]) if n is None else n
         if n == 0:
             return
+        if not self.shards:  # never mix shards of two runs; removed only now, so a run that fails early loses nothing
+            for pattern in ("shard_*.npy", "meta.json"):
+                for old in glob.glob(os.path.join(self.out_dir, pattern)):
+                    os.remove(old)
         take = {k: v[:n] for k, v in self.buf.items()}
         for k in list(self.buf):
             del self.buf[k][:n]
@@ -351,6 +370,28 @@ class _ShardWriter:
         self.num_tokens += int(lengths.sum())
 
 
+def check_options(opt: InstanceOptions, shard_size: int) -> None:
+    """A one-line ValueError naming the first option outside its range, before any file is read or written.
+
+    Masking options are checked even without static masking: pretraining reads them from meta.json."""
+    if opt.pair_task not in PAIR_TASKS:
+        raise ValueError(f"pair_task must be one of {PAIR_TASKS}, got {opt.pair_task!r}")
+    shortest = 3 if opt.pair_task == "none" else 5  # [CLS] A [SEP], or [CLS] A [SEP] B [SEP] with one-token A, B
+    rules = [  # (name, value, allowed, the range in words)
+        ("max_seq_length", opt.max_seq_length, shortest <= opt.max_seq_length <= 1 << 16, f"in [{shortest}, 65536]"),
+        ("short_seq_prob", opt.short_seq_prob, 0 <= opt.short_seq_prob <= 1, "in [0, 1]"),
+        ("dupe_factor", opt.dupe_factor, opt.dupe_factor >= 1, ">= 1"),
+        ("masked_lm_prob", opt.masked_lm_prob, 0 < opt.masked_lm_prob <= 1, "in (0, 1]"),
+        ("max_predictions_per_seq", opt.max_predictions_per_seq, opt.max_predictions_per_seq >= 1, ">= 1"),
+        ("max_ngram", opt.max_ngram, opt.max_ngram >= 1, ">= 1"),
+        ("seed", opt.seed, opt.seed >= 0, ">= 0"),
+        ("shard_size", shard_size, shard_size >= 1, ">= 1"),
+    ]
+    for name, value, ok, allowed in rules:
+        if not ok:  # NaN fails every comparison, so it lands here too
+            raise ValueError(f"{name} must be {allowed}, got {value}")
+
+
 def prepare(inputs: list[str] | None, out_dir: str, tokenizer_dir: str, max_seq_length: int = 128,
             short_seq_prob: float = 0.1, pair_task: str = "sop", dupe_factor: int = 1, static_masking: bool = False,
             seed: int = 12345, num_workers: int = 2, masked_lm_prob: float = 0.15, max_predictions_per_seq: int = 20,
@@ -363,19 +404,12 @@ def prepare(inputs: list[str] | None, out_dir: str, tokenizer_dir: str, max_seq_
     """
     from tqdm import tqdm
 
-    if pair_task not in PAIR_TASKS:
-        raise ValueError(f"pair_task must be one of {PAIR_TASKS}, got {pair_task!r}")
-    if max_seq_length < 5 or max_seq_length > 1 << 16:
-        raise ValueError(f"max_seq_length must be in [5, 65536], got {max_seq_length}")
-    if not 0 <= short_seq_prob <= 1 or dupe_factor < 1 or shard_size < 1:
-        raise ValueError("need 0 <= short_seq_prob <= 1, dupe_factor >= 1, shard_size >= 1")
-    paths = resolve_inputs(inputs)
-    tok = Tokenizer.from_pretrained(tokenizer_dir)
     opt = InstanceOptions(max_seq_length, short_seq_prob, pair_task, dupe_factor, static_masking, masked_lm_prob,
                           max_predictions_per_seq, max_ngram, seed)
+    check_options(opt, shard_size)
+    paths = resolve_inputs(inputs)
+    tok = Tokenizer.from_pretrained(tokenizer_dir)
     os.makedirs(out_dir, exist_ok=True)
-    for old in glob.glob(os.path.join(out_dir, "shard_*.npy")) + glob.glob(os.path.join(out_dir, "meta.json")):
-        os.remove(old)  # never mix shards of two runs
     token_dtype = np.uint16 if tok.vocab_size <= 1 << 16 else np.int32
     writer = _ShardWriter(out_dir, shard_size, token_dtype, static_masking)
     stats = collections.Counter()

@@ -27,9 +27,7 @@ def add_config_args(parser: argparse.ArgumentParser, cls: type, title: str | Non
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         kind, optional = _unwrap_optional(hints[f.name])
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        kw: dict[str, Any] = dict(dest=f.name, default=argparse.SUPPRESS,
-                                  help=f"{f.metadata.get('help', '')} (default: {default})")
+        kw: dict[str, Any] = dict(dest=f.name, default=argparse.SUPPRESS, help=_help(f))
         if kind is bool:
             kw["action"] = argparse.BooleanOptionalAction
         elif typing.get_origin(kind) is list:
@@ -38,6 +36,16 @@ def add_config_args(parser: argparse.ArgumentParser, cls: type, title: str | Non
             kw.update(type=_none_or(kind) if optional else kind, choices=f.metadata.get("choices"))
             kw["metavar"] = f.name.upper() if kw["choices"] is None else None
         group.add_argument("--" + f.name.replace("_", "-"), **kw)
+
+
+def _help(f: dataclasses.Field) -> str:
+    """The field's help text with its default shown once: a text that explains the default itself ("(default:
+    the model's)") is left as it is, and an empty-string default (nothing given) is not shown."""
+    text = f.metadata.get("help", "")
+    default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+    if "(default" in text or default == "":
+        return text
+    return f"{text} (default: {str(default).replace('%', '%%')})"  # argparse %-formats help strings
 
 
 BUNDLED_CONFIGS = Path(__file__).parent / "configs"

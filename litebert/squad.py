@@ -18,7 +18,7 @@ from typing import Mapping, NamedTuple, Sequence
 import numpy as np
 
 from litebert.metrics import squad_scores
-from litebert.tasks import BadRecord, DataError, Examples, collect, json_record, nonblank_lines
+from litebert.tasks import BadRecord, DataError, Examples, collect, json_record, nonblank_lines, open_text
 
 
 class Answer(NamedTuple):
@@ -69,7 +69,7 @@ def read_squad(path: os.PathLike | str, errors: str = "raise") -> Examples:
         seen.add(ident)
         return QAExample(ident, question, context, answers, title)
 
-    if path.suffix.lower() == ".jsonl":
+    if path.name.lower().removesuffix(".gz").endswith(".jsonl"):
         def parse_flat(where: str, line: str) -> QAExample:
             r = json_record(line)
             answers = r.get("answers") or {"text": [], "answer_start": []}
@@ -82,7 +82,8 @@ def read_squad(path: os.PathLike | str, errors: str = "raise") -> Examples:
         return collect(nonblank_lines(path), parse_flat, path, errors)
 
     try:
-        data = json.loads(path.read_text(encoding="utf-8-sig"))["data"]
+        with open_text(path) as f:
+            data = json.load(f)["data"]
     except json.JSONDecodeError as e:
         raise DataError(f"{path}:{e.lineno}: invalid JSON ({e.msg})") from None
     except (KeyError, TypeError):

@@ -1,7 +1,9 @@
 """Fine-tuning tasks: readers for the formats datasets are distributed in, and a registry of known tasks.
 (litebert/features.py turns the examples into model inputs and batches them.)
 
-Readers are pure functions of a path and a few knobs, returning an `Examples` list of small dataclasses.
+Readers are pure functions of a path and a few knobs, returning an `Examples` list of small dataclasses; any
+line-based file may be gzipped (`train.jsonl.gz`), and a split file missing from a task's directory is looked
+for with .gz added (litebert/data/novel_authorship ships that way).
 A record that cannot be read (a malformed row, invalid JSON, a label outside the label set, an answer span
 that is not in its context) raises DataError naming file:line, or with errors="skip" is left out, counted
 in `Examples.skipped` and reported in one log line. SQuAD-format data lives in litebert/squad.py, which uses
@@ -11,6 +13,8 @@ the same machinery.
 from __future__ import annotations
 
 import csv
+import gzip
+import itertools
 import json
 import logging
 import os
@@ -106,9 +110,16 @@ def label_list(examples: Iterable) -> list[str]:
 # raw records: lines, TSV/CSV rows, JSON Lines
 
 
+def open_text(path: Path, newline: str | None = "\n"):
+    r"""A text file or a .gz one, read as UTF-8 (a BOM dropped). newline="\n" by default: a stray \r inside a
+    field must not end the line (universal newlines would split there); the csv module wants newline=""."""
+    if path.suffix.lower() == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8-sig", newline=newline)
+    return open(path, encoding="utf-8-sig", newline=newline)
+
+
 def nonblank_lines(path: Path) -> Iterator[tuple[str, str]]:
-    # newline="\n": a stray \r inside a field must not end the line (universal newlines would split there).
-    with open(path, encoding="utf-8-sig", newline="\n") as f:
+    with open_text(path) as f:
         for n, line in enumerate(f, 1):
             line = line.rstrip("\r\n")
             if line.strip():
@@ -121,7 +132,7 @@ def _rows(path: Path, fmt: str) -> Iterator[tuple[str, list[str]]]:
         for where, line in nonblank_lines(path):
             yield where, line.split("\t")
         return
-    with open(path, encoding="utf-8-sig", newline="") as f:
+    with open_text(path, newline="") as f:
         reader = csv.reader(f)
         for row in reader:
             if any(cell.strip() for cell in row):
@@ -139,7 +150,7 @@ def json_record(line: str) -> dict:
 
 
 def _format(path: Path) -> str:
-    suffix = path.suffix.lower()
+    suffix = Path(path.name.lower().removesuffix(".gz")).suffix
     formats = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
     if suffix not in formats:
         raise ValueError(f"{path}: cannot tell the format from the suffix {suffix!r} (want .tsv, .csv or .jsonl)")
@@ -163,23 +174,33 @@ def _get(record, key, kind: type | tuple = str):
 
 def read_table(path: os.PathLike | str, text_columns: Sequence[str | int], label_column: str | int | None = None, *,
                labels: Sequence[str] | None = None, regression: bool = False, id_column: str | int | None = None,
-               header: bool = True, columns: Sequence[str] | None = None, errors: str = "raise") -> Examples:
-    """Sentence (one text column) or sentence-pair (two) examples from a .tsv, .csv or .jsonl file.
+               header: bool = True, columns: Sequence[str] | None = None, errors: str = "raise",
+               label_optional: bool = False) -> Examples:
+    """Sentence (one text column) or sentence-pair (two) examples from a .tsv, .csv or .jsonl file (or .gz).
 
     Columns are header names (JSON keys for .jsonl) or 0-based indices. A file without a header row takes its
     names from `columns`, if given. label_column None reads unlabelled data (test splits); labels, if given, is
     the label set and any other label is a bad record; regression reads float targets. Ids come from
     id_column when the file has it, else they are the 0-based data row number (GLUE's test "index").
     Only the named columns are read, so metadata such as a `title` that gives the label away never reaches a model.
+    label_optional: a file without the label column (not in the header; for .jsonl, not in the first record) is
+    read as unlabelled instead of being an error, as a test file distributed without answers.
     """
     path = Path(path)
     if len(text_columns) not in (1, 2):
         raise ValueError(f"text_columns must name one or two columns, got {list(text_columns)}")
     fmt = _format(path)
     labels = None if labels is None else [str(x) for x in labels]
-    wanted = [*text_columns, *([] if label_column is None else [label_column])]
     if fmt == "jsonl":
         records, width, id_key = nonblank_lines(path), None, id_column
+        if label_optional and label_column is not None:
+            first = next(records, None)
+            records = itertools.chain([first] if first else [], records)
+            try:
+                if first is not None and label_column not in json_record(first[1]):
+                    label_column = None
+            except BadRecord:
+                pass  # reported as a bad record when it is parsed below
     else:
         records = _rows(path, fmt)
         names = list(columns) if columns is not None else None
@@ -189,7 +210,9 @@ def read_table(path: os.PathLike | str, text_columns: Sequence[str | int], label
                 return Examples()
             names = [name.strip() for name in first[1]]
         index = {name: i for i, name in enumerate(names or [])}
-        for col in wanted:
+        if label_optional and isinstance(label_column, str) and label_column not in index:
+            label_column = None
+        for col in [*text_columns, *([] if label_column is None else [label_column])]:
             if not isinstance(col, int) and col not in index:
                 raise DataError(f"{path}:1: no column {col!r} in {names}")
         resolve = lambda col: col if isinstance(col, int) or col is None else index[col]  # noqa: E731
@@ -323,7 +346,7 @@ def read_conll(path: os.PathLike | str, labels: Sequence[str] | None = None, has
 
     def sentences():
         lines: list[tuple[int, str]] = []
-        with open(path, encoding="utf-8-sig", newline="\n") as f:
+        with open_text(path) as f:
             for n, line in enumerate(f, 1):
                 line = line.rstrip("\r\n")
                 if line.startswith("-DOCSTART-"):
@@ -439,11 +462,15 @@ def read_task(task: str | Task, data_dir: os.PathLike | str, split: str, errors:
     if split not in task.files:
         raise ValueError(f"task {task.name} has no {split!r} split (has {sorted(task.files)})")
     path = Path(data_dir) / task.files[split]
+    gzipped = path.with_name(path.name + ".gz")
+    path = gzipped if not path.exists() and gzipped.is_file() else path
     labelled = split not in task.unlabelled
     if task.format == "table":
+        # A test table may come without its label column (read unlabelled, for prediction); train and dev may not.
         return read_table(path, task.text_columns, task.label_column if labelled else None,
                           labels=task.labels or labels, regression=task.kind == "regression", id_column=task.id_column,
-                          header=split not in task.headerless, columns=task.columns, errors=errors)
+                          header=split not in task.headerless, columns=task.columns, errors=errors,
+                          label_optional=split == "test")
     if task.format == "squad":
         from litebert.squad import read_squad  # squad.py builds on this module
 
@@ -462,15 +489,20 @@ def read_task(task: str | Task, data_dir: os.PathLike | str, split: str, errors:
 def write_glue_predictions(path: os.PathLike | str, task: str | Task, examples: Sequence[TextExample],
                            predictions: Sequence) -> Path:
     """Write test predictions in the GLUE submission format: a header "index\\tprediction", then one row per
-    example with its file index and the class name (or a regression score). A directory path gets the
-    leaderboard's file name (MNLI-m.tsv, STS-B.tsv, AX.tsv, ...). Returns the file written."""
+    example with its file index and the class name (or a regression score). Returns the file written.
+
+    `path` is the file to write, or a directory to write the leaderboard's file name into (MNLI-m.tsv, STS-B.tsv,
+    AX.tsv, ...): an existing directory, or any path ending in a separator ("subs/"), created when missing.
+    """
     task = TASKS[task] if isinstance(task, str) else task
     if len(examples) != len(predictions):
         raise ValueError(f"{len(examples)} examples but {len(predictions)} predictions")
+    as_directory = str(path).endswith(("/", os.sep)) or Path(path).is_dir()
     path = Path(path)
-    if path.is_dir():
+    if as_directory:
         if task.submission is None:
             raise ValueError(f"task {task.name} has no GLUE submission file name; pass a file path")
+        path.mkdir(parents=True, exist_ok=True)
         path = path / task.submission
     with open(path, "w", encoding="utf-8", newline="\n") as f:
         f.write("index\tprediction\n")

@@ -119,7 +119,15 @@ class Tokenizer:
         with open(model_file, "rb") as f:
             self.model_proto = f.read()
         self.sha256 = hashlib.sha256(self.model_proto).hexdigest()
-        self.sp = spm.SentencePieceProcessor(model_proto=self.model_proto)
+        # sentencepiece loads nothing from empty bytes (a zero-size vocabulary that fails later with IndexError)
+        # and says only "ParseFromArray" for a truncated file: name the file and the problem here instead.
+        if not self.model_proto:
+            raise ValueError(f"{model_file}: not a valid SentencePiece model (the file is empty)")
+        try:
+            self.sp = spm.SentencePieceProcessor(model_proto=self.model_proto)
+        except RuntimeError as e:
+            raise ValueError(f"{model_file}: not a valid SentencePiece model, corrupt or truncated "
+                             f"({str(e).strip()})") from None
         self.options = NormalizerOptions(do_lower_case, keep_accents, remove_space)
         self.num_threads = num_threads  # sentencepiece batch threads; data workers set 1 to avoid oversubscription
         self.vocab_size = self.sp.get_piece_size()
@@ -152,9 +160,11 @@ class Tokenizer:
             model_file, config_dir = os.path.join(path, "spiece.model"), path
             if not os.path.isfile(model_file):
                 raise FileNotFoundError(f"{path} has no spiece.model (train one with `litebert tokenizer`)")
-        else:
+        elif _HUB_ID.fullmatch(path):
             model_file = _download_from_hub(path)
             config_dir = os.path.dirname(model_file)
+        else:
+            raise FileNotFoundError(f"no such directory: {path}")
         opts = NormalizerOptions()
         config_file = os.path.join(config_dir, "tokenizer_config.json")
         if os.path.isfile(config_file):
@@ -441,12 +451,18 @@ def _write_json(path: str, obj) -> None:
         f.write("\n")
 
 
+# A Hub id is "name" or "namespace/name" (word characters, "-", "."). Anything else that does not exist here
+# (./x, /abs/x, a/b/c, a name with spaces) was meant as a local path: a Hub error about it would only confuse.
+_HUB_ID = re.compile(r"(?!\.)[\w.-]+(/[\w.-]+)?")
+
+
 def _download_from_hub(repo_id: str) -> str:
     """spiece.model of a Hub repo, via huggingface_hub when installed and online; one-line errors otherwise."""
     try:
         from huggingface_hub import hf_hub_download
     except ImportError:
-        raise FileNotFoundError(f"{repo_id!r} is not a local path, and huggingface_hub is not installed") from None
+        raise FileNotFoundError(f"no such directory: {repo_id} (and huggingface_hub is not installed to fetch it "
+                                "as a Hub id)") from None
     try:
         path = hf_hub_download(repo_id, "spiece.model")
         try:  # the normalisation flags, when the repo has them
@@ -455,5 +471,5 @@ def _download_from_hub(repo_id: str) -> str:
             pass
         return path
     except Exception as e:  # offline, no such repo, no spiece.model: all one line for the user
-        raise FileNotFoundError(f"{repo_id!r} is not a local path and could not be fetched from the Hub "
+        raise FileNotFoundError(f"no such directory: {repo_id}, and fetching it from the Hub failed "
                                 f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None

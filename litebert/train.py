@@ -125,9 +125,7 @@ def setup_distributed(device: str = "auto") -> Dist:
     """Join the process group that torchrun describes (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT), or use
     one the caller already initialised; single process otherwise. NCCL on GPU, gloo on CPU."""
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    dev = torch.device(f"cuda:{local_rank}" if device == "cuda" else device)
+    dev = resolve_device(device, local_rank)
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     initialised = dist.is_available() and dist.is_initialized()
@@ -136,6 +134,25 @@ def setup_distributed(device: str = "auto") -> Dist:
     if dist.is_available() and dist.is_initialized():
         return Dist(dist.get_rank(), dist.get_world_size(), local_rank, dev, owns_group=not initialised)
     return Dist(0, 1, 0, dev, owns_group=False)
+
+
+def resolve_device(device: str, local_rank: int = 0) -> torch.device:
+    """TrainConfig.device as a torch.device ("cuda" means this rank's GPU). A name torch does not parse, or a GPU
+    this machine lacks, is a one-line ValueError here; otherwise torch fails later, inside set_device or the
+    first .to(), with a traceback (an AttributeError on CPU-only builds)."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(f"cuda:{local_rank}" if device == "cuda" else device)
+    except RuntimeError:
+        raise ValueError(f"device {device!r} is not a torch device (use auto, cpu, cuda or cuda:N)") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {device!r}: no CUDA GPU is available to this torch "
+                             f"({torch.__version__}); use cpu or auto")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"device {device!r}: there is no {dev} ({torch.cuda.device_count()} CUDA devices)")
+    return dev
 
 
 def world_size() -> int:

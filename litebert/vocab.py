@@ -220,13 +220,18 @@ def extend_embeddings(model: nn.Module, old_ids: list[list[int]]) -> None:
 def extend_vocab(model_dir: str, out_dir: str, words: list[str] | None = None, corpus: list[str] | None = None,
                  max_pieces: int = 1000, domain_vocab_size: int = 8000, **spm_options) -> Extension:
     """Add pieces for `words` and/or up to `max_pieces` learned from the `corpus` files to the model directory's
-    tokenizer, grow its model to match, and save both in `out_dir` (the model keeps its class)."""
+    tokenizer, grow its model to match, and save both in `out_dir` (the model keeps its class). An S-ALBERT
+    directory (sentence_config.json, see litebert/embed.py) is loaded and saved as a SentenceEncoder, so its
+    pooling description comes along instead of silently reverting to the default."""
     from litebert.config import AlbertConfig
     from litebert.convert import model_class
+    from litebert.embed import SentenceEncoder, sentence_settings
     from litebert.weights import resolve_model_dir
 
     if not words and not corpus:
         raise ValueError("nothing to add: give words and/or a domain corpus")
+    if max_pieces < 1:
+        raise ValueError(f"max_pieces must be >= 1, got {max_pieces}")
     model_dir = resolve_model_dir(model_dir)
     if os.path.abspath(model_dir) == os.path.abspath(out_dir):
         raise ValueError(f"{out_dir}: write the extended model to a new directory, not over {model_dir}")
@@ -238,7 +243,7 @@ def extend_vocab(model_dir: str, out_dir: str, words: list[str] | None = None, c
     pieces = pieces_from_words(tokenizer, words or [])
     if corpus:
         pieces += learn_pieces(tokenizer, corpus, max_pieces, domain_vocab_size, **spm_options)
-    model = model_class(config).from_pretrained(model_dir)
+    model = (SentenceEncoder if sentence_settings(model_dir) else model_class(config)).from_pretrained(model_dir)
     extension = extend_tokenizer(tokenizer, pieces, out_dir)
     extend_embeddings(model, extension.old_ids)
     model.save_pretrained(out_dir)
@@ -254,7 +259,7 @@ def cli(argv: list[str]) -> int:
     p.add_argument("--out", required=True, help="new directory for the extended tokenizer and model")
     p.add_argument("--words", help="file of words to add, one per line")
     p.add_argument("--corpus", nargs="*", default=[], help="domain text files to learn new pieces from")
-    p.add_argument("--max-pieces", type=int, default=1000, help="at most this many learned pieces (default 1000)")
+    p.add_argument("--max-pieces", type=int, default=1000, help="at most this many learned pieces, >= 1 (default 1000)")
     p.add_argument("--domain-vocab-size", type=int, default=8000,
                    help="vocabulary of the SentencePiece model trained on the corpus (default 8000)")
     a = p.parse_args(argv)
@@ -264,8 +269,8 @@ def cli(argv: list[str]) -> int:
             words = [line.strip() for line in f if line.strip()]
     ext = extend_vocab(a.model, a.out, words, a.corpus, a.max_pieces, a.domain_vocab_size)
     old = ext.tokenizer.vocab_size - len(ext.pieces)
-    print(f"added {len(ext.pieces)} pieces (ids {old}..{ext.tokenizer.vocab_size - 1}), vocabulary "
-          f"{old} -> {ext.tokenizer.vocab_size}; wrote {a.out}")
+    ids = f" (ids {old}..{ext.tokenizer.vocab_size - 1})" if ext.pieces else ""
+    print(f"added {len(ext.pieces)} pieces{ids}, vocabulary {old} -> {ext.tokenizer.vocab_size}; wrote {a.out}")
     if ext.pieces:
         print("  first: " + " ".join(ext.pieces[:20]))
     for piece, why in list(ext.skipped.items())[:10]:

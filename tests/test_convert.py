@@ -256,6 +256,26 @@ def test_cli_from_tf_copies_the_sentencepiece_model(tmp_path, capsys):
     assert (out / "spiece.model").read_bytes() == b"stand-in for a SentencePiece model"
 
 
+def test_converting_into_the_source_directory(tmp_path, capsys):
+    """--out naming the input. From TF it is fine (no TF file is overwritten) and the spiece.model found there
+    stays as it is, not copied onto itself; from HF it would overwrite the model being read, so it is refused
+    before anything is written."""
+    directory = copy_fixture(tmp_path)
+    (directory / "spiece.model").write_bytes(b"stand-in for a SentencePiece model")
+    assert litebert_main(["convert", "--from-tf", str(directory / "model.ckpt-7"), "--out", str(directory)]) == 0
+    assert (directory / "spiece.model").read_bytes() == b"stand-in for a SentencePiece model"
+    capsys.readouterr()
+
+    def contents_and_times():
+        return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in directory.iterdir()}
+
+    before = contents_and_times()
+    assert litebert_main(["convert", "--from-hf", str(directory), "--out", str(directory / ".")]) == 2
+    err = capsys.readouterr().err
+    assert "is the input directory" in err and err.count("\n") == 1
+    assert contents_and_times() == before
+
+
 def test_tf_config_rejects_what_litebert_cannot_run(tmp_path):
     path = tmp_path / "albert_config.json"
     path.write_text('{"hidden_size": 16, "num_attention_heads": 2, "net_structure_type": 1}')

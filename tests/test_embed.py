@@ -193,3 +193,31 @@ def test_salbert_retrieves_bible_paraphrases_far_above_the_untrained_encoder(tmp
                                                       warmup_steps=15, out_dir=str(tmp_path / "run"), progress=False))
     before, after = summary["before"]["recall_at_1"], summary["after"]["recall_at_1"]
     assert after > before + 0.1, (before, after)
+
+
+def test_cli_requires_model_and_says_what_to_pass(tmp_path, capsys):
+    """Regression: --model defaulted to out/pretrain/final, a path no verb writes."""
+    sentences = tmp_path / "s.txt"
+    sentences.write_text("\n".join(SENTENCES) + "\n")
+    assert litebert_main(["embed", "--input", str(sentences), "--out", str(tmp_path / "e.npy")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("litebert embed: error: --model is required") and len(err.splitlines()) == 1
+    with pytest.raises(SystemExit):
+        litebert_main(["embed", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--model MODEL required: an ALBERT model directory" in help_text and "out/pretrain/final" not in help_text
+
+
+@pytest.mark.parametrize("verb", ["embed", "finetune", "pretrain"])
+def test_help_shows_each_default_once(verb, capsys):
+    """Regression (recipes.add_config_args): a help text that explains its default ("(default: the model's)")
+    was followed by a second "(default: None)"; an empty default printed as "(default: )"."""
+    with pytest.raises(SystemExit):
+        litebert_main([verb, "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    options = help_text.split(" --")[1:]
+    assert options and all(option.count("(default:") <= 1 for option in options), \
+        [option for option in options if option.count("(default:") > 1]
+    assert "(default: )" not in help_text
+    if verb == "pretrain":
+        assert "(default: batch_size / world_size, no accumulation) --" in help_text

@@ -5,6 +5,7 @@ tests load the saved file back. Each reference is the litebert model loaded from
 """
 
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -105,3 +106,17 @@ def test_cli(tmp_path, capsys):
     assert litebert_main(["export", "--model", str(tmp_path / "nothing"), "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err
     assert "not a model directory" in err and err.count("\n") == 1
+
+
+def test_cli_exports_into_the_model_directory_and_says_why_it_did_not_verify(tmp_path, capsys, monkeypatch):
+    model_dir = save_tiny(tmp_path / "model", "AlbertModel")
+    before = {name: (tmp_path / "model" / name).read_bytes() for name in os.listdir(model_dir)}
+    assert litebert_main(["export", "--model", model_dir, "--out", model_dir, "--format", "torchscript",
+                          "--no-verify"]) == 0
+    printed = capsys.readouterr().out
+    assert "not verified (skipped on request: --no-verify)" in printed and "onnxruntime" not in printed
+    assert sorted(os.listdir(model_dir)) == sorted([*before, "model.pt"])
+    assert {name: (tmp_path / "model" / name).read_bytes() for name in before} == before
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # what `import onnxruntime` sees when it is missing
+    result = export_model(model_dir, tmp_path / "onnx", "onnx")
+    assert result.verified_with is None and "not verified (onnxruntime is not installed" in result.summary()

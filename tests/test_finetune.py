@@ -1,5 +1,6 @@
 """Fine-tuning every head through `litebert finetune`, and the resulting checkpoints in transformers."""
 
+import csv
 import json
 import shutil
 from pathlib import Path
@@ -174,3 +175,24 @@ def test_qa_training_learns_to_find_the_asked_word_in_real_passages(tmp_path):
     best = finetune(cfg, train_cfg)["best"]
     assert random_word_em < 5
     assert best["exact"] > max(20.0, 5 * random_word_em), (best, random_word_em)
+
+
+def test_a_table_task_predicts_its_unlabelled_test_file(pretrained, tmp_path):
+    """Generic CSV: train and dev labelled, test without the label column, as a user's own data arrives."""
+    rows = [json.loads(line) for _, line in zip(range(40), open(TASKS / "novel_authorship" / "train.jsonl"))]
+    data = tmp_path / "table"
+    data.mkdir()
+    for name, part in (("tr.csv", rows[:24]), ("va.csv", rows[24:32]), ("te.csv", rows[32:])):
+        with open(data / name, "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["passage", "author"] if name != "te.csv" else ["passage"])
+            writer.writerows([r["text"], r["label"]] if name != "te.csv" else [r["text"]] for r in part)
+    table = ["--task", "table", "--data-dir", str(data), "--text-columns", "passage", "--label-column", "author",
+             "--train-file", "tr.csv", "--dev-file", "va.csv", "--test-file", "te.csv", "--max-length", "32"]
+    out = tmp_path / "run"
+    assert litebert_main(["finetune", "--model", str(pretrained / "model"), *table, "--max-steps", "2",
+                          "--batch-size", "8", "--out-dir", str(out), "--no-progress"]) == 0
+    assert litebert_main(["predict", "--model", str(out / "best"), *table, "--out", str(tmp_path / "p.jsonl")]) == 0
+    predictions = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    authors = {r["label"] for r in rows[:24]}
+    assert len(predictions) == 8 and all(p["prediction"] in authors for p in predictions)

@@ -249,3 +249,50 @@ def test_cli_prepare_one_line_errors(tok_dir, tmp_path, capsys):
     assert main(["prepare", "--tokenizer", tok_dir, "--out", str(tmp_path / "d"), "--no-progress",
                  "--max-seq-length", "64", "--num-workers", "1"]) == 0
     assert "examples" in capsys.readouterr().out
+
+
+def _jsonl(path, field="text", n=30):
+    para = "Anne walked to the shop. She bought bread. Then she came home again. It was late."
+    path.write_text("".join(json.dumps({"id": k, field: para}) + "\n" for k in range(n)))
+    return str(path)
+
+
+@pytest.mark.parametrize("flag,value,message", [
+    ("--masked-lm-prob", "2", "masked_lm_prob must be in (0, 1], got 2.0"),
+    ("--masked-lm-prob", "-1", "masked_lm_prob must be in (0, 1], got -1.0"),
+    ("--masked-lm-prob", "0", "masked_lm_prob must be in (0, 1], got 0.0"),
+    ("--max-predictions-per-seq", "0", "max_predictions_per_seq must be >= 1, got 0"),
+    ("--short-seq-prob", "1.5", "short_seq_prob must be in [0, 1], got 1.5"),
+    ("--dupe-factor", "0", "dupe_factor must be >= 1, got 0"),
+    ("--max-seq-length", "4", "max_seq_length must be in [5, 65536], got 4"),  # [CLS] A [SEP] B [SEP] needs 5
+    ("--shard-size", "0", "shard_size must be >= 1, got 0"),
+    ("--seed", "-3", "seed must be >= 0, got -3"),
+])
+def test_cli_prepare_rejects_out_of_range_options(tok_dir, tmp_path, capsys, flag, value, message):
+    from litebert.cli import main
+
+    out = tmp_path / "out"
+    assert main(["prepare", _jsonl(tmp_path / "docs.jsonl"), "--tokenizer", tok_dir, "--out", str(out),
+                 "--no-progress", "--num-workers", "1", flag, value]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"litebert prepare: error: {message}"
+    assert not out.exists()  # refused before anything is written
+
+
+def test_jsonl_missing_text_field_is_named_and_loses_nothing(tok_dir, tmp_path):
+    out = str(tmp_path / "out")
+    docs = _jsonl(tmp_path / "docs.jsonl")
+    meta = prepare([docs], out, tok_dir, max_seq_length=32, num_workers=1, progress=False)
+    before = {f: (tmp_path / "out" / f).read_bytes() for f in os.listdir(out)}
+    # Every record lacks the field: an error naming the file, the field and the keys there are.
+    wrong = _jsonl(tmp_path / "body.jsonl", field="body")
+    with pytest.raises(ValueError, match=r"body\.jsonl: no record has the text field 'text'; its records have the "
+                                         r"keys \['id', 'body'\]") as e:
+        prepare([wrong], out, tok_dir, max_seq_length=32, num_workers=1, progress=False)
+    assert "\n" not in str(e.value)
+    assert {f: (tmp_path / "out" / f).read_bytes() for f in os.listdir(out)} == before  # the old run is intact
+    # Some records lack it: counted under their own name, apart from bad JSON.
+    with open(docs, "a") as f:
+        f.write(json.dumps({"body": "x"}) + "\n" + json.dumps({"body": "y"}) + "\nnot json\n")
+    meta = prepare([docs], out, tok_dir, max_seq_length=32, num_workers=1, progress=False)
+    assert meta["stats"]["skipped_missing_text_field"] == 2 and meta["stats"]["skipped_bad_json_lines"] == 1

@@ -1,6 +1,7 @@
 """SQuAD-format QA: readers on official-format files, windowed featurization, span decoding, scoring."""
 
 import dataclasses
+import gzip
 import json
 from pathlib import Path
 
@@ -38,6 +39,13 @@ def test_read_v20_and_flat_jsonl():
     assert v2[2].answers == []  # plausible_answers are not answers
     flat = S.read_squad(FIX / "flat.jsonl")
     assert flat[0].answers == [S.Answer("Warsaw", 0)] and flat[1].is_impossible
+
+
+def test_gzipped_squad_files_read_like_the_plain_ones(tmp_path):
+    for name in ("dev-v2.0.json", "flat.jsonl"):
+        with gzip.open(tmp_path / f"{name}.gz", "wb") as f:
+            f.write((FIX / name).read_bytes())
+        assert S.read_squad(tmp_path / f"{name}.gz") == S.read_squad(FIX / name)
 
 
 def test_mismatched_span_duplicate_id_bad_json(tmp_path):

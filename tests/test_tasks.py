@@ -300,3 +300,64 @@ def test_tag_alignment_with_real_tokenizer(real_tok):
         s, e = offsets[k - 1]  # shift for [CLS]
         assert f.word_ids[k] == j and starts[j] <= s < starts[j] + len(words[j])
     assert FT.word_predictions(f.word_ids, f.label, len(words), ["O", "B-PER", "I-PER", "B-LOC"]) == example.tags
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# gzipped files, unlabelled test tables, GLUE submission directories
+
+BUNDLED = Path(T.__file__).parent / "data" / "novel_authorship"
+
+
+def test_bundled_gzipped_task_reads_like_the_plain_files():
+    """Regression: litebert/data/novel_authorship ships {split}.jsonl.gz, which `--data-dir` could not read."""
+    for split, count in zip(("train", "dev", "test"), (5386, 746, 767)):
+        examples = T.read_task("novel_authorship", BUNDLED, split)
+        assert (len(examples), examples.skipped) == (count, [])
+    assert T.label_list(examples) == list(T.TASKS["novel_authorship"].labels)
+    if (SHARED / "novel_authorship").exists():  # the plain copy it was made from
+        assert examples == T.read_task("novel_authorship", SHARED / "novel_authorship", "test")
+
+
+def test_gzipped_csv_and_conll(tmp_path):
+    import gzip
+
+    text = 'text,label\n"Hello, world",pos\n"two\nlines",neg\n'
+    (tmp_path / "data.csv").write_text(text)
+    with gzip.open(tmp_path / "data.csv.gz", "wt") as f:
+        f.write(text)
+    assert T.read_table(tmp_path / "data.csv.gz", ["text"], "label") == T.read_table(tmp_path / "data.csv", ["text"],
+                                                                                       "label")
+    with gzip.open(tmp_path / "train.txt.gz", "wt") as f:
+        f.write("-DOCSTART- O\n\nAnne B-PER\nwalked O\n")
+    assert [e.tags for e in T.read_task("conll2003", tmp_path, "train")] == [["B-PER", "O"]]
+
+
+@pytest.mark.parametrize("ext", ["csv", "tsv", "jsonl"])
+def test_table_test_split_without_label_column_is_unlabelled(tmp_path, ext):
+    """Regression: a custom table's test file without its label column failed with "no column 'y'"."""
+    rows = [{"id": "a", "t": "first text"}, {"id": "b", "t": "second text"}]
+    sep = {"csv": ",", "tsv": "\t"}.get(ext)
+
+    def write(name, records):
+        lines = [json.dumps(r) for r in records] if sep is None else \
+            [sep.join(records[0])] + [sep.join(str(v) for v in r.values()) for r in records]
+        (tmp_path / name).write_text("\n".join(lines) + "\n")
+
+    write(f"test.{ext}", rows)
+    write(f"train.{ext}", rows)
+    task = T.Task("table", "classification", "table", {"train": f"train.{ext}", "test": f"test.{ext}"}, ("t",), "y",
+                  id_column="id")
+    assert T.read_task(task, tmp_path, "test") == [T.TextExample("a", "first text"), T.TextExample("b", "second text")]
+    with pytest.raises(T.DataError, match="no column 'y'|missing field 'y'"):  # training data must be labelled
+        T.read_task(task, tmp_path, "train")
+    write(f"test.{ext}", [{**r, "y": "pos"} for r in rows])  # a labelled test file keeps its labels
+    assert [e.label for e in T.read_task(task, tmp_path, "test")] == ["pos", "pos"]
+
+
+def test_glue_submission_into_a_new_directory(tmp_path):
+    """Regression: `--out subs/` (not yet existing) wrote a *file* named subs."""
+    examples = glue("MNLI-m", "test")
+    path = T.write_glue_predictions(f"{tmp_path / 'subs'}/", "MNLI-m", examples, [1, 2])
+    assert path == tmp_path / "subs" / "MNLI-m.tsv" and path.read_text().startswith("index\tprediction\n0\t")
+    assert T.write_glue_predictions(tmp_path / "subs", "AX", glue("AX", "test"), [0]) == tmp_path / "subs" / "AX.tsv"
+    assert T.write_glue_predictions(tmp_path / "one.tsv", "AX", glue("AX", "test"), [0]).is_file()  # a file path

@@ -12,6 +12,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import sys
 import unicodedata
 
@@ -233,8 +234,28 @@ def test_word_start_mask(bundled_tok):
 def test_from_pretrained_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="no spiece.model"):
         Tokenizer.from_pretrained(str(tmp_path))
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(FileNotFoundError, match="no-such-albert-model-xyz, and fetching it from the Hub failed"):
         Tokenizer.from_pretrained("no-such-user/no-such-albert-model-xyz")
+    # Strings that cannot be Hub ids were meant as local paths: say so, without a Hub validation error.
+    for path in (str(tmp_path / "missing"), "./missing", "a/b/c", "~/missing"):
+        with pytest.raises(FileNotFoundError, match=f"^no such directory: {re.escape(path)}$"):
+            Tokenizer.from_pretrained(path)
+
+
+@pytest.mark.parametrize("content", ["empty", "truncated", "text"])
+def test_corrupt_spiece_model_is_a_one_line_error(tmp_path, content, capsys):
+    from litebert.cli import main
+
+    with open(os.path.join(FIXTURE, "spiece.model"), "rb") as f:
+        good = f.read()
+    data = {"empty": b"", "truncated": good[: len(good) // 2], "text": b"not a model\n"}[content]
+    (tmp_path / "spiece.model").write_bytes(data)
+    with pytest.raises(ValueError, match="spiece.model: not a valid SentencePiece model"):
+        Tokenizer.from_pretrained(str(tmp_path))
+    assert main(["tokenizer", "--out", str(tmp_path), "--encode", "hi"]) == 2
+    err = capsys.readouterr().err
+    assert "spiece.model: not a valid SentencePiece model" in err and err.count("\n") == 1
+    assert (tmp_path / "spiece.model").read_bytes() == data  # nothing lost
 
 
 def test_cli_trains_and_encodes(tmp_path, capsys):

@@ -155,6 +155,19 @@ def test_nan_loss_stops_and_keeps_last_checkpoint(tmp_path):
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
+# A GPU this machine lacks: plain "cuda" on a CPU-only build, else one past the last device.
+MISSING_GPU = f"cuda:{torch.cuda.device_count()}" if torch.cuda.is_available() else "cuda"
+
+
+@pytest.mark.parametrize("device", ["gpu", "cuda:x", MISSING_GPU])
+def test_bad_device_is_a_one_line_error_before_anything_is_written(tmp_path, device):
+    cfg = toy_config(tmp_path, device=device)
+    with pytest.raises(ValueError, match=f"^device {device!r}") as info:
+        train(make_toy(), toy_batches(8, 8), cfg)
+    assert "\n" not in str(info.value)
+    assert not Path(cfg.out_dir).exists()
+
+
 def test_config_precedence_defaults_toml_cli(tmp_path):
     import argparse
     toml = tmp_path / "recipe.toml"

@@ -155,3 +155,34 @@ def test_overlapping_new_pieces_segment_as_transformers_does(base, tmp_path):
             hf = cls.from_pretrained(str(tmp_path / str(i)))
             for text in texts:
                 assert hf(text)["input_ids"] == ours.encode(text), (cls.__name__, pieces, text)
+
+
+def test_max_pieces_below_one_is_refused_before_writing(base, tmp_path, capsys):
+    root, _ = base
+    corpus = tmp_path / "domain.txt"
+    corpus.write_text("Photosynthesis in chloroplasts.\nCryptography of ciphers.\n" * 50)
+    out = tmp_path / "ext"
+    assert litebert_main(["extend-vocab", "--model", str(root / "base"), "--out", str(out), "--corpus", str(corpus),
+                          "--max-pieces", "0"]) == 2
+    assert capsys.readouterr().err.strip() == "litebert extend-vocab: error: max_pieces must be >= 1, got 0"
+    assert not out.exists()
+
+
+def test_extending_an_salbert_directory_keeps_its_pooling(base, tmp_path):
+    """Regression: the sentence files were dropped, so the extended model silently pooled with the default."""
+    from litebert.embed import SentenceEncoder, embed
+    from litebert.model import AlbertModel
+
+    root, tok = base
+    src, out = tmp_path / "salbert", tmp_path / "ext"
+    torch.manual_seed(0)
+    SentenceEncoder(AlbertModel(AlbertConfig(**TINY)), pooling="cls", max_length=32).save_pretrained(src)
+    tok.save_pretrained(str(src))
+    extend_vocab(str(src), str(out), words=["zeitgeist"])
+    for name in ("sentence_config.json", "modules.json", "sentence_bert_config.json", "1_Pooling/config.json"):
+        assert (out / name).read_text() == (src / name).read_text(), name
+    old, new = SentenceEncoder.from_pretrained(src), SentenceEncoder.from_pretrained(out)
+    assert (new.pooling, new.max_length, new.config.vocab_size) == ("cls", 32, 1001)
+    text = ["Anne walked to the shop in the rain."]  # no new piece: the same vector as before
+    assert torch.allclose(torch.from_numpy(embed(old, Tokenizer.from_pretrained(str(src)), text, old.pooling)),
+                          torch.from_numpy(embed(new, Tokenizer.from_pretrained(str(out)), text, new.pooling)))
