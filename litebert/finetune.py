@@ -129,23 +129,34 @@ def read_split(task: T.Task, cfg: FinetuneConfig, split: str, labels: list[str] 
 
 @torch.no_grad()
 def predict_outputs(model, features: Sequence, batch_size: int, pad_id: int) -> list[np.ndarray]:
-    """Per-feature output arrays: logits (classification/choice/tagging, unpadded) or (start, end) stacked."""
+    """Per-feature output arrays, in the features' order: logits (classification/choice/tagging, unpadded) or
+    (start, end) stacked. Batches are cut from the features sorted by length, so each pads to near its own
+    length rather than to the longest feature in a random handful."""
     model.eval()
-    outputs: list[np.ndarray] = []
-    for start in range(0, len(features), batch_size):
-        chunk = features[start:start + batch_size]
+    outputs: list[np.ndarray | None] = [None] * len(features)
+    order = sorted(range(len(features)), key=lambda i: _length(features[i].input_ids))
+    for start in range(0, len(order), batch_size):
+        index = order[start:start + batch_size]
+        chunk = [features[i] for i in index]
         batch = collate(chunk, pad_id)
         batch = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
         out = model(**batch)
         if isinstance(model, AlbertForQuestionAnswering):
             both = torch.stack([out.start_logits, out.end_logits], 1).float().numpy()  # (B, 2, T)
-            outputs += [both[i, :, :len(f.input_ids)] for i, f in enumerate(chunk)]
+            rows = [both[j, :, :len(f.input_ids)] for j, f in enumerate(chunk)]
         elif isinstance(model, AlbertForTokenClassification):
             logits = out.logits.float().numpy()
-            outputs += [logits[i, :len(f.input_ids)] for i, f in enumerate(chunk)]
+            rows = [logits[j, :len(f.input_ids)] for j, f in enumerate(chunk)]
         else:
-            outputs += list(out.logits.float().numpy())
+            rows = list(out.logits.float().numpy())
+        for i, row in zip(index, rows):
+            outputs[i] = row
     return outputs
+
+
+def _length(input_ids: list) -> int:
+    """Tokens of one feature: its length, or its longest option's for multiple choice (a list per option)."""
+    return max(map(len, input_ids)) if input_ids and isinstance(input_ids[0], list) else len(input_ids)
 
 
 def score(task: T.Task, examples: Sequence, features: Sequence, outputs: Sequence[np.ndarray],

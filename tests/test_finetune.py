@@ -5,6 +5,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from fixtures.tokenizers import train_tiny_tokenizer
@@ -12,8 +13,10 @@ from paths import SHARED_DATA
 
 from litebert.cli import main as litebert_main
 from litebert.config import AlbertConfig
-from litebert.finetune import HEAD_FOR_KIND, FinetuneConfig, finetune, load_model, resolve_task
+from litebert.finetune import (HEAD_FOR_KIND, FinetuneConfig, _length, featurize, finetune, load_model,
+                               predict_outputs, read_split, resolve_task, task_labels)
 from litebert.model import AlbertForPreTraining
+from litebert.tokenizer import Tokenizer
 from litebert.train import TrainConfig
 
 transformers = pytest.importorskip("transformers")
@@ -196,3 +199,22 @@ def test_a_table_task_predicts_its_unlabelled_test_file(pretrained, tmp_path):
     predictions = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
     authors = {r["label"] for r in rows[:24]}
     assert len(predictions) == 8 and all(p["prediction"] in authors for p in predictions)
+
+
+@pytest.mark.parametrize("case", ["classification", "multiple_choice", "qa"])
+def test_predictions_come_back_in_order_whatever_the_length_sorted_batching(pretrained, case):
+    """predict_outputs batches features sorted by length: each output must still be its own feature's, equal to
+    predicting that feature alone."""
+    overrides = {k: v for k, v in CASES[case][0].items() if k in ("task", "max_query_length", "doc_stride")}
+    cfg = FinetuneConfig(model=str(pretrained / "model"), data_dir=str(TASKS / overrides["task"]), **overrides)
+    task = resolve_task(cfg)
+    tok = Tokenizer.from_pretrained(cfg.model)
+    labels = task_labels(task, read_split(task, cfg, "train", limit=50))
+    features = featurize(task, read_split(task, cfg, "dev", labels, 12), tok, labels, cfg, 128)
+    lengths = [_length(f.input_ids) for f in features]
+    assert lengths != sorted(lengths)  # the batches really are taken out of order
+    model = load_model(cfg, task, labels)
+    together = predict_outputs(model, features, 5, tok.pad_id)
+    alone = [predict_outputs(model, [f], 1, tok.pad_id)[0] for f in features]
+    for a, b in zip(together, alone):
+        np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
