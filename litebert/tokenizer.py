@@ -160,7 +160,7 @@ class Tokenizer:
             model_file, config_dir = os.path.join(path, "spiece.model"), path
             if not os.path.isfile(model_file):
                 raise FileNotFoundError(f"{path} has no spiece.model (train one with `litebert tokenizer`)")
-        elif _HUB_ID.fullmatch(path):
+        elif looks_like_hub_id(path):
             model_file = _download_from_hub(path)
             config_dir = os.path.dirname(model_file)
         else:
@@ -451,9 +451,14 @@ def _write_json(path: str, obj) -> None:
         f.write("\n")
 
 
-# A Hub id is "name" or "namespace/name" (word characters, "-", "."). Anything else that does not exist here
-# (./x, /abs/x, a/b/c, a name with spaces) was meant as a local path: a Hub error about it would only confuse.
 _HUB_ID = re.compile(r"(?!\.)[\w.-]+(/[\w.-]+)?")
+
+
+def looks_like_hub_id(name: str) -> bool:
+    """A Hub id is "name" or "namespace/name" (word characters, "-", "."). Anything else that does not exist here
+    (./x, /abs/x, a/b/c, a name with spaces) was meant as a local path: a Hub error about it would only confuse.
+    The one rule for tokenizers and models (weights.resolve_model_dir)."""
+    return bool(_HUB_ID.fullmatch(name))
 
 
 def _download_from_hub(repo_id: str) -> str:

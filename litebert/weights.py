@@ -37,17 +37,20 @@ def resolve_model_dir(name_or_path: str | os.PathLike) -> str:
     path = os.fspath(name_or_path)
     if os.path.isdir(path):
         return path
-    if os.path.exists(path) or path.startswith((".", "/")) or path.count("/") > 1:
+    from litebert.tokenizer import looks_like_hub_id
+    if os.path.exists(path):
         raise FileNotFoundError(f"{path}: not a model directory")
+    if not looks_like_hub_id(path):
+        raise FileNotFoundError(f"no such directory: {path}")
     try:
         from huggingface_hub import snapshot_download
     except ImportError:
-        raise FileNotFoundError(f"{path}: no such directory (and huggingface_hub is not installed to fetch it "
+        raise FileNotFoundError(f"no such directory: {path} (and huggingface_hub is not installed to fetch it "
                                 "as a Hub id)") from None
     try:
         return snapshot_download(path, allow_patterns=["*.json", "*.safetensors", "*.bin", "*.model"])
     except Exception as e:  # network down, unknown repo, ...: all the user needs is which and why
-        raise FileNotFoundError(f"{path}: no such directory, and fetching it from the Hub failed "
+        raise FileNotFoundError(f"no such directory: {path}, and fetching it from the Hub failed "
                                 f"({type(e).__name__})") from None
 
 

@@ -159,7 +159,7 @@ def test_corrupt_truncated_and_mismatched_checkpoints_fail_with_one_line(tmp_pat
         (garbage, CheckpointError, "corrupt or truncated"),
         (mismatched, CheckpointError, r"has shape .* the config expects"),
         (wrong_layout, CheckpointError, "unexpected encoder weights"),
-        (tmp_path / "nowhere", FileNotFoundError, "not a model directory"),
+        (tmp_path / "nowhere", FileNotFoundError, "no such directory: .*nowhere$"),
         (bad_json, ConfigError, "not a valid JSON config"),
     ]:
         with pytest.raises(error, match=message):
