@@ -42,7 +42,18 @@ def _usage() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        code = _run(list(sys.argv[1:] if argv is None else argv))
+        sys.stdout.flush()  # so a reader that went away is noticed here, not as noise at interpreter exit
+        return code
+    except BrokenPipeError:
+        # `litebert params | head -1`: the reader stopped listening, which is no error of ours. Point stdout at
+        # devnull so the final flush at exit stays quiet, and exit 1 (Python docs, "Note on SIGPIPE").
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _run(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return 0
@@ -53,14 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     module_name, func_name = VERBS[verb][0].split(":")
     func = getattr(importlib.import_module(module_name), func_name)
     try:
-        code = int(func(rest) or 0)
-        sys.stdout.flush()  # so a reader that went away is noticed here, not as noise at interpreter exit
-        return code
+        return int(func(rest) or 0)
     except BrokenPipeError:
-        # `litebert params | head -1`: the reader stopped listening, which is no error of ours. Point stdout at
-        # devnull so the final flush at exit stays quiet, and exit 1 (Python docs, "Note on SIGPIPE").
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
+        raise  # an OSError, but not the user's: main() ends quietly
     except (UserError, FileNotFoundError, ValueError, OSError) as e:
         # Expected, user-fixable failures: one line, no traceback. Anything else is a bug and shows one.
         if os.environ.get("LITEBERT_DEBUG"):

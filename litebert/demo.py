@@ -44,24 +44,30 @@ QUICK = dict(max_steps=40, eval_every=20, save_every=20, warmup_steps=4)  # --qu
 QUICK_LONG_PHASE = dict(max_steps=10, eval_every=10, save_every=10, warmup_steps=2)
 
 
-DEMO_MARKER = ".litebert-demo"  # written first into a demo's directory: only such a directory is ever replaced
-
-
+DEMO_MARKER = ".litebert-demo"  # written first into a demo's directory
+# What a demo writes (data/ and tasks/: where older demos kept their data and the unpacked task).
 DEMO_ENTRIES = {DEMO_MARKER, "summary.json", "tokenizer", "data64", "data128", "pretrain", "pretrain128",
-                "finetune_pretrained", "finetune_from_scratch", "tasks"}  # tasks/: where older demos unpacked the task
+                "finetune_pretrained", "finetune_from_scratch", "data", "tasks"}
 
 
 def start_clean(out_dir: str) -> None:
-    """A demo starts from nothing (real runs use --resume), but it deletes only what a demo made: `--out .` or a
-    directory of other runs is refused, not wiped. (Demos from before the marker are known by their summary and
-    having nothing but the demo's own entries.)"""
-    entries = set(os.listdir(out_dir)) if os.path.isdir(out_dir) else set()
-    if entries:
-        if DEMO_MARKER not in entries and not ("summary.json" in entries and entries <= DEMO_ENTRIES):
-            raise ValueError(f"{out_dir} exists and is not a previous demo run; choose another --out or remove it")
-        shutil.rmtree(out_dir)
-    elif os.path.exists(out_dir) and not os.path.isdir(out_dir):
+    """A demo starts from nothing (real runs use --resume), but it deletes only what a demo made: the entries
+    of a previous demo run (known by its marker, or by its summary for demos older than the marker), never the
+    directory itself, and nothing at all if anything else has been put there (`--out .` in a project)."""
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise ValueError(f"{out_dir} is a file, not a directory")
+    entries = set(os.listdir(out_dir)) if os.path.isdir(out_dir) else set()
+    foreign = sorted(entries - DEMO_ENTRIES)
+    if foreign or (entries and not entries & {DEMO_MARKER, "summary.json"}):
+        what = f"it holds {', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}" if foreign else \
+            "it is not a previous demo run"
+        raise ValueError(f"{out_dir}: {what}; choose another --out (a demo replaces only its own earlier run)")
+    for name in entries:
+        path = os.path.join(out_dir, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
     os.makedirs(out_dir, exist_ok=True)
     open(os.path.join(out_dir, DEMO_MARKER), "w").close()
 

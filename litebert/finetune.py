@@ -133,22 +133,23 @@ def predict_outputs(model, features: Sequence, batch_size: int, pad_id: int) -> 
     (start, end) stacked. Batches are cut from the features sorted by length, so each pads to near its own
     length rather than to the longest feature in a random handful."""
     model.eval()
+    device = next(model.parameters()).device  # during fine-tuning: the training device
     outputs: list[np.ndarray | None] = [None] * len(features)
     order = sorted(range(len(features)), key=lambda i: _length(features[i].input_ids))
     for start in range(0, len(order), batch_size):
         index = order[start:start + batch_size]
         chunk = [features[i] for i in index]
         batch = collate(chunk, pad_id)
-        batch = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+        batch = {k: v.to(device) for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
         out = model(**batch)
         if isinstance(model, AlbertForQuestionAnswering):
-            both = torch.stack([out.start_logits, out.end_logits], 1).float().numpy()  # (B, 2, T)
+            both = torch.stack([out.start_logits, out.end_logits], 1).float().cpu().numpy()  # (B, 2, T)
             rows = [both[j, :, :len(f.input_ids)] for j, f in enumerate(chunk)]
         elif isinstance(model, AlbertForTokenClassification):
-            logits = out.logits.float().numpy()
+            logits = out.logits.float().cpu().numpy()
             rows = [logits[j, :len(f.input_ids)] for j, f in enumerate(chunk)]
         else:
-            rows = list(out.logits.float().numpy())
+            rows = list(out.logits.float().cpu().numpy())
         for i, row in zip(index, rows):
             outputs[i] = row
     return outputs
@@ -222,11 +223,15 @@ def trivial_baseline(task: T.Task, train_examples: Sequence, eval_examples: Sequ
                 "accuracy": float(np.mean([str(ex.label) == majority for ex in eval_examples]))}
     if task.kind == "multiple_choice":
         return {"accuracy": float(np.mean([1 / len(ex.options) for ex in eval_examples]))}
-    if task.kind == "qa":
+    if task.kind == "qa":  # the rarest passage word, or, where questions may have none (v2.0), no answer at all
         from litebert.metrics import squad_scores
         gold = {ex.id: [a.text for a in ex.answers] for ex in eval_examples}
-        scores = squad_scores(gold, rarest_word_answers(train_examples, eval_examples))
-        return {"method": "rarest passage word", "exact": scores["exact"], "f1": scores["f1"]}
+        rules = {"rarest passage word": rarest_word_answers(train_examples, eval_examples)}
+        if any(not ex.answers for ex in eval_examples):
+            rules["no answer"] = {ex.id: "" for ex in eval_examples}
+        scores = {method: squad_scores(gold, answers) for method, answers in rules.items()}
+        method = max(scores, key=lambda m: scores[m]["f1"])
+        return {"method": method, "exact": scores[method]["exact"], "f1": scores[method]["f1"]}
     return {}
 
 
@@ -367,7 +372,10 @@ def cli_evaluate(argv: list[str]) -> int:
     parser.add_argument("--out", help="write metrics.json here")
     args = parser.parse_args(argv)
     cfg, _ = _finetune_config(args, ("finetune", "train"))
-    metrics, _, _, _ = evaluate_checkpoint(cfg.model, cfg, args.split)
+    metrics, _, task, _ = evaluate_checkpoint(cfg.model, cfg, args.split)
+    if not metrics:  # a test file without its label column reads as unlabelled: nothing to score against
+        raise ValueError(f"{cfg.data_dir}: the {args.split} split of {task.name} has no labels to score "
+                         "(use litebert predict)")
     text = json.dumps(metrics, indent=1)
     if args.out:
         with open(args.out, "w") as f:

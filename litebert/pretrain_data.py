@@ -376,7 +376,9 @@ def check_options(opt: InstanceOptions, shard_size: int) -> None:
     Masking options are checked even without static masking: pretraining reads them from meta.json."""
     if opt.pair_task not in PAIR_TASKS:
         raise ValueError(f"pair_task must be one of {PAIR_TASKS}, got {opt.pair_task!r}")
-    shortest = 3 if opt.pair_task == "none" else 5  # [CLS] A [SEP], or [CLS] A [SEP] B [SEP] with one-token A, B
+    # [CLS] A [SEP] B [SEP] with one-token A and B; without pairs [CLS] A [SEP] with room for the 2-token
+    # minimum of a shortened target (short_seq_prob)
+    shortest = 4 if opt.pair_task == "none" else 5
     rules = [  # (name, value, allowed, the range in words)
         ("max_seq_length", opt.max_seq_length, shortest <= opt.max_seq_length <= 1 << 16, f"in [{shortest}, 65536]"),
         ("short_seq_prob", opt.short_seq_prob, 0 <= opt.short_seq_prob <= 1, "in [0, 1]"),

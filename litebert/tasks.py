@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import io
 import itertools
 import json
 import logging
@@ -112,10 +113,20 @@ def label_list(examples: Iterable) -> list[str]:
 
 def open_text(path: Path, newline: str | None = "\n"):
     r"""A text file or a .gz one, read as UTF-8 (a BOM dropped). newline="\n" by default: a stray \r inside a
-    field must not end the line (universal newlines would split there); the csv module wants newline=""."""
-    if path.suffix.lower() == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8-sig", newline=newline)
-    return open(path, encoding="utf-8-sig", newline=newline)
+    field must not end the line (universal newlines would split there); the csv module wants newline="".
+    A .gz file is decompressed here, whole (task files are small), so a truncated or non-gzip file is a
+    DataError naming it rather than an EOFError halfway through a reader."""
+    if path.suffix.lower() != ".gz":
+        return open(path, encoding="utf-8-sig", newline=newline)
+    try:
+        with gzip.open(path, "rb") as f:
+            data = f.read()
+    except (OSError, EOFError) as e:  # BadGzipFile is an OSError; a truncated stream ends in EOFError
+        raise DataError(f"{path}: cannot read as gzip ({e})") from None
+    try:
+        return io.StringIO(data.decode("utf-8-sig"), newline=newline)
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
 
 
 def nonblank_lines(path: Path) -> Iterator[tuple[str, str]]:

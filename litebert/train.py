@@ -96,6 +96,7 @@ class TrainConfig:
              "warmup_steps, eval_every, save_every and keep_last must be >= 0")
         need(self.lr >= 0 and self.clip_norm >= 0 and self.weight_decay >= 0, "lr, clip_norm and weight_decay "
              "must be >= 0")
+        resolve_device(self.device)  # a bad --device is refused here, before a run reads or writes anything
 
     def accumulation(self, world_size: int) -> tuple[int, int]:
         """(micro_batch_size, accumulation steps) for this world size."""
@@ -137,15 +138,17 @@ def setup_distributed(device: str = "auto") -> Dist:
 
 
 def resolve_device(device: str, local_rank: int = 0) -> torch.device:
-    """TrainConfig.device as a torch.device ("cuda" means this rank's GPU). A name torch does not parse, or a GPU
-    this machine lacks, is a one-line ValueError here; otherwise torch fails later, inside set_device or the
-    first .to(), with a traceback (an AttributeError on CPU-only builds)."""
+    """TrainConfig.device as a torch.device ("cuda" means this rank's GPU). A name torch does not parse, a device
+    type other than cpu/cuda, or a GPU this machine lacks, is a one-line ValueError here; otherwise torch fails
+    later, inside set_device or the first .to(), with a traceback (an AttributeError on CPU-only builds)."""
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
         dev = torch.device(f"cuda:{local_rank}" if device == "cuda" else device)
     except RuntimeError:
-        raise ValueError(f"device {device!r} is not a torch device (use auto, cpu, cuda or cuda:N)") from None
+        dev = None
+    if dev is None or dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"device {device!r} is not one litebert trains on (use auto, cpu, cuda or cuda:N)")
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             raise ValueError(f"device {device!r}: no CUDA GPU is available to this torch "

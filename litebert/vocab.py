@@ -224,7 +224,7 @@ def extend_vocab(model_dir: str, out_dir: str, words: list[str] | None = None, c
     directory (sentence_config.json, see litebert/embed.py) is loaded and saved as a SentenceEncoder, so its
     pooling description comes along instead of silently reverting to the default."""
     from litebert.config import AlbertConfig
-    from litebert.convert import model_class
+    from litebert.convert import model_class, same_path
     from litebert.embed import SentenceEncoder, sentence_settings
     from litebert.weights import resolve_model_dir
 
@@ -233,7 +233,7 @@ def extend_vocab(model_dir: str, out_dir: str, words: list[str] | None = None, c
     if max_pieces < 1:
         raise ValueError(f"max_pieces must be >= 1, got {max_pieces}")
     model_dir = resolve_model_dir(model_dir)
-    if os.path.abspath(model_dir) == os.path.abspath(out_dir):
+    if same_path(model_dir, out_dir):
         raise ValueError(f"{out_dir}: write the extended model to a new directory, not over {model_dir}")
     tokenizer = Tokenizer.from_pretrained(model_dir)
     config = AlbertConfig.load(model_dir)

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from litebert.cli import main as litebert_main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,13 +27,14 @@ def test_params_prints_the_paper_comparison_as_a_table_and_as_json(capsys):
     assert "11.68M" in line and " 12M " in line and line.endswith("matches (as built)")
 
 
-def test_a_reader_that_goes_away_ends_the_output_quietly():
+@pytest.mark.parametrize("argv", [["params", "--json"], ["--help"]])
+def test_a_reader_that_goes_away_ends_the_output_quietly(argv):
     """`litebert params --json | head -1`: once head exits, writing fails with EPIPE. That is not an error to
     report: no "Broken pipe" message, no "Exception ignored" at exit, exit code 1 as Python's docs advise."""
     read_end, write_end = os.pipe()
     os.close(read_end)  # a pipe nobody reads: every write fails, as after `head` has exited, with no race
     try:
-        proc = subprocess.run([sys.executable, "-m", "litebert.cli", "params", "--json"], stdout=write_end,
+        proc = subprocess.run([sys.executable, "-m", "litebert.cli", *argv], stdout=write_end,
                               stderr=subprocess.PIPE, text=True, cwd=ROOT, timeout=300)
     finally:
         os.close(write_end)

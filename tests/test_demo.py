@@ -48,13 +48,13 @@ def test_pretraining_learns_beyond_the_commonest_token_and_unigram_baselines(tmp
     assert final["mlm_loss"] < summary["untrained"]["mlm_loss"] - 2.0
 
 
-def test_the_demo_replaces_only_a_previous_demo_run(tmp_path, capsys):
+def test_the_demo_replaces_only_a_previous_demo_run(tmp_path, capsys, monkeypatch):
     """--out pointing at someone's files must not wipe them; a directory the demo made is started afresh."""
     precious = tmp_path / "runs" / "mine" / "notes.txt"
     precious.parent.mkdir(parents=True)
     precious.write_text("x")
     assert litebert_main(["demo", "--quick", "--out", str(tmp_path / "runs")]) == 2
-    assert "is not a previous demo run" in capsys.readouterr().err and precious.read_text() == "x"
+    assert "it holds mine" in capsys.readouterr().err and precious.read_text() == "x"
     (tmp_path / "file").write_text("y")
     with pytest.raises(ValueError, match="is a file"):
         start_clean(str(tmp_path / "file"))
@@ -65,12 +65,25 @@ def test_the_demo_replaces_only_a_previous_demo_run(tmp_path, capsys):
     start_clean(str(demo))  # a demo's own directory: replaced
     assert sorted(p.name for p in demo.iterdir()) == [DEMO_MARKER]
     legacy = tmp_path / "legacy"  # a demo from before the marker: its summary and nothing foreign
-    (legacy / "pretrain").mkdir(parents=True)
+    (legacy / "data").mkdir(parents=True)
     (legacy / "summary.json").write_text("{}")
     start_clean(str(legacy))
     assert sorted(p.name for p in legacy.iterdir()) == [DEMO_MARKER]
-    (legacy / "summary.json").write_text("{}")
-    (legacy / "thesis.tex").write_text("z")
+    (legacy / "pretrain").mkdir()  # demo-like entries without marker or summary: not known to be a demo's
     os.remove(legacy / DEMO_MARKER)
     with pytest.raises(ValueError, match="not a previous demo run"):
         start_clean(str(legacy))
+
+    # A demo run once into a project directory (--out .) marks it; later work put there is never deleted.
+    project = tmp_path / "project"
+    project.mkdir()
+    monkeypatch.chdir(project)
+    start_clean(".")
+    (project / "pretrain").mkdir()
+    (project / "thesis.tex").write_text("z")
+    with pytest.raises(ValueError, match="it holds thesis.tex"):
+        start_clean(".")
+    assert (project / "thesis.tex").read_text() == "z" and (project / "pretrain").is_dir()
+    os.remove(project / "thesis.tex")
+    start_clean(".")  # only the demo's own entries left: they go, the directory stays
+    assert project.is_dir() and sorted(p.name for p in project.iterdir()) == [DEMO_MARKER]

@@ -180,7 +180,7 @@ def test_qa_training_learns_to_find_the_asked_word_in_real_passages(tmp_path):
     assert best["exact"] > max(20.0, 5 * random_word_em), (best, random_word_em)
 
 
-def test_a_table_task_predicts_its_unlabelled_test_file(pretrained, tmp_path):
+def test_a_table_task_predicts_its_unlabelled_test_file(pretrained, tmp_path, capsys):
     """Generic CSV: train and dev labelled, test without the label column, as a user's own data arrives."""
     rows = [json.loads(line) for _, line in zip(range(40), open(TASKS / "novel_authorship" / "train.jsonl"))]
     data = tmp_path / "table"
@@ -199,6 +199,9 @@ def test_a_table_task_predicts_its_unlabelled_test_file(pretrained, tmp_path):
     predictions = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
     authors = {r["label"] for r in rows[:24]}
     assert len(predictions) == 8 and all(p["prediction"] in authors for p in predictions)
+    capsys.readouterr()  # scoring the unlabelled file is refused, not reported as {}
+    assert litebert_main(["evaluate", "--model", str(out / "best"), *table, "--split", "test"]) == 2
+    assert "the test split of table has no labels to score" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("case", ["classification", "multiple_choice", "qa"])

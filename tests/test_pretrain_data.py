@@ -267,16 +267,25 @@ def _jsonl(path, field="text", n=30):
     ("--max-seq-length", "4", "max_seq_length must be in [5, 65536], got 4"),  # [CLS] A [SEP] B [SEP] needs 5
     ("--shard-size", "0", "shard_size must be >= 1, got 0"),
     ("--seed", "-3", "seed must be >= 0, got -3"),
+    ("--pair-task none --max-seq-length", "3", "max_seq_length must be in [4, 65536], got 3"),
 ])
 def test_cli_prepare_rejects_out_of_range_options(tok_dir, tmp_path, capsys, flag, value, message):
     from litebert.cli import main
 
     out = tmp_path / "out"
     assert main(["prepare", _jsonl(tmp_path / "docs.jsonl"), "--tokenizer", tok_dir, "--out", str(out),
-                 "--no-progress", "--num-workers", "1", flag, value]) == 2
+                 "--no-progress", "--num-workers", "1", *flag.split(), value]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"litebert prepare: error: {message}"
     assert not out.exists()  # refused before anything is written
+
+
+def test_the_shortest_unpaired_examples_are_made(tok_dir, tmp_path):
+    """--pair-task none at its minimum length, with every target shortened: [CLS] A [SEP], A of 2 tokens."""
+    meta = prepare([_jsonl(tmp_path / "docs.jsonl")], str(tmp_path / "out"), tok_dir, max_seq_length=4,
+                   pair_task="none", short_seq_prob=1.0, num_workers=1, progress=False)
+    data = PretrainDataset(str(tmp_path / "out"))
+    assert meta["num_instances"] > 0 and {len(data[i]["input_ids"]) for i in range(len(data))} == {4}
 
 
 def test_jsonl_missing_text_field_is_named_and_loses_nothing(tok_dir, tmp_path):

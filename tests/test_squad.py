@@ -244,3 +244,8 @@ def test_the_qa_baseline_answers_with_the_passage_word_rarest_in_training_passag
     baseline = trivial_baseline(TASKS["wordnet_qa"], train, dev)
     # d3 scores 0: the official normalisation deletes punctuation, "cats" vs "catflap" share no token
     assert baseline["exact"] == pytest.approx(200 / 3) and baseline["f1"] == pytest.approx(200 / 3)
+    # SQuAD v2.0: where most questions have no answer, answering nothing is the baseline to beat.
+    unanswerable = [S.QAExample(f"n{i}", "q", "The dog ran.", []) for i in range(3)]
+    assert trivial_baseline(TASKS["squad-v2.0"], train, dev[:1] + unanswerable) == {
+        "method": "no answer", "exact": 75.0, "f1": 75.0}
+    assert trivial_baseline(TASKS["squad-v2.0"], train, dev + unanswerable[:1])["method"] == "rarest passage word"

@@ -331,6 +331,14 @@ def test_gzipped_csv_and_conll(tmp_path):
         f.write("-DOCSTART- O\n\nAnne B-PER\nwalked O\n")
     assert [e.tags for e in T.read_task("conll2003", tmp_path, "train")] == [["B-PER", "O"]]
 
+    # A truncated or non-gzip file is a DataError naming it, not an EOFError from inside a reader.
+    whole = (tmp_path / "data.csv.gz").read_bytes()
+    (tmp_path / "cut.csv.gz").write_bytes(whole[:len(whole) // 2])
+    (tmp_path / "plain.csv.gz").write_text(text)
+    for name in ("cut.csv.gz", "plain.csv.gz"):
+        with pytest.raises(T.DataError, match=f"{name}: cannot read as gzip"):
+            T.read_table(tmp_path / name, ["text"], "label")
+
 
 @pytest.mark.parametrize("ext", ["csv", "tsv", "jsonl"])
 def test_table_test_split_without_label_column_is_unlabelled(tmp_path, ext):

@@ -159,13 +159,13 @@ def test_nan_loss_stops_and_keeps_last_checkpoint(tmp_path):
 MISSING_GPU = f"cuda:{torch.cuda.device_count()}" if torch.cuda.is_available() else "cuda"
 
 
-@pytest.mark.parametrize("device", ["gpu", "cuda:x", MISSING_GPU])
+@pytest.mark.parametrize("device", ["gpu", "cuda:x", "mps", MISSING_GPU])
 def test_bad_device_is_a_one_line_error_before_anything_is_written(tmp_path, device):
-    cfg = toy_config(tmp_path, device=device)
+    """Refused by the config itself, so a verb fails before it reads data or writes a file."""
     with pytest.raises(ValueError, match=f"^device {device!r}") as info:
-        train(make_toy(), toy_batches(8, 8), cfg)
+        toy_config(tmp_path, device=device)
     assert "\n" not in str(info.value)
-    assert not Path(cfg.out_dir).exists()
+    assert not (tmp_path / "run").exists() and toy_config(tmp_path, device="cpu").device == "cpu"
 
 
 def test_config_precedence_defaults_toml_cli(tmp_path):
