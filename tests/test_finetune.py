@@ -3,6 +3,8 @@
 import csv
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -221,3 +223,22 @@ def test_predictions_come_back_in_order_whatever_the_length_sorted_batching(pret
     alone = [predict_outputs(model, [f], 1, tok.pad_id)[0] for f in features]
     for a, b in zip(together, alone):
         np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
+
+
+@pytest.mark.slow
+def test_the_script_behind_the_readme_table_runs_both_inits_and_scores_test_once(pretrained, tmp_path):
+    """scripts/finetune_all.py: for each task and seed, pretrained and from-scratch runs, each best dev
+    checkpoint scored on test, and the table with the run-computed baseline."""
+    done = subprocess.run([sys.executable, "scripts/finetune_all.py", "--model", str(pretrained / "model"),
+                           "--out", str(tmp_path), "--tasks", "novel_authorship", "wordnet_qa", "--steps", "2",
+                           "--batch-size", "8", "--max-eval-examples", "8"], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1], timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    for task, metric in (("novel_authorship", "accuracy"), ("wordnet_qa", "f1")):
+        r = results[task]
+        assert r["metric"] == metric and metric in r["baseline"]
+        for init in ("pretrained", "from_scratch"):
+            (run,) = r[init]
+            assert metric in run["dev"] and metric in run["test"]
+    assert "| wordnet_qa | f1 | test |" in done.stdout and "| novel_authorship | accuracy | dev |" in done.stdout
