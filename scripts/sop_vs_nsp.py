@@ -16,7 +16,8 @@ import os
 
 from litebert.demo import MODEL  # the demo recipe's architecture
 from litebert.pretrain import PretrainConfig, pretrain
-from litebert.pretrain_data import PretrainDataset, iter_documents, prepare, resolve_inputs
+from litebert.documents import iter_documents, resolve_inputs
+from litebert.pretrain_data import PretrainDataset, prepare
 from litebert.tokenizer_training import train_tokenizer
 from litebert.train import TrainConfig
 

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from litebert.masking import make_batch, mask_tokens, select_spans
-from litebert.pretrain_data import InstanceOptions, PretrainDataset, create_instances, prepare, split_sentences
+from litebert.documents import split_sentences
+from litebert.pretrain_data import InstanceOptions, PretrainDataset, create_instances, prepare
 from litebert.tokenizer_training import train_tokenizer
 
 V, MASK = 30000, 4
