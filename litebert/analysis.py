@@ -97,6 +97,9 @@ def model_names(directories: list[str]) -> list[str]:
     """Short labels for the plot: the directory names, or, where two runs end alike (runA/final, runB/final),
     the paths below their common parent."""
     paths = [os.path.normpath(os.path.abspath(d)) for d in directories]
+    twice = sorted({p for p in paths if paths.count(p) > 1})
+    if twice:
+        raise ValueError(f"{twice[0]} is given twice; compare different models")
     names = [os.path.basename(p) for p in paths]
     if len(set(names)) == len(names):
         return names

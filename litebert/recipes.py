@@ -27,7 +27,7 @@ def add_config_args(parser: argparse.ArgumentParser, cls: type, title: str | Non
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         kind, optional = _unwrap_optional(hints[f.name])
-        kw: dict[str, Any] = dict(dest=f.name, default=argparse.SUPPRESS, help=_help(f))
+        kw: dict[str, Any] = dict(dest=f.name, default=argparse.SUPPRESS, help=_help_with_default(f))
         if kind is bool:
             kw["action"] = argparse.BooleanOptionalAction
         elif typing.get_origin(kind) is list:
@@ -38,7 +38,7 @@ def add_config_args(parser: argparse.ArgumentParser, cls: type, title: str | Non
         group.add_argument("--" + f.name.replace("_", "-"), **kw)
 
 
-def _help(f: dataclasses.Field) -> str:
+def _help_with_default(f: dataclasses.Field) -> str:
     """The field's help text with its default shown once: a text that explains the default itself ("(default:
     the model's)") is left as it is, and an empty-string default (nothing given) is not shown."""
     text = f.metadata.get("help", "")

@@ -461,20 +461,28 @@ def looks_like_hub_id(name: str) -> bool:
     return bool(_HUB_ID.fullmatch(name))
 
 
-def _download_from_hub(repo_id: str) -> str:
-    """spiece.model of a Hub repo, via huggingface_hub when installed and online; one-line errors otherwise."""
+def fetch_from_hub(repo_id: str, fetch) -> str:
+    """fetch(huggingface_hub) -> a local path, when huggingface_hub is installed and online; otherwise one
+    line saying that `repo_id` is neither a local directory nor fetchable (offline, no such repo, no file)."""
     try:
-        from huggingface_hub import hf_hub_download
+        import huggingface_hub
     except ImportError:
         raise FileNotFoundError(f"no such directory: {repo_id} (and huggingface_hub is not installed to fetch it "
                                 "as a Hub id)") from None
     try:
-        path = hf_hub_download(repo_id, "spiece.model")
-        try:  # the normalisation flags, when the repo has them
-            hf_hub_download(repo_id, "tokenizer_config.json")
+        return fetch(huggingface_hub)
+    except Exception as e:
+        raise FileNotFoundError(f"no such directory: {repo_id}, and fetching it from the Hub failed "
+                                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+
+
+def _download_from_hub(repo_id: str) -> str:
+    """spiece.model of a Hub repo, and its tokenizer_config.json (the normalisation flags) when it has one."""
+    def fetch(hub) -> str:
+        path = hub.hf_hub_download(repo_id, "spiece.model")
+        try:
+            hub.hf_hub_download(repo_id, "tokenizer_config.json")
         except Exception:
             pass
         return path
-    except Exception as e:  # offline, no such repo, no spiece.model: all one line for the user
-        raise FileNotFoundError(f"no such directory: {repo_id}, and fetching it from the Hub failed "
-                                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+    return fetch_from_hub(repo_id, fetch)

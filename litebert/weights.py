@@ -37,21 +37,13 @@ def resolve_model_dir(name_or_path: str | os.PathLike) -> str:
     path = os.fspath(name_or_path)
     if os.path.isdir(path):
         return path
-    from litebert.tokenizer import looks_like_hub_id
+    from litebert.tokenizer import fetch_from_hub, looks_like_hub_id
     if os.path.exists(path):
         raise FileNotFoundError(f"{path}: not a model directory")
     if not looks_like_hub_id(path):
         raise FileNotFoundError(f"no such directory: {path}")
-    try:
-        from huggingface_hub import snapshot_download
-    except ImportError:
-        raise FileNotFoundError(f"no such directory: {path} (and huggingface_hub is not installed to fetch it "
-                                "as a Hub id)") from None
-    try:
-        return snapshot_download(path, allow_patterns=["*.json", "*.safetensors", "*.bin", "*.model"])
-    except Exception as e:  # network down, unknown repo, ...: all the user needs is which and why
-        raise FileNotFoundError(f"no such directory: {path}, and fetching it from the Hub failed "
-                                f"({type(e).__name__})") from None
+    return fetch_from_hub(path, lambda hub: hub.snapshot_download(
+        path, allow_patterns=["*.json", "*.safetensors", "*.bin", "*.model"]))
 
 
 def read_state_dict(directory: str) -> tuple[dict[str, torch.Tensor], str]:

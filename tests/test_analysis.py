@@ -57,6 +57,8 @@ def test_the_analyze_command_reads_a_corpus_and_writes_the_plot_and_figures(tmp_
     assert main(["analyze", str(tmp_path / "runA" / "final"), str(tmp_path / "runB" / "final"), "--out", str(out)]) == 0
     assert sorted(json.loads(out.with_suffix(".json").read_text())) == ["runA/final", "runB/final"]
     assert model_names(["a/x", "b/y"]) == ["x", "y"]
+    assert main(["analyze", str(model_dir), str(model_dir) + "/", "--out", str(out)]) == 2
+    assert "is given twice" in capsys.readouterr().err
 
     assert main(["analyze", str(model_dir), "--text", str(tmp_path / "missing.txt")]) == 2
     assert "no input files match" in capsys.readouterr().err.strip().splitlines()[-1]
