@@ -76,10 +76,10 @@ def cli(argv: list[str]) -> int:
     from litebert.model import AlbertModel
     from litebert.tokenizer import Tokenizer
     results = {}
+    sentences = read_sentences(args.text, args.max_sentences)  # the same text for every model
     for name, directory in zip(model_names(args.models), args.models):
         tokenizer = Tokenizer.from_pretrained(directory)
         model = AlbertModel.from_pretrained(directory)
-        sentences = read_sentences(args.text, args.max_sentences)
         batch = tokenizer(sentences, max_length=args.max_length or model.config.max_position_embeddings)
         results[name] = layer_transitions(
             model, batch["input_ids"], batch["attention_mask"])

@@ -1,8 +1,9 @@
 """Fine-tuning heads on the ALBERT encoder, with HuggingFace's class and weight names.
 
 Each head is a few lines: the encoder, a dropout and a linear layer. Sequence-level heads read the pooled
-[CLS] (and ask the encoder's last layer for that position alone); token-level heads read every position. Loss functions follow HF's choices so that a litebert model
-and its transformers twin compute the same loss on the same batch.
+[CLS] (and ask the encoder's last layer for that position alone); token-level heads read every position. Loss
+functions follow HF's choices so that a litebert model and its transformers twin compute the same loss on the
+same batch.
 """
 
 from __future__ import annotations

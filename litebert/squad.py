@@ -18,7 +18,8 @@ from typing import Mapping, NamedTuple, Sequence
 import numpy as np
 
 from litebert.metrics import squad_scores
-from litebert.tasks import BadRecord, DataError, Examples, collect, json_record, nonblank_lines, open_text
+from litebert.tasks import (BadRecord, DataError, Examples, collect, data_suffix, json_record, nonblank_lines,
+                            open_text)
 
 
 class Answer(NamedTuple):
@@ -69,7 +70,7 @@ def read_squad(path: os.PathLike | str, errors: str = "raise") -> Examples:
         seen.add(ident)
         return QAExample(ident, question, context, answers, title)
 
-    if path.name.lower().removesuffix(".gz").endswith(".jsonl"):
+    if data_suffix(path) == ".jsonl":
         def parse_flat(where: str, line: str) -> QAExample:
             r = json_record(line)
             answers = r.get("answers") or {"text": [], "answer_start": []}

@@ -160,8 +160,13 @@ def json_record(line: str) -> dict:
     return record
 
 
+def data_suffix(path: Path) -> str:
+    """The suffix that says a file's format, under any .gz: "train.jsonl.gz" -> ".jsonl"."""
+    return Path(path.name.lower().removesuffix(".gz")).suffix
+
+
 def _format(path: Path) -> str:
-    suffix = Path(path.name.lower().removesuffix(".gz")).suffix
+    suffix = data_suffix(path)
     formats = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
     if suffix not in formats:
         raise ValueError(f"{path}: cannot tell the format from the suffix {suffix!r} (want .tsv, .csv or .jsonl)")
