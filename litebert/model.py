@@ -71,15 +71,17 @@ EXPLICIT_ATTENTION_MAX_LEN = 256
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None,
               dropout_p: float) -> torch.Tensor:
-    """softmax(q k^T / sqrt(hs) + mask) v for (B, nh, T, hs) inputs: SDPA, or the explicit form where it is
-    faster (short sequences with gradients). The softmax runs in fp32 either way, as SDPA's kernels do."""
-    T, hs = k.shape[-2:]
+    """softmax(q k^T + mask) v for (B, nh, T, hs) inputs whose queries already carry 1/sqrt(hs): SDPA, or the
+    explicit form where it is faster (short sequences with gradients). The softmax accumulates in fp32 either
+    way (PyTorch's bf16 softmax kernels compute in fp32 and round once, bitwise equal to an fp32 softmax
+    rounded to bf16, without the two casts and their backward)."""
+    T = k.shape[-2]
     if not (torch.is_grad_enabled() and q.requires_grad and T <= EXPLICIT_ATTENTION_MAX_LEN):
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
-    scores = (q * hs ** -0.5) @ k.transpose(-1, -2)  # (B, nh, Tq, T)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=1.0)
+    scores = q @ k.transpose(-1, -2)  # (B, nh, Tq, T)
     if attn_mask is not None:
         scores = scores + attn_mask
-    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype)
+    probs = torch.softmax(scores, dim=-1).to(v.dtype)
     if dropout_p > 0:
         probs = F.dropout(probs, dropout_p)
     return probs @ v  # (B, nh, Tq, hs)
@@ -100,11 +102,18 @@ class AlbertAttention(nn.Module):
         self.attention_dropout = config.attention_probs_dropout_prob
         self.output_dropout = nn.Dropout(config.hidden_dropout_prob)
 
+    @property
+    def query_scale(self) -> float:
+        """Attention's 1/sqrt(head_size), applied to the query projection's weights rather than to every
+        query (exact when the head size is a power of 4, as ALBERT's 64 is)."""
+        return (self.query.out_features // self.num_heads) ** -0.5
+
     def packed_qkv(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Q, K, V weights as one (3H, H) matrix: one GEMM instead of three. The encoder packs once per
-        forward and reuses the result for every application of a shared layer."""
-        weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])
-        bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])
+        """Q, K, V weights as one (3H, H) matrix: one GEMM instead of three, queries pre-scaled. The encoder
+        packs once per forward and reuses the result for every application of a shared layer."""
+        s = self.query_scale
+        weight = torch.cat([self.query.weight * s, self.key.weight, self.value.weight])
+        bias = torch.cat([self.query.bias * s, self.key.bias, self.value.bias])
         return weight, bias
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None,
@@ -120,7 +129,7 @@ class AlbertAttention(nn.Module):
         else:  # the module's own projections: slicing the packed weight would cost its gradient a zero-fill
             k, v = self.key(x).view(B, T, nh, hs), self.value(x).view(B, T, nh, hs)
             x = x.gather(1, output_positions[..., None].expand(-1, -1, H))  # (B, Tq, H)
-            q = self.query(x).view(B, -1, nh, hs)
+            q = (self.query(x) * self.query_scale).view(B, -1, nh, hs)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, nh, Tq, hs), (B, nh, T, hs) x 2
         y = attention(q, k, v, attn_mask, self.attention_dropout if self.training else 0.0)
         y = y.transpose(1, 2).reshape(B, -1, H)  # (B, Tq, H)

@@ -73,7 +73,7 @@ def test_explicit_attention_equals_sdpa(masked):
     out = torch.randn(2, 4, 10, 8, generator=g)
     explicit = attention(q, k, v, mask, 0.0)  # grad enabled, short: the explicit path
     grads = torch.autograd.grad((explicit * out).sum(), (q, k, v))
-    reference = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    reference = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1.0)  # q carries the scale
     ref_grads = torch.autograd.grad((reference * out).sum(), (q, k, v))
     torch.testing.assert_close(explicit, reference, atol=1e-5, rtol=1e-5)
     for a, b in zip(grads, ref_grads):
@@ -90,6 +90,15 @@ def test_model_trains_the_same_with_sdpa_everywhere(monkeypatch):
     torch.testing.assert_close(loss_explicit, loss_sdpa, atol=1e-5, rtol=1e-5)
     for name in grads_explicit:
         torch.testing.assert_close(grads_explicit[name], grads_sdpa[name], atol=1e-5, rtol=1e-5, msg=name)
+
+
+def test_bf16_explicit_attention_rounds_an_fp32_softmax_once():
+    """The explicit path's bf16 softmax (no casts) gives exactly what softmax in fp32 rounded to bf16 gives."""
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(2, 4, 16, 8, generator=g).mul(3).bfloat16().requires_grad_() for _ in range(3))
+    got = attention(q, k, v, None, 0.0)
+    probs = torch.softmax((q @ k.transpose(-1, -2)).float(), dim=-1).bfloat16()
+    torch.testing.assert_close(got, probs @ v, atol=0, rtol=0)
 
 
 @pytest.mark.parametrize("layout", [dict(), dict(num_hidden_groups=2, inner_group_num=2)])
