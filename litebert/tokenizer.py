@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 import sentencepiece as spm
 
+from litebert.hub import fetch_from_hub, looks_like_hub_id
+
 SPIECE_UNDERLINE = "▁"
 SPECIALS = {"pad_token": "<pad>", "unk_token": "<unk>", "cls_token": "[CLS]", "sep_token": "[SEP]", "mask_token": "[MASK]"}
 TRUNCATION = ("longest_first", "only_first", "only_second", "do_not_truncate")
@@ -449,31 +451,6 @@ def _write_json(path: str, obj) -> None:
     with open(path, "w", encoding="utf-8") as f:
         json.dump(obj, f, indent=2, ensure_ascii=False)
         f.write("\n")
-
-
-_HUB_ID = re.compile(r"(?!\.)[\w.-]+(/[\w.-]+)?")
-
-
-def looks_like_hub_id(name: str) -> bool:
-    """A Hub id is "name" or "namespace/name" (word characters, "-", "."). Anything else that does not exist here
-    (./x, /abs/x, a/b/c, a name with spaces) was meant as a local path: a Hub error about it would only confuse.
-    The one rule for tokenizers and models (weights.resolve_model_dir)."""
-    return bool(_HUB_ID.fullmatch(name))
-
-
-def fetch_from_hub(repo_id: str, fetch) -> str:
-    """fetch(huggingface_hub) -> a local path, when huggingface_hub is installed and online; otherwise one
-    line saying that `repo_id` is neither a local directory nor fetchable (offline, no such repo, no file)."""
-    try:
-        import huggingface_hub
-    except ImportError:
-        raise FileNotFoundError(f"no such directory: {repo_id} (and huggingface_hub is not installed to fetch it "
-                                "as a Hub id)") from None
-    try:
-        return fetch(huggingface_hub)
-    except Exception as e:
-        raise FileNotFoundError(f"no such directory: {repo_id}, and fetching it from the Hub failed "
-                                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
 
 
 def _download_from_hub(repo_id: str) -> str:

@@ -37,7 +37,7 @@ def resolve_model_dir(name_or_path: str | os.PathLike) -> str:
     path = os.fspath(name_or_path)
     if os.path.isdir(path):
         return path
-    from litebert.tokenizer import fetch_from_hub, looks_like_hub_id
+    from litebert.hub import fetch_from_hub, looks_like_hub_id
     if os.path.exists(path):
         raise FileNotFoundError(f"{path}: not a model directory")
     if not looks_like_hub_id(path):
