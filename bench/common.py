@@ -36,7 +36,25 @@ def base_parser(doc: str) -> argparse.ArgumentParser:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny preset, one short shape, 2 repeats")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--malloc", default="glibc", choices=["glibc", "retain"],
+                        help="glibc: the C library's defaults, what either library gets when imported; retain: "
+                             "freed memory kept in the process, for both sides (what `litebert` commands do: "
+                             "litebert.allocator). Default: %(default)s")
     return parser
+
+
+MALLOC = "glibc"
+
+
+def configure(args: argparse.Namespace) -> None:
+    """Threads and the allocator policy, process-wide, before anything is built."""
+    global MALLOC
+    torch.set_num_threads(args.threads)
+    if args.malloc == "retain":
+        from litebert.allocator import retain_freed_memory
+        if not retain_freed_memory():
+            raise SystemExit("--malloc retain needs glibc's mallopt")
+    MALLOC = args.malloc
 
 
 def machine() -> dict:
@@ -48,7 +66,7 @@ def machine() -> dict:
         pass
     isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f" {f}" in flags]
     return {"cpu": platform.processor() or platform.machine(), "isa": isa, "threads": torch.get_num_threads(),
-            "torch": torch.__version__, "python": platform.python_version(),
+            "torch": torch.__version__, "python": platform.python_version(), "malloc": MALLOC,
             "loadavg_1min": round(os.getloadavg()[0], 2)}
 
 

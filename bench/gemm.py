@@ -18,7 +18,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from common import base_parser, emit, machine
+from common import base_parser, configure, emit, machine
 
 
 def gflops(fn, flops: int, warmup: int, repeats: int) -> list[float]:
@@ -43,7 +43,7 @@ def paths(M: int, K: int, N: int, dtype: torch.dtype) -> dict:
 def main() -> None:
     parser = base_parser(__doc__)
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    configure(args)
     repeats = args.repeats or (3 if args.quick else 15)
     shapes = [(1024, 768, 3072)] if args.quick else [(1024, 768, 3072), (2048, 2048, 2048)]
     record: dict = {"bench": "gemm", "machine": machine(), "repeats": repeats, "results": {}, "ceiling_gflops": {}}

@@ -24,7 +24,8 @@ import tempfile
 
 import torch
 
-from common import base_parser, emit, forward_flops, interleaved, load_pair, machine, ratio, save_random_model, stats
+from common import (base_parser, configure, emit, forward_flops, interleaved, load_pair, machine, ratio,
+                    save_random_model, stats)
 from train_step import gemm_probe, mfu_fields
 
 from litebert.config import AlbertConfig
@@ -79,7 +80,7 @@ def main() -> None:
     parser.add_argument("--precisions", default="fp32,bf16")
     parser.add_argument("--no-ort", action="store_true")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    configure(args)
     preset = "tiny" if args.quick else args.preset
     shapes = ["2x32"] if args.quick else args.shapes.split(",")
     config = AlbertConfig.from_preset(preset)

@@ -18,9 +18,8 @@ import json
 import subprocess
 import sys
 
-import torch
 
-from common import base_parser, emit, machine, pretraining_batch, save_random_model
+from common import base_parser, configure, emit, machine, pretraining_batch, save_random_model
 
 from litebert.config import AlbertConfig
 
@@ -32,7 +31,7 @@ def status_kib(field: str) -> int:
 
 def child(args) -> None:
     from train_step import make_step
-    torch.set_num_threads(args.threads)
+    configure(args)
     config = AlbertConfig.load(args.dir)
     B, T = map(int, args.shape.split("x"))
     if args.side == "litebert":
@@ -55,7 +54,8 @@ def child(args) -> None:
 
 def measure(args, side: str, shape: str, precision: str, directory: str, checkpointing: bool = False) -> dict:
     cmd = [sys.executable, __file__, "--child", side, "--dir", directory, "--shape", shape, "--precision", precision,
-           "--threads", str(args.threads), "--attn", args.attn, "--steps", str(args.steps), "--seed", str(args.seed)]
+           "--threads", str(args.threads), "--attn", args.attn, "--steps", str(args.steps), "--seed", str(args.seed),
+           "--malloc", args.malloc]
     if checkpointing:
         cmd.append("--checkpointing")
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
@@ -77,6 +77,7 @@ def main() -> None:
     if args.child:
         args.side = args.child
         return child(args)
+    configure(args)  # the children apply --malloc themselves; here it is recorded in "machine"
     preset = "tiny" if args.quick else args.preset
     shapes = ["4x32"] if args.quick else args.shapes.split(",")
     directory = save_random_model(AlbertConfig.from_preset(preset), args.seed)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from common import base_parser, load_pair, pretraining_batch, save_random_model
+from common import base_parser, configure, load_pair, pretraining_batch, save_random_model
 from train_step import make_step
 
 from litebert.config import AlbertConfig
@@ -20,7 +20,7 @@ def main() -> None:
     parser.add_argument("--precision", default="fp32")
     parser.add_argument("--rows", type=int, default=25)
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    configure(args)
     config = AlbertConfig.from_preset("tiny" if args.quick else args.preset)
     B, T = map(int, args.shape.split("x"))
     ours, theirs = load_pair(save_random_model(config, args.seed), "AlbertForPreTraining", "sdpa")

@@ -19,8 +19,8 @@ import statistics
 
 import torch
 
-from common import (base_parser, emit, forward_flops, interleaved, load_pair, machine, pretraining_batch, ratio,
-                    save_random_model, stats)
+from common import (base_parser, configure, emit, forward_flops, interleaved, load_pair, machine, pretraining_batch,
+                    ratio, save_random_model, stats)
 from gemm import gflops, paths
 
 from litebert.config import AlbertConfig
@@ -77,7 +77,7 @@ def main() -> None:
     parser.add_argument("--attn", default="auto", choices=["auto", "eager", "sdpa"],
                         help="transformers attention implementation (auto: time both, keep the faster)")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    configure(args)
     preset = "tiny" if args.quick else args.preset
     shapes = ["4x32"] if args.quick else args.shapes.split(",")
     repeats = args.repeats or (2 if args.quick else 4)

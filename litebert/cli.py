@@ -42,6 +42,8 @@ def _usage() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from litebert import allocator
+    allocator.retain_freed_memory()  # training steps reuse their buffers instead of page-faulting them in again
     try:
         code = _run(list(sys.argv[1:] if argv is None else argv))
         sys.stdout.flush()  # so a reader that went away is noticed here, not as noise at interpreter exit
