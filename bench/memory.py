@@ -18,7 +18,6 @@ import json
 import subprocess
 import sys
 
-
 from common import base_parser, configure, emit, machine, pretraining_batch, save_random_model
 
 from litebert.config import AlbertConfig
