@@ -9,7 +9,6 @@ the maximum resident set of this process and of its worker processes (the larger
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 import json
 import os
 import resource
@@ -17,10 +16,11 @@ import sys
 import tempfile
 import time
 
+from litebert.devdata import SHARED_DATA
 from litebert.pretrain_data import prepare
 from litebert.tokenizer_training import train_tokenizer
 
-CORPUS = str(Path(__file__).resolve().parents[2] / "shared" / "data" / "pretrain" / "en_medium.txt")
+CORPUS = str(SHARED_DATA / "pretrain" / "en_medium.txt")
 
 
 def _head(path: str, mb: float, out: str) -> str:

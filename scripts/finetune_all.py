@@ -13,13 +13,13 @@ import argparse
 import dataclasses
 import json
 import os
-from pathlib import Path
 
 from litebert.config import AlbertConfig
+from litebert.devdata import SHARED_DATA
 from litebert.finetune import FinetuneConfig, evaluate_checkpoint, finetune
 from litebert.train import TrainConfig
 
-TASKS = Path(__file__).resolve().parents[2] / "shared" / "data" / "tasks"
+TASKS = SHARED_DATA / "tasks"
 MAX_LENGTH = {"novel_authorship": 64, "bible_paraphrase": 128, "wordnet_qa": 128, "wordnet_defmc": 48}
 
 

@@ -10,12 +10,13 @@ Prints a JSON summary (also <out>/salbert_summary.json).
 """
 
 import argparse
-from pathlib import Path
 import json
 import os
 import time
 
-DATA = str(Path(__file__).resolve().parents[2] / "shared" / "data")
+from litebert.devdata import SHARED_DATA
+
+DATA = str(SHARED_DATA)
 
 
 def main() -> None:

@@ -1,7 +1,6 @@
-"""Where the project's shared public-domain data lives: `shared/data` beside the repository (as on every
-developer machine and in CI), or LITEBERT_SHARED_DATA."""
+"""The tests' handle on the developers' shared data (litebert.devdata: shared/data beside the repository,
+or LITEBERT_SHARED_DATA)."""
 
-import os
-from pathlib import Path
+from litebert.devdata import SHARED_DATA
 
-SHARED_DATA = Path(os.environ.get("LITEBERT_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+__all__ = ["SHARED_DATA"]
