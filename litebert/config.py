@@ -15,6 +15,8 @@ from typing import Any
 
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "quick_gelu", "relu", "silu", "swish", "tanh")
 SHARING = ("all", "attention", "ffn", "none")
+# HF's loss rules (heads.sequence_loss); anything else would silently fall through to multi-label BCE.
+PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
 
 # Keys that HF writes into config.json for its own bookkeeping, and the original ALBERT config's unused
 # research knobs. They are kept (round-tripped) but have no effect; the research knobs must hold their
@@ -46,7 +48,7 @@ class AlbertConfig:
     type_vocab_size: int = 2
     initializer_range: float = 0.02
     layer_norm_eps: float = 1e-12
-    pad_token_id: int = 0
+    pad_token_id: int | None = 0  # None (as HF allows): no embedding row is kept at zero
     bos_token_id: int = 2
     eos_token_id: int = 3
     # Heads. HF derives num_labels from id2label; we keep both so config.json matches HF's.
@@ -62,6 +64,9 @@ class AlbertConfig:
 
     def __post_init__(self) -> None:
         if self.id2label is not None:
+            if not isinstance(self.id2label, dict):
+                raise ConfigError("invalid AlbertConfig: id2label must map label ids to names (a JSON object), "
+                                  f"got a {type(self.id2label).__name__}")
             self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
             self.num_labels = len(self.id2label)
         self.validate()
@@ -91,8 +96,16 @@ class AlbertConfig:
             value = getattr(self, name)
             need(value is None or 0.0 <= value < 1.0, f"{name} must be in [0, 1), got {value!r}")
         need(self.layer_norm_eps > 0, f"layer_norm_eps must be > 0, got {self.layer_norm_eps!r}")
-        need(0 <= self.pad_token_id < self.vocab_size, f"pad_token_id {self.pad_token_id} outside vocab_size {self.vocab_size}")
+        need(self.pad_token_id is None or 0 <= self.pad_token_id < self.vocab_size,
+             f"pad_token_id {self.pad_token_id} outside vocab_size {self.vocab_size}")
         need(self.num_labels >= 1, f"num_labels must be >= 1, got {self.num_labels}")
+        need(self.problem_type is None or self.problem_type in PROBLEM_TYPES,
+             f"unknown problem_type {self.problem_type!r}; choose from {', '.join(PROBLEM_TYPES)}")
+        # HF's AlbertForMaskedLM can keep a separate decoder matrix; litebert's heads have no slot for it, so
+        # loading one would silently predict with the word embeddings instead.
+        need(self.extra.get("tie_word_embeddings", True) is not False,
+             "tie_word_embeddings is false, but litebert ties the MLM decoder to the word embeddings as ALBERT "
+             "does and this checkpoint does not")
         for key, neutral in _NEUTRAL_RESEARCH_KNOBS.items():
             if key in self.extra:
                 need(self.extra[key] == neutral, f"{key}={self.extra[key]!r} is not supported (only {neutral})")
@@ -116,6 +129,8 @@ class AlbertConfig:
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("extra", "id2label")}
         out.update(self.extra)
+        if out["classifier_dropout_prob"] is None:  # transformers refuses null; write the rate heads.py uses
+            out["classifier_dropout_prob"] = self.hidden_dropout_prob
         id2label = self.id2label or {i: f"LABEL_{i}" for i in range(self.num_labels)}
         out["id2label"] = {str(i): label for i, label in id2label.items()}
         out["label2id"] = {label: i for i, label in id2label.items()}
@@ -134,7 +149,7 @@ class AlbertConfig:
         if data.get("model_type", "albert") != "albert":
             raise ConfigError(f"invalid AlbertConfig: model_type is {data['model_type']!r}, not 'albert'")
         id2label = known.get("id2label")
-        if id2label is not None and all(str(v) == f"LABEL_{k}" for k, v in id2label.items()):
+        if isinstance(id2label, dict) and all(str(v) == f"LABEL_{k}" for k, v in id2label.items()):
             known["id2label"], known["num_labels"] = None, len(id2label)  # HF's default names: keep the count only
         if "id2label" not in known and "num_labels" not in known and "_num_labels" in extra:
             known["num_labels"] = extra["_num_labels"]
@@ -157,7 +172,7 @@ class AlbertConfig:
         data = read_json_object(path)
         try:
             return cls.from_dict(data)
-        except TypeError as e:
+        except (TypeError, ConfigError) as e:
             raise ConfigError(f"{path}: {e}") from None
 
     @classmethod

@@ -74,7 +74,8 @@ def sample_batch(config: AlbertConfig, shape: tuple[int, ...], padded: bool, see
     T = shape[-1]
     if padded:
         attention_mask.view(-1, T)[-1, T // 2:] = 0
-        input_ids = input_ids.masked_fill(attention_mask == 0, config.pad_token_id)
+        pad = config.pad_token_id if config.pad_token_id is not None else 0  # HF configs may leave it unset
+        input_ids = input_ids.masked_fill(attention_mask == 0, pad)
     token_type_ids = (torch.arange(T) >= T // 2).long().expand(shape).clone()
     if config.type_vocab_size < 2:
         token_type_ids.zero_()

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import glob
 import json
 import os
+import shutil
 import time
 from dataclasses import asdict, dataclass
 
@@ -218,10 +220,6 @@ class _ShardWriter:
         n = len(self.buf["input_ids"]) if n is None else n
         if n == 0:
             return
-        if not self.shards:  # never mix shards of two runs; removed only now, so a run that fails early loses nothing
-            for pattern in ("shard_*.npy", "meta.json"):
-                for old in glob.glob(os.path.join(self.out_dir, pattern)):
-                    os.remove(old)
         take = {k: v[:n] for k, v in self.buf.items()}
         for k in list(self.buf):
             del self.buf[k][:n]
@@ -267,6 +265,30 @@ def check_options(opt: InstanceOptions, shard_size: int) -> None:
             raise ValueError(f"{name} must be {allowed}, got {value}")
 
 
+DATASET_FILES = ("shard_*.npy", "vocab_*.npy", "meta.json")
+
+
+@contextlib.contextmanager
+def _staged_dataset(out_dir: str):
+    """A fresh directory inside `out_dir` to write a dataset into. When the block succeeds, its files replace
+    the dataset already in `out_dir` (meta.json last, so a reader never sees a half-swapped set as complete);
+    when it fails or is interrupted, it is removed and the old dataset is untouched."""
+    staging = os.path.join(out_dir, ".prepare-incoming")
+    shutil.rmtree(staging, ignore_errors=True)
+    os.makedirs(staging)
+    try:
+        yield staging
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    for pattern in DATASET_FILES:  # never mix the files of two runs
+        for old in glob.glob(os.path.join(out_dir, pattern)):
+            os.remove(old)
+    for name in sorted(os.listdir(staging), key=lambda n: n == "meta.json"):
+        os.replace(os.path.join(staging, name), os.path.join(out_dir, name))
+    os.rmdir(staging)
+
+
 def prepare(inputs: list[str] | None, out_dir: str, tokenizer_dir: str, max_seq_length: int = 128,
             short_seq_prob: float = 0.1, pair_task: str = "sop", dupe_factor: int = 1, static_masking: bool = False,
             seed: int = 12345, num_workers: int = 2, masked_lm_prob: float = 0.15, max_predictions_per_seq: int = 20,
@@ -286,63 +308,64 @@ def prepare(inputs: list[str] | None, out_dir: str, tokenizer_dir: str, max_seq_
     tok = Tokenizer.from_pretrained(tokenizer_dir)
     os.makedirs(out_dir, exist_ok=True)
     token_dtype = np.uint16 if tok.vocab_size <= 1 << 16 else np.int32
-    writer = _ShardWriter(out_dir, shard_size, token_dtype, static_masking)
-    stats = collections.Counter()
-    total = None if any(p.endswith(".gz") for p in paths) else sum(os.path.getsize(p) for p in paths)
-    bar = tqdm(total=total, unit="B", unit_scale=True, desc="prepare", disable=not progress)
-    t0 = time.time()
-    chunks = enumerate(chunks_of_documents(iter_documents(paths, paragraphs, text_field, stats, bar), chunk_chars))
+    with _staged_dataset(out_dir) as staging:
+        writer = _ShardWriter(staging, shard_size, token_dtype, static_masking)
+        stats = collections.Counter()
+        total = None if any(p.endswith(".gz") for p in paths) else sum(os.path.getsize(p) for p in paths)
+        bar = tqdm(total=total, unit="B", unit_scale=True, desc="prepare", disable=not progress)
+        t0 = time.time()
+        chunks = enumerate(chunks_of_documents(iter_documents(paths, paragraphs, text_field, stats, bar), chunk_chars))
 
-    def collect(result):
-        stats.update(result.pop("stats"))
-        writer.add(result)
-        bar.set_postfix(instances=sum(s["num_instances"] for s in writer.shards) + len(writer.buf["input_ids"]))
+        def collect(result):
+            stats.update(result.pop("stats"))
+            writer.add(result)
+            bar.set_postfix(instances=sum(s["num_instances"] for s in writer.shards) + len(writer.buf["input_ids"]))
 
-    if num_workers <= 1:
-        _init_worker(tokenizer_dir)
-        for i, docs in chunks:
-            collect(_process_chunk(i, docs, opt))
-    else:
-        import multiprocessing as mp
-
-        # fork: workers need only numpy + sentencepiece, and spawn cannot re-import a `python -` or notebook __main__
-        ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-        with ctx.Pool(num_workers, _init_worker, (tokenizer_dir,)) as pool:
-            pending = collections.deque()
+        if num_workers <= 1:
+            _init_worker(tokenizer_dir)
             for i, docs in chunks:
-                pending.append(pool.apply_async(_process_chunk, (i, docs, opt)))
-                while len(pending) >= 2 * num_workers:
+                collect(_process_chunk(i, docs, opt))
+        else:
+            import multiprocessing as mp
+
+            # fork: workers need only numpy + sentencepiece, and spawn cannot re-import a `python -` or notebook __main__
+            ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+            with ctx.Pool(num_workers, _init_worker, (tokenizer_dir,)) as pool:
+                pending = collections.deque()
+                for i, docs in chunks:
+                    pending.append(pool.apply_async(_process_chunk, (i, docs, opt)))
+                    while len(pending) >= 2 * num_workers:
+                        collect(pending.popleft().get())
+                while pending:
                     collect(pending.popleft().get())
-            while pending:
-                collect(pending.popleft().get())
-    writer.flush()
-    bar.close()
-    n = sum(s["num_instances"] for s in writer.shards)
-    if stats["documents"] == 0:
-        raise ValueError(f"no text found in {', '.join(paths)}" + _skips(stats))
-    if n == 0:
-        raise ValueError(f"no pretraining examples from {stats['documents']} documents{_skips(stats)}")
-    np.save(os.path.join(out_dir, "vocab_word_starts.npy"), tok.word_start_table)
-    np.save(os.path.join(out_dir, "vocab_special.npy"), tok.special_table)
-    meta = {
-        "format": FORMAT,
-        "tokenizer_sha256": tok.sha256,
-        "tokenizer_dir": os.path.abspath(tokenizer_dir),
-        "vocab_size": tok.vocab_size,
-        "special_ids": {"pad": tok.pad_id, "unk": tok.unk_id, "cls": tok.cls_id, "sep": tok.sep_id, "mask": tok.mask_id},
-        "token_dtype": np.dtype(token_dtype).name,
-        "inputs": [os.path.abspath(p) for p in paths],
-        "args": {**asdict(opt), "num_workers": num_workers, "shard_size": shard_size, "chunk_chars": chunk_chars,
-                 "paragraphs": paragraphs, "text_field": text_field},
-        "num_instances": n,
-        "num_tokens": writer.num_tokens,
-        "stats": dict(sorted(stats.items())),
-        "seconds": round(time.time() - t0, 3),
-        "shards": writer.shards,
-    }
-    with open(os.path.join(out_dir, "meta.json"), "w", encoding="utf-8") as f:
-        json.dump(meta, f, indent=2)
-        f.write("\n")
+        writer.flush()
+        bar.close()
+        n = sum(s["num_instances"] for s in writer.shards)
+        if stats["documents"] == 0:
+            raise ValueError(f"no text found in {', '.join(paths)}" + _skips(stats))
+        if n == 0:
+            raise ValueError(f"no pretraining examples from {stats['documents']} documents{_skips(stats)}")
+        np.save(os.path.join(staging, "vocab_word_starts.npy"), tok.word_start_table)
+        np.save(os.path.join(staging, "vocab_special.npy"), tok.special_table)
+        meta = {
+            "format": FORMAT,
+            "tokenizer_sha256": tok.sha256,
+            "tokenizer_dir": os.path.abspath(tokenizer_dir),
+            "vocab_size": tok.vocab_size,
+            "special_ids": {"pad": tok.pad_id, "unk": tok.unk_id, "cls": tok.cls_id, "sep": tok.sep_id, "mask": tok.mask_id},
+            "token_dtype": np.dtype(token_dtype).name,
+            "inputs": [os.path.abspath(p) for p in paths],
+            "args": {**asdict(opt), "num_workers": num_workers, "shard_size": shard_size, "chunk_chars": chunk_chars,
+                     "paragraphs": paragraphs, "text_field": text_field},
+            "num_instances": n,
+            "num_tokens": writer.num_tokens,
+            "stats": dict(sorted(stats.items())),
+            "seconds": round(time.time() - t0, 3),
+            "shards": writer.shards,
+        }
+        with open(os.path.join(staging, "meta.json"), "w", encoding="utf-8") as f:
+            json.dump(meta, f, indent=2)
+            f.write("\n")
     return meta
 
 

@@ -151,11 +151,13 @@ class PretrainedMixin:
                                       f"{tuple(own[key].shape)}")
         self._check_shared_copies_agree(state, path)
         self.load_state_dict({k: v for k, v in state.items() if k in own}, strict=False)
+        # Warnings, not info: a head that silently starts from random weights (e.g. the encoder's directory
+        # given instead of the fine-tuned one) looks like a working model until its accuracy is checked.
         if missing:
-            log.info("%s: initialised fresh: %s", path, ", ".join(sorted({k.rsplit('.', 1)[0] for k in missing})))
+            log.warning("%s: initialised fresh: %s", path, ", ".join(sorted({k.rsplit('.', 1)[0] for k in missing})))
         if unexpected:
-            log.info("%s: not used by %s: %s", path, type(self).__name__,
-                     ", ".join(sorted({k.rsplit('.', 1)[0] for k in unexpected})))
+            log.warning("%s: not used by %s: %s", path, type(self).__name__,
+                        ", ".join(sorted({k.rsplit('.', 1)[0] for k in unexpected})))
 
     def _check_shared_copies_agree(self, state: dict[str, torch.Tensor], path: str) -> None:
         """Keys that name one shared tensor (partial sharing) must carry equal values, or loading would

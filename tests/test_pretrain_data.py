@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from litebert.masking import make_batch, mask_tokens, select_spans
-from litebert.documents import split_sentences
+from litebert.documents import resolve_inputs, split_sentences
 from litebert.pretrain_data import InstanceOptions, PretrainDataset, create_instances, prepare
 from litebert.tokenizer_training import train_tokenizer
 
@@ -306,3 +306,25 @@ def test_jsonl_missing_text_field_is_named_and_loses_nothing(tok_dir, tmp_path):
         f.write(json.dumps({"body": "x"}) + "\n" + json.dumps({"body": "y"}) + "\nnot json\n")
     meta = prepare([docs], out, tok_dir, max_seq_length=32, num_workers=1, progress=False)
     assert meta["stats"]["skipped_missing_text_field"] == 2 and meta["stats"]["skipped_bad_json_lines"] == 1
+
+
+def test_a_run_failing_after_writing_shards_leaves_the_old_dataset_intact(tok_dir, tmp_path):
+    """The new dataset is written beside the old one and swapped in only when complete."""
+    out = str(tmp_path / "out")
+    prepare(None, out, tok_dir, max_seq_length=64, num_workers=1, progress=False, shard_size=300)
+    before = {f: (tmp_path / "out" / f).read_bytes() for f in os.listdir(out)}
+    # Real text, then a truncated gzip stream: shards are flushed before the read fails.
+    corpus = resolve_inputs(None)[0]
+    with (gzip.open if corpus.endswith(".gz") else open)(corpus, "rt", encoding="utf-8") as f:
+        text = f.read(400_000)
+    blob = gzip.compress(text.encode("utf-8"))
+    (tmp_path / "bad.gz").write_bytes(blob[: len(blob) - 20])
+    with pytest.raises((ValueError, OSError, EOFError)):
+        prepare([str(tmp_path / "bad.gz")], out, tok_dir, max_seq_length=32, num_workers=1, progress=False,
+                shard_size=50, chunk_chars=5_000)
+    assert {f: (tmp_path / "out" / f).read_bytes() for f in os.listdir(out)} == before
+    meta = prepare(None, out, tok_dir, max_seq_length=48, num_workers=1,
+                   progress=False, shard_size=300)  # a successful rerun replaces it, with nothing left over
+    assert sorted(os.listdir(out)) == sorted(
+        ["meta.json", "vocab_word_starts.npy", "vocab_special.npy"]
+        + [f"{s['name']}.{k}.npy" for s in meta["shards"] for k in ("input_ids", "offsets", "b_start", "label", "doc")])
