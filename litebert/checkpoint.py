@@ -5,8 +5,9 @@
     step_N/train_state.pt                   optimizer, scheduler, step, data position, RNG states
     step_N/COMPLETE                         written last: only directories holding it are checkpoints
 
-A checkpoint is written into `out_dir/.tmp-step_N`, every file fsync'ed, the marker added, and the directory
-renamed into place, so a crash at any moment leaves either the previous checkpoints or a new complete one.
+A checkpoint is written into `out_dir/.tmp-step_N`, the marker added, every file fsync'ed, and the directory
+renamed into place (`write_dir_atomically`, also used for fine-tuning's best/), so a crash at any moment
+leaves either the previous checkpoints or a new complete one.
 `train_state.pt` holds only tensors, lists, dicts and primitives and is read with `weights_only=True`:
 loading a checkpoint never runs pickled code.
 """
@@ -18,6 +19,7 @@ import os
 import random
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,43 +66,64 @@ def save_checkpoint(out_dir: str | os.PathLike, step: int, model: nn.Module, tra
     `tokenizer` is a tokenizer directory (its files are copied) or a single file such as spiece.model.
     """
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    final, tmp = step_dir(out, step), out / f".tmp-step_{step}"
-    if tmp.exists():
-        shutil.rmtree(tmp)  # debris of an earlier crash
-    tmp.mkdir()
-    model.save_pretrained(tmp)
-    if tokenizer is not None:
-        _copy_tokenizer(Path(tokenizer), tmp)
-    torch.save(train_state, tmp / STATE_NAME)
-    for path in tmp.rglob("*"):
-        if path.is_file():
-            _fsync(path)
-    (tmp / MARKER).write_text(json.dumps({"step": step}) + "\n")
-    _fsync(tmp / MARKER)
-    _fsync(tmp)
-    if final.exists():  # e.g. a marker-less leftover, or a rerun over the same step: move it aside first
-        trash = out / f".trash-step_{step}"
-        shutil.rmtree(trash, ignore_errors=True)
-        os.rename(final, trash)
-        os.rename(tmp, final)
-        shutil.rmtree(trash)
-    else:
-        os.rename(tmp, final)
-    _fsync(out)
+
+    def fill(tmp: Path) -> None:
+        model.save_pretrained(tmp)
+        if tokenizer is not None:
+            _copy_tokenizer(Path(tokenizer), tmp)
+        torch.save(train_state, tmp / STATE_NAME)
+        (tmp / MARKER).write_text(json.dumps({"step": step}) + "\n")
+
+    final = write_dir_atomically(step_dir(out, step), fill)
     if keep_last > 0:
         for _, old in list_checkpoints(out)[:-keep_last]:
             _remove_checkpoint(old)
     return final
 
 
+def write_dir_atomically(final: str | os.PathLike, fill: Callable[[Path], None]) -> Path:
+    """Replace the directory `final` by what `fill(tmp)` writes into the sibling `.tmp-<name>`: every file is
+    fsync'ed before the rename, so a kill at any moment leaves the old directory or the new one, never a mix.
+    Between the two renames that replace an existing directory the old one waits as `.trash-<name>`, which
+    `remove_partial` puts back."""
+    final = Path(final)
+    parent = final.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp, trash = parent / f".tmp-{final.name}", parent / f".trash-{final.name}"
+    shutil.rmtree(tmp, ignore_errors=True)  # debris of an earlier crash
+    tmp.mkdir()
+    try:
+        fill(tmp)
+        for path in tmp.rglob("*"):
+            if path.is_file():
+                _fsync(path)
+        _fsync(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if final.exists():  # e.g. a marker-less leftover, a rerun over the same step, a better best/
+        shutil.rmtree(trash, ignore_errors=True)
+        os.rename(final, trash)
+        os.rename(tmp, final)
+        shutil.rmtree(trash)
+    else:
+        os.rename(tmp, final)
+    _fsync(parent)
+    return final
+
+
 def remove_partial(out_dir: str | os.PathLike) -> list[Path]:
-    """Delete what crashed saves left behind (.tmp-/.trash- dirs, step dirs without the marker)."""
+    """Delete what crashed saves left behind (.tmp-/.trash- dirs, step dirs without the marker), after putting
+    back a `.trash-<name>` whose replacement never arrived (a kill between `write_dir_atomically`'s renames)."""
     out = Path(out_dir)
     removed = []
     if out.is_dir():
+        for child in list(out.iterdir()):
+            original = out / child.name[len(".trash-"):]
+            if child.name.startswith(".trash-") and child.is_dir() and not original.exists():
+                os.rename(child, original)
         for child in out.iterdir():
-            partial = child.name.startswith((".tmp-step_", ".trash-step_"))
+            partial = child.name.startswith((".tmp-", ".trash-"))
             unmarked = _STEP_DIR.match(child.name) and not (child / MARKER).is_file()
             if child.is_dir() and (partial or unmarked):
                 shutil.rmtree(child)

@@ -30,6 +30,7 @@ from litebert.heads import (AlbertForMultipleChoice, AlbertForQuestionAnswering,
 from litebert.recipes import add_config_args, load_toml, resolve_config
 from litebert.train import TrainConfig, is_main_process, shuffled_batches, train, world_size
 
+BEST_SCORE_NAME = "best_score.json"  # in best/, written with it: what it scored, so --resume keeps it unless beaten
 HEAD_FOR_KIND = {"classification": AlbertForSequenceClassification, "regression": AlbertForSequenceClassification,
                  "multiple_choice": AlbertForMultipleChoice, "qa": AlbertForQuestionAnswering,
                  "tagging": AlbertForTokenClassification}
@@ -78,6 +79,11 @@ class FinetuneConfig:
     dropout: float | None = field(default=None, metadata={
         "help": "hidden and attention dropout while fine-tuning (default: the model's; ALBERT v2 pretrains "
                 "without dropout, and a small model fine-tuned on a few thousand examples may want 0.1)"})
+
+    def __post_init__(self) -> None:
+        # Refused here, before training: otherwise the first evaluation fails with range()'s own message.
+        if self.eval_batch_size < 1:
+            raise ValueError(f"invalid FinetuneConfig: eval_batch_size must be >= 1, got {self.eval_batch_size}")
 
 
 def resolve_task(cfg: FinetuneConfig) -> T.Task:
@@ -254,7 +260,8 @@ def load_model(cfg: FinetuneConfig, task: T.Task, labels: list[str] | None):
     if cfg.dropout is not None:
         overrides.update(hidden_dropout_prob=cfg.dropout, attention_probs_dropout_prob=cfg.dropout)
     if cfg.from_scratch:
-        return head(AlbertConfig.load(cfg.model).replace(**overrides))
+        from litebert.weights import resolve_model_dir
+        return head(AlbertConfig.load(resolve_model_dir(cfg.model)).replace(**overrides))
     return head.from_pretrained(cfg.model, **overrides)
 
 
@@ -269,11 +276,37 @@ def checked_max_length(cfg: FinetuneConfig, task: T.Task) -> int:
     return cfg.max_length
 
 
+def load_tokenizer(cfg: FinetuneConfig, model_dir: str, config: AlbertConfig):
+    """--tokenizer, else the model's own, refused if it has ids the model's embeddings lack: otherwise the
+    first batch holding one dies with an IndexError deep inside the embedding lookup."""
+    from litebert.tokenizer import Tokenizer
+    tok = Tokenizer.from_pretrained(cfg.tokenizer or model_dir)
+    if tok.vocab_size > config.vocab_size:
+        raise ValueError(f"tokenizer {cfg.tokenizer or model_dir} has {tok.vocab_size} pieces but model "
+                         f"{cfg.model} has vocab_size {config.vocab_size}: use the model's tokenizer, or extend "
+                         "the model's vocabulary first (litebert extend-vocab)")
+    return tok
+
+
+def previous_best(best_dir: str, primary: str, resume: bool) -> dict[str, Any]:
+    """The score of the best/ a resumed run inherits (from the file written with it), so that the first
+    evaluation after --resume replaces it only with a better model. A fresh run starts from nothing."""
+    path = os.path.join(best_dir, BEST_SCORE_NAME)
+    if resume and os.path.isfile(path):
+        with open(path) as f:
+            saved = json.load(f)
+        if saved.get("primary_metric") == primary:
+            return {"metric": saved["metrics"][primary], "metrics": saved["metrics"]}
+    return {"metric": -float("inf"), "metrics": {}}
+
+
 def finetune(cfg: FinetuneConfig, train_cfg: TrainConfig) -> dict[str, Any]:
     """Fine-tune, keep the best dev checkpoint, and return (and write) a summary."""
-    from litebert.tokenizer import Tokenizer
+    from litebert.checkpoint import write_dir_atomically
+    from litebert.weights import resolve_model_dir
     task = resolve_task(cfg)
-    tok = Tokenizer.from_pretrained(cfg.tokenizer or cfg.model)
+    model_dir = resolve_model_dir(cfg.model)  # a Hub id as its local download: checkpoints copy its tokenizer
+    tok = load_tokenizer(cfg, model_dir, AlbertConfig.load(model_dir))
     max_length = checked_max_length(cfg, task)
     train_examples = read_split(task, cfg, "train", limit=cfg.max_train_examples)
     if not train_examples:
@@ -289,20 +322,25 @@ def finetune(cfg: FinetuneConfig, train_cfg: TrainConfig) -> dict[str, Any]:
     batch_fn = shuffled_batches(len(train_features), train_cfg.batch_size, micro, train_cfg.seed,
                                 lambda idx, _position: collate([train_features[i] for i in idx], tok.pad_id))
     primary = "f1" if task.kind in ("qa", "tagging") else task.metrics[0]
-    best: dict[str, Any] = {"metric": -float("inf"), "metrics": {}}
     best_dir = os.path.join(train_cfg.out_dir, "best")
+    best = previous_best(best_dir, primary, train_cfg.resume)
+
+    def write_best(m, metrics: dict[str, Any], directory: str) -> None:
+        m.save_pretrained(directory)
+        tok.save_pretrained(str(directory))
+        with open(os.path.join(directory, BEST_SCORE_NAME), "w") as f:
+            json.dump({"primary_metric": primary, "metrics": metrics}, f, default=float)
 
     def evaluate(m) -> dict[str, float]:
         metrics, _ = score(task, eval_examples, eval_features,
                            predict_outputs(m, eval_features, cfg.eval_batch_size, tok.pad_id), labels, cfg)
         value = metrics.get(primary, -float("inf"))
-        if value > best["metric"]:
+        if value > best["metric"]:  # replaced whole or not at all: a kill mid-write keeps the previous best
+            write_dir_atomically(best_dir, lambda tmp: write_best(m, metrics, tmp))
             best.update(metric=value, metrics=metrics)
-            m.save_pretrained(best_dir)
-            tok.save_pretrained(best_dir)
         return {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
 
-    result = train(model, batch_fn, train_cfg, evaluate, tokenizer=cfg.tokenizer or cfg.model,
+    result = train(model, batch_fn, train_cfg, evaluate, tokenizer=cfg.tokenizer or model_dir,
                    configs={"finetune": dataclasses.asdict(cfg)})
     summary = {"task": task.name, "kind": task.kind, "from_scratch": cfg.from_scratch, "model": cfg.model,
                "examples": {"train": len(train_examples), cfg.eval_split: len(eval_examples),
@@ -319,13 +357,12 @@ def finetune(cfg: FinetuneConfig, train_cfg: TrainConfig) -> dict[str, Any]:
 def evaluate_checkpoint(model_dir: str, cfg: FinetuneConfig, split: str
                         ) -> tuple[dict[str, float], list, T.Task, T.Examples]:
     """Load a fine-tuned directory and score it (or just predict, for unlabelled splits)."""
-    from litebert.tokenizer import Tokenizer
     from litebert.weights import resolve_model_dir
     directory = resolve_model_dir(model_dir)
     config = AlbertConfig.load(directory)
     cfg = dataclasses.replace(cfg, model=directory)
     task = resolve_task(cfg)
-    tok = Tokenizer.from_pretrained(cfg.tokenizer or directory)
+    tok = load_tokenizer(cfg, directory, config)
     labels = [config.id2label[i] for i in range(config.num_labels)] if config.id2label else None
     if config.architectures and HEAD_FOR_KIND[task.kind].__name__ not in config.architectures:
         raise ValueError(f"{directory} is not fine-tuned for {task.name} ({task.kind}): its architectures are "

@@ -161,8 +161,10 @@ def lr_factor(step: int, warmup_steps: int, total_steps: int, power: float = 1.0
 
 def make_schedule(optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int,
                   power: float = 1.0) -> torch.optim.lr_scheduler.LambdaLR:
-    """Linear warmup then polynomial decay to 0 (`lr_factor`); call `.step()` once per optimizer step."""
-    if warmup_steps < 0 or total_steps < 0 or not math.isfinite(power):
+    """Linear warmup then polynomial decay to 0 (`lr_factor`); call `.step()` once per optimizer step.
+
+    A negative power is refused here: the factor at the last step would be 0 ** power, a ZeroDivisionError."""
+    if warmup_steps < 0 or total_steps < 0 or not (math.isfinite(power) and power >= 0):
         raise ValueError(f"invalid schedule: warmup_steps={warmup_steps} total_steps={total_steps} power={power}")
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: lr_factor(step, warmup_steps, total_steps, power))

@@ -58,6 +58,8 @@ class PretrainConfig:
     def __post_init__(self) -> None:
         if self.held_out < 1:
             raise ValueError(f"invalid PretrainConfig: held_out must be >= 1, got {self.held_out}")
+        if self.eval_batch_size < 1:
+            raise ValueError(f"invalid PretrainConfig: eval_batch_size must be >= 1, got {self.eval_batch_size}")
 
 
 def build_model(cfg: PretrainConfig, overrides: dict[str, Any], vocab_size: int, max_seq_length: int

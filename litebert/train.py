@@ -96,6 +96,8 @@ class TrainConfig:
              "warmup_steps, eval_every, save_every and keep_last must be >= 0")
         need(self.lr >= 0 and self.clip_norm >= 0 and self.weight_decay >= 0, "lr, clip_norm and weight_decay "
              "must be >= 0")
+        need(math.isfinite(self.lr_decay_power) and self.lr_decay_power >= 0,  # < 0: 0 ** power at the last step
+             f"lr_decay_power must be a finite number >= 0, got {self.lr_decay_power}")
         resolve_device(self.device)  # a bad --device is refused here, before a run reads or writes anything
 
     def accumulation(self, world_size: int) -> tuple[int, int]:
@@ -426,14 +428,15 @@ def _train(model, batch_fn, cfg, evaluate, tokenizer, configs, env: Dist) -> Tra
                             "grad_norm": norm_value, "tokens_per_s": tokens_per_s})
                 bar.set_postfix(loss=f"{window['loss'] / window['steps']:.4f}", tok_s=f"{tokens_per_s:,.0f}")
                 window = {"loss": 0.0, "steps": 0, "tokens": 0, "seconds": 0.0}
+            # Save before evaluating: an evaluation that fails must not lose the steps since the last save.
+            saved = (cfg.save_every and step % cfg.save_every == 0) or last
+            if saved:
+                last_ckpt = save() or last_ckpt
             evaluated = False
             if evaluate is not None and ((cfg.eval_every and step % cfg.eval_every == 0) or last):
                 last_eval = run_eval()
                 evaluated = True
                 _barrier(env)
-            saved = (cfg.save_every and step % cfg.save_every == 0) or last
-            if saved:
-                last_ckpt = save() or last_ckpt
             if env.is_main and (evaluated or saved):
                 plot_metrics(metrics_path, out / PLOT_NAME)
     finally:

@@ -94,7 +94,9 @@ def test_crash_mid_write_resumes_from_last_complete_checkpoint(tmp_path, monkeyp
         train(make_toy(), toy_batches(8, 8), cfg)
     monkeypatch.setattr(torch, "save", real_save)
     run = tmp_path / "b" / "run"
-    assert (run / ".tmp-step_8").is_dir() and not (run / "step_8").exists()
+    assert not (run / "step_8").exists()  # the writer removed its half-written .tmp-step_8 on the way out
+    (run / ".tmp-step_8").mkdir()  # what a killed process (no exception handler runs) leaves behind
+    (run / ".tmp-step_8" / "train_state.pt").write_bytes(b"half")
     # debris of another kind: a step dir without the marker (e.g. copied by hand, or an old writer)
     (run / "step_12").mkdir()
     (run / "step_12" / "model.safetensors").write_bytes(b"garbage")
