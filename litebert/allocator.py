@@ -15,7 +15,6 @@ users who want it call `retain_freed_memory()` once, before training.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 
 # glibc's <malloc.h>
 M_TRIM_THRESHOLD = -1
@@ -25,9 +24,8 @@ M_MMAP_MAX = -4
 def retain_freed_memory() -> bool:
     """Ask glibc's malloc never to mmap blocks or trim its heap, so freed memory is reused, not re-faulted.
     Process-wide and harmless to call twice; False where the C library has no mallopt (macOS, musl, Windows)."""
-    name = ctypes.util.find_library("c")
-    try:
-        mallopt = ctypes.CDLL(name).mallopt
+    try:  # the symbols already loaded into this process: libc's, without find_library's ldconfig subprocess
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError, TypeError):
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int

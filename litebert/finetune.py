@@ -250,7 +250,8 @@ def apply_recipe(task_name: str, train_table: dict[str, Any], cli_args: argparse
             "weight_decay": 0.01, **train_table}
 
 
-def load_model(cfg: FinetuneConfig, task: T.Task, labels: list[str] | None):
+def load_model(cfg: FinetuneConfig, task: T.Task, labels: list[str] | None, model_dir: str):
+    """The head for `task` on `model_dir` (cfg.model resolved to a local directory), or its random init."""
     head = HEAD_FOR_KIND[task.kind]
     overrides: dict[str, Any] = {}
     if task.kind in ("classification", "tagging"):
@@ -260,9 +261,8 @@ def load_model(cfg: FinetuneConfig, task: T.Task, labels: list[str] | None):
     if cfg.dropout is not None:
         overrides.update(hidden_dropout_prob=cfg.dropout, attention_probs_dropout_prob=cfg.dropout)
     if cfg.from_scratch:
-        from litebert.weights import resolve_model_dir
-        return head(AlbertConfig.load(resolve_model_dir(cfg.model)).replace(**overrides))
-    return head.from_pretrained(cfg.model, **overrides)
+        return head(AlbertConfig.load(model_dir).replace(**overrides))
+    return head.from_pretrained(model_dir, **overrides)
 
 
 def checked_max_length(cfg: FinetuneConfig, task: T.Task) -> int:
@@ -316,7 +316,7 @@ def finetune(cfg: FinetuneConfig, train_cfg: TrainConfig) -> dict[str, Any]:
     train_features = featurize(task, train_examples, tok, labels, cfg, max_length)
     eval_features = featurize(task, eval_examples, tok, labels, cfg, max_length)
     torch.manual_seed(train_cfg.seed)
-    model = load_model(cfg, task, labels)
+    model = load_model(cfg, task, labels, model_dir)
 
     micro, _ = train_cfg.accumulation(world_size())
     batch_fn = shuffled_batches(len(train_features), train_cfg.batch_size, micro, train_cfg.seed,

@@ -146,11 +146,12 @@ def test_dropout_override_reaches_every_dropout_and_bad_values_are_one_line(pret
     task = resolve_task(FinetuneConfig(model=str(pretrained / "model"), task="wordnet_qa", data_dir="x"))
     for from_scratch in (False, True):
         model = load_model(FinetuneConfig(model=str(pretrained / "model"), dropout=0.25, from_scratch=from_scratch),
-                           task, None)
+                           task, None, str(pretrained / "model"))
         rates = {m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)}
         attention = {m.attention_dropout for m in model.modules() if hasattr(m, "attention_dropout")}
         assert rates == {0.25} and attention == {0.25}
-    assert load_model(FinetuneConfig(model=str(pretrained / "model")), task, None).config.hidden_dropout_prob == 0.0
+    plain = load_model(FinetuneConfig(model=str(pretrained / "model")), task, None, str(pretrained / "model"))
+    assert plain.config.hidden_dropout_prob == 0.0
     assert litebert_main(["finetune", "--model", str(pretrained / "model"), "--task", "wordnet_qa", "--data-dir",
                           str(TASKS / "wordnet_qa"), "--max-train-examples", "8", "--dropout", "1.5"]) == 2
     err = capsys.readouterr().err.strip()
@@ -218,7 +219,7 @@ def test_predictions_come_back_in_order_whatever_the_length_sorted_batching(pret
     features = featurize(task, read_split(task, cfg, "dev", labels, 12), tok, labels, cfg, 128)
     lengths = [_length(f.input_ids) for f in features]
     assert lengths != sorted(lengths)  # the batches really are taken out of order
-    model = load_model(cfg, task, labels)
+    model = load_model(cfg, task, labels, cfg.model)
     together = predict_outputs(model, features, 5, tok.pad_id)
     alone = [predict_outputs(model, [f], 1, tok.pad_id)[0] for f in features]
     for a, b in zip(together, alone):
