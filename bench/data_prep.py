@@ -17,8 +17,8 @@ import tempfile
 import time
 
 from litebert.devdata import SHARED_DATA
-from litebert.pretrain_data import prepare
-from litebert.tokenizer_training import train_tokenizer
+from litebert.corpus.pairs import prepare
+from litebert.corpus.tokenizer_training import train_tokenizer
 
 CORPUS = str(SHARED_DATA / "pretrain" / "en_medium.txt")
 

@@ -20,7 +20,7 @@ _EXPORTS = {
     "AlbertForQuestionAnswering": "litebert.heads",
     "AlbertForMultipleChoice": "litebert.heads",
     "Tokenizer": "litebert.tokenizer",
-    "Lamb": "litebert.optim",
+    "Lamb": "litebert.training.optim",
 }
 
 __all__ = list(_EXPORTS)

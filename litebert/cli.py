@@ -15,17 +15,17 @@ import sys
 VERBS: dict[str, tuple[str, str]] = {
     # verb: (module:function, one-line help)
     "demo": ("litebert.demo:main", "the whole life cycle on the bundled corpus, with a readable summary"),
-    "tokenizer": ("litebert.tokenizer_training:cli", "train a SentencePiece tokenizer with ALBERT's conventions"),
-    "prepare": ("litebert.pretrain_data:cli", "turn raw documents into sharded sentence-order pretraining pairs"),
+    "tokenizer": ("litebert.corpus.tokenizer_training:cli", "train a SentencePiece tokenizer with ALBERT's conventions"),
+    "prepare": ("litebert.corpus.pairs:cli", "turn raw documents into sharded sentence-order pretraining pairs"),
     "pretrain": ("litebert.pretrain:cli", "pretrain AlbertForPreTraining with MLM + SOP (or NSP) and LAMB"),
     "finetune": ("litebert.finetune:cli", "fine-tune on a classification, QA, multiple-choice or tagging task"),
     "evaluate": ("litebert.finetune:cli_evaluate", "score a fine-tuned checkpoint on a task's dev/test file"),
     "predict": ("litebert.finetune:cli_predict", "write predictions of a fine-tuned checkpoint"),
     "embed": ("litebert.embed:cli", "sentence embeddings for a file of sentences; S-ALBERT training"),
-    "convert": ("litebert.convert:cli", "convert HF or original TF ALBERT checkpoints to a litebert/HF directory"),
-    "export": ("litebert.export:cli", "export a checkpoint for inference (TorchScript / ONNX)"),
-    "params": ("litebert.params:cli", "parameter counts of every preset beside the paper's Tables 1 and 5"),
-    "analyze": ("litebert.analysis:cli", "layer-to-layer L2 / cosine transitions (paper Figure 1)"),
+    "convert": ("litebert.interop.convert:cli", "convert HF or original TF ALBERT checkpoints to a litebert/HF directory"),
+    "export": ("litebert.interop.export:cli", "export a checkpoint for inference (TorchScript / ONNX)"),
+    "params": ("litebert.paper.params:cli", "parameter counts of every preset beside the paper's Tables 1 and 5"),
+    "analyze": ("litebert.paper.analysis:cli", "layer-to-layer L2 / cosine transitions (paper Figure 1)"),
     "extend-vocab": ("litebert.vocab:cli", "add pieces to a tokenizer and resize a model's embeddings to match"),
 }
 

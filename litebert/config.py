@@ -13,6 +13,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from litebert.errors import CheckpointError, ConfigError  # noqa: F401  (CheckpointError: re-exported)
+
+IGNORE_INDEX = -100  # the label of positions and pairs no loss reads (F.cross_entropy's default ignore_index)
+
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "quick_gelu", "relu", "silu", "swish", "tanh")
 SHARING = ("all", "attention", "ffn", "none")
 # HF's loss rules (heads.sequence_loss); anything else would silently fall through to multi-label BCE.
@@ -22,10 +26,6 @@ PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_class
 # research knobs. They are kept (round-tripped) but have no effect; the research knobs must hold their
 # neutral value, since litebert (like HF) does not implement them.
 _NEUTRAL_RESEARCH_KNOBS = {"down_scale_factor": 1, "gap_size": 0, "net_structure_type": 0, "num_memory_blocks": 0}
-
-
-class ConfigError(ValueError):
-    """A config value that cannot describe a working ALBERT."""
 
 
 @dataclass

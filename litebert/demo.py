@@ -25,8 +25,8 @@ import time
 
 from litebert.finetune import FinetuneConfig, finetune
 from litebert.pretrain import PretrainConfig, format_summary, pretrain
-from litebert.recipes import BUNDLED_CONFIGS, load_toml, resolve_config
-from litebert.train import TrainConfig
+from litebert.runconfig import BUNDLED_CONFIGS, load_toml, resolve_config
+from litebert.training.loop import TrainConfig
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 CORPUS = os.path.join(DATA, "demo_corpus.txt.gz")
@@ -73,8 +73,8 @@ def start_clean(out_dir: str) -> None:
 
 
 def run(out_dir: str, quick: bool = False, seed: int = 12345) -> dict:
-    from litebert.pretrain_data import prepare
-    from litebert.tokenizer_training import train_tokenizer
+    from litebert.corpus.pairs import prepare
+    from litebert.corpus.tokenizer_training import train_tokenizer
     t0 = time.time()
     start_clean(out_dir)
     tok_dir = os.path.join(out_dir, "tokenizer")

@@ -111,7 +111,7 @@ def evaluate_pairs(model: nn.Module, tokenizer, pairs: Sequence[tuple[str, str]]
                    pooling: str = "mean", batch_size: int = 64, max_length: int = 128) -> dict[str, float]:
     """Spearman of cosine vs gold score over all pairs (when labelled), and recall@1 over the positive pairs
     (label > 0; all pairs when unlabelled)."""
-    from litebert.metrics import spearman
+    from litebert.tasks.metrics import spearman
 
     a = embed(model, tokenizer, [p[0] for p in pairs], pooling, batch_size, max_length)
     b = embed(model, tokenizer, [p[1] for p in pairs], pooling, batch_size, max_length)
@@ -228,7 +228,7 @@ class SentenceConfig:
 def read_pairs(path: str, cfg: SentenceConfig, limit: int | None = None
                ) -> tuple[list[tuple[str, str]], list[float] | None]:
     """Sentence pairs and their float labels (None when cfg.label_column is empty), via tasks.read_table."""
-    from litebert.tasks import read_table
+    from litebert.tasks.readers import read_table
 
     examples = read_table(path, cfg.text_columns, cfg.label_column or None, regression=bool(cfg.label_column))
     examples = examples[:limit] if limit is not None else examples
@@ -241,7 +241,7 @@ def read_pairs(path: str, cfg: SentenceConfig, limit: int | None = None
 def train_sentence_encoder(cfg: SentenceConfig, train_cfg) -> dict:
     """S-ALBERT training through the one loop; returns the summary also written to <out_dir>/summary.json."""
     from litebert.tokenizer import Tokenizer
-    from litebert.train import shuffled_batches, train, world_size
+    from litebert.training.loop import shuffled_batches, train, world_size
 
     if not cfg.train:
         raise ValueError("no training pairs: pass --train FILE")
@@ -308,8 +308,8 @@ def _write_json(path: str, obj) -> None:
 
 def cli(argv: list[str]) -> int:
     from litebert.tokenizer import Tokenizer
-    from litebert.recipes import add_config_args, resolve_config
-    from litebert.train import TrainConfig
+    from litebert.runconfig import add_config_args, resolve_config
+    from litebert.training.loop import TrainConfig
 
     p = argparse.ArgumentParser(prog="litebert embed", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)

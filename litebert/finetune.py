@@ -24,11 +24,11 @@ import torch
 
 from litebert import tasks as T
 from litebert.config import AlbertConfig
-from litebert.features import collate, featurize_choices, featurize_classification, featurize_tags, word_predictions
+from litebert.tasks.features import collate, featurize_choices, featurize_classification, featurize_tags, word_predictions
 from litebert.heads import (AlbertForMultipleChoice, AlbertForQuestionAnswering, AlbertForSequenceClassification,
                             AlbertForTokenClassification)
-from litebert.recipes import add_config_args, load_toml, resolve_config
-from litebert.train import TrainConfig, is_main_process, shuffled_batches, train, world_size
+from litebert.runconfig import add_config_args, load_toml, resolve_config
+from litebert.training.loop import TrainConfig, is_main_process, shuffled_batches, train, world_size
 
 BEST_SCORE_NAME = "best_score.json"  # in best/, written with it: what it scored, so --resume keeps it unless beaten
 HEAD_FOR_KIND = {"classification": AlbertForSequenceClassification, "regression": AlbertForSequenceClassification,
@@ -122,7 +122,7 @@ def featurize(task: T.Task, examples: Sequence, tok, labels: list[str] | None, c
         return featurize_choices(examples, tok, max_length)
     if task.kind == "tagging":
         return featurize_tags(examples, tok, max_length, labels)
-    from litebert.squad import featurize_squad
+    from litebert.tasks.squad import featurize_squad
     return featurize_squad(examples, tok, max_length, cfg.doc_stride, cfg.max_query_length)
 
 
@@ -170,7 +170,7 @@ def score(task: T.Task, examples: Sequence, features: Sequence, outputs: Sequenc
           labels: list[str] | None, cfg: FinetuneConfig) -> tuple[dict[str, float], list]:
     """(metrics, one prediction per example): class names, floats, option indices, tag lists or answer texts."""
     if task.kind == "qa":
-        from litebert.squad import apply_null_threshold, decode_squad, evaluate_squad
+        from litebert.tasks.squad import apply_null_threshold, decode_squad, evaluate_squad
         decoded = decode_squad(examples, features, [o[0] for o in outputs], [o[1] for o in outputs],
                                max_answer_length=cfg.max_answer_length or task.max_answer_length)
         has_null = any(not ex.answers for ex in examples)  # SQuAD v2.0: tune the no-answer threshold on this set
@@ -181,12 +181,12 @@ def score(task: T.Task, examples: Sequence, features: Sequence, outputs: Sequenc
         answers = apply_null_threshold(decoded, threshold)
         return metrics, [answers[ex.id] for ex in examples]
     if task.kind == "tagging":
-        from litebert.metrics import entity_f1
+        from litebert.tasks.metrics import entity_f1
         preds = [word_predictions(f.word_ids, o.argmax(-1), len(ex.words), labels)
                  for ex, f, o in zip(examples, features, outputs)]
         gold = [ex.tags for ex in examples]
         return (entity_f1(gold, preds) if all(g is not None for g in gold) else {}), preds
-    from litebert.metrics import compute_metrics
+    from litebert.tasks.metrics import compute_metrics
     if task.kind == "regression":
         preds = [float(o[0]) for o in outputs]
         gold = [ex.label for ex in examples]
@@ -230,7 +230,7 @@ def trivial_baseline(task: T.Task, train_examples: Sequence, eval_examples: Sequ
     if task.kind == "multiple_choice":
         return {"accuracy": float(np.mean([1 / len(ex.options) for ex in eval_examples]))}
     if task.kind == "qa":  # the rarest passage word, or, where questions may have none (v2.0), no answer at all
-        from litebert.metrics import squad_scores
+        from litebert.tasks.metrics import squad_scores
         gold = {ex.id: [a.text for a in ex.answers] for ex in eval_examples}
         rules = {"rarest passage word": rarest_word_answers(train_examples, eval_examples)}
         if any(not ex.answers for ex in eval_examples):
@@ -302,7 +302,7 @@ def previous_best(best_dir: str, primary: str, resume: bool) -> dict[str, Any]:
 
 def finetune(cfg: FinetuneConfig, train_cfg: TrainConfig) -> dict[str, Any]:
     """Fine-tune, keep the best dev checkpoint, and return (and write) a summary."""
-    from litebert.checkpoint import write_dir_atomically
+    from litebert.training.checkpoint import write_dir_atomically
     from litebert.weights import resolve_model_dir
     task = resolve_task(cfg)
     model_dir = resolve_model_dir(cfg.model)  # a Hub id as its local download: checkpoints copy its tokenizer

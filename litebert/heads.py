@@ -15,7 +15,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from litebert.config import AlbertConfig
-from litebert.model import AlbertModel, cls_position
+from litebert.errors import CheckpointError
+from litebert.model import AlbertForMaskedLM, AlbertForPreTraining, AlbertModel, cls_position
 from litebert.weights import PretrainedMixin
 
 
@@ -150,3 +151,15 @@ class AlbertForMultipleChoice(PretrainedMixin, nn.Module):
 
 HEADS = {cls.__name__: cls for cls in (AlbertForSequenceClassification, AlbertForTokenClassification,
                                         AlbertForQuestionAnswering, AlbertForMultipleChoice)}
+
+# Every litebert model class by its (HF) name, as config.json's `architectures` records it.
+MODEL_CLASSES: dict[str, type] = {cls.__name__: cls for cls in (AlbertModel, AlbertForPreTraining,
+                                                                AlbertForMaskedLM)} | HEADS
+
+
+def model_class(config: AlbertConfig) -> type:
+    """The litebert class that config.json's `architectures` names (AlbertModel when it names none)."""
+    name = (config.architectures or ["AlbertModel"])[0]
+    if name not in MODEL_CLASSES:
+        raise CheckpointError(f"config.json names architecture {name!r}; litebert has {', '.join(MODEL_CLASSES)}")
+    return MODEL_CLASSES[name]

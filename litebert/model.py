@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from litebert.config import AlbertConfig
+from litebert.config import IGNORE_INDEX, AlbertConfig
 from litebert.weights import PretrainedMixin
 
 
@@ -263,6 +263,9 @@ class AlbertMLMHead(nn.Module):
         self.decoder.bias = self.bias  # one bias, two names, as in HF
         self.activation = activation_fn(config.hidden_act)
 
+    def init_own_parameters(self) -> None:  # called by init_weights (litebert.weights.init_module_weights)
+        nn.init.zeros_(self.bias)
+
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         return self.decoder(self.LayerNorm(self.activation(self.dense(h))))  # (..., V)
 
@@ -289,7 +292,7 @@ def loss_positions(labels: torch.Tensor, with_cls: bool) -> tuple[torch.Tensor |
     unneeded positions (label -100: computed, never read). At 15% masking Tq is ~1/5 of T, so the last layer
     costs ~1/3 of a full one (its keys and values still need every token). Returns (None, labels) when every
     position is needed."""
-    needed = labels != -100
+    needed = labels != IGNORE_INDEX
     if with_cls:
         needed[:, 0] = True
     width = max(1, int(needed.sum(1).max()))
@@ -311,7 +314,7 @@ def masked_lm(head: AlbertMLMHead, h: torch.Tensor, labels: torch.Tensor | None
     Returns (loss, logits) with logits (M, V) for the M labelled positions in row-major order, or (B, T, V)."""
     if labels is None:
         return None, head(h)
-    selected = labels != -100
+    selected = labels != IGNORE_INDEX
     logits = head(h[selected])  # (M, V)
     if logits.shape[0] == 0:  # nothing to predict in this batch: zero loss, not HF's NaN
         return logits.sum() * 0.0, logits
@@ -382,28 +385,5 @@ class AlbertForMaskedLM(PretrainedMixin, nn.Module):
         return MaskedLMOutput(*masked_lm(self.predictions, h, labels))
 
 
-def init_module_weights(module: nn.Module, std: float) -> None:
-    """BERT's initialisation, as HF applies it: N(0, std) weights, zero biases, unit LayerNorms."""
-    if isinstance(module, nn.Linear):
-        nn.init.normal_(module.weight, std=std)
-        if module.bias is not None:
-            nn.init.zeros_(module.bias)
-    elif isinstance(module, nn.Embedding):
-        nn.init.normal_(module.weight, std=std)
-        if module.padding_idx is not None:
-            with torch.no_grad():
-                module.weight[module.padding_idx].zero_()
-    elif isinstance(module, nn.LayerNorm):
-        nn.init.ones_(module.weight)
-        nn.init.zeros_(module.bias)
-    elif isinstance(module, AlbertMLMHead):
-        nn.init.zeros_(module.bias)
-
-
-def count_parameters(module: nn.Module) -> int:
-    """Distinct parameters: a shared layer or a tied embedding counts once."""
-    return sum(p.numel() for p in module.parameters())  # parameters() already deduplicates shared tensors
-
-
-__all__ = ["AlbertModel", "AlbertForPreTraining", "AlbertForMaskedLM", "activation_fn", "count_parameters",
-           "cls_position", "init_module_weights", "loss_positions", "masked_lm"]
+__all__ = ["AlbertModel", "AlbertForPreTraining", "AlbertForMaskedLM", "activation_fn",
+           "cls_position", "loss_positions", "masked_lm"]

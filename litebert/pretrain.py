@@ -22,12 +22,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from litebert.config import PRESETS, AlbertConfig
+from litebert.config import IGNORE_INDEX, PRESETS, AlbertConfig
 from litebert.model import AlbertForPreTraining
-from litebert.masking import make_batch
-from litebert.pretrain_data import PretrainDataset
-from litebert.recipes import add_config_args, load_toml, resolve_config
-from litebert.train import REFERENCES_NAME, TrainConfig, is_main_process, shuffled_batches, train, world_size
+from litebert.corpus.batches import make_batch
+from litebert.corpus.pairs import PretrainDataset
+from litebert.runconfig import add_config_args, load_toml, resolve_config
+from litebert.training.loop import REFERENCES_NAME, TrainConfig, is_main_process, shuffled_batches, train, world_size
 
 # Independent masking streams (make_batch's `rank` slot): training, the held-out set (fixed for the whole run,
 # so evaluations compare like with like) and the sample the baselines are estimated from.
@@ -154,7 +154,7 @@ def evaluate_pretraining(model, batches: Batches, indices: list[int], batch_size
         batch = batches(indices[start:start + batch_size], start, EVAL_STREAM)
         sentence_labels = batch.pop("sentence_order_label", None)
         out = model(**batch)
-        labels = batch["labels"][batch["labels"] != -100]  # the order of out.prediction_logits' rows
+        labels = batch["labels"][batch["labels"] != IGNORE_INDEX]  # the order of out.prediction_logits' rows
         correct += int((out.prediction_logits.argmax(-1) == labels).sum())
         total += labels.numel()
         loss_sum += float(torch.nn.functional.cross_entropy(out.prediction_logits.float(), labels, reduction="sum"))
@@ -178,12 +178,12 @@ def baselines(batches: Batches, train_indices: list[int], eval_indices: list[int
     counts = np.ones(vocab)  # add-one smoothing
     for start in range(0, len(sample_indices), 256):
         labels = batches(sample_indices[start:start + 256], start, BASELINE_STREAM)["labels"]
-        counts += np.bincount(labels[labels != -100].numpy(), minlength=vocab)
+        counts += np.bincount(labels[labels != IGNORE_INDEX].numpy(), minlength=vocab)
     probs = counts / counts.sum()
     held_labels, pair_labels = [], []
     for start in range(0, len(eval_indices), 256):
         batch = batches(eval_indices[start:start + 256], start, EVAL_STREAM)
-        held_labels.append(batch["labels"][batch["labels"] != -100].numpy())
+        held_labels.append(batch["labels"][batch["labels"] != IGNORE_INDEX].numpy())
         if "sentence_order_label" in batch:
             pair_labels.append(batch["sentence_order_label"].numpy())
     held = np.concatenate(held_labels)

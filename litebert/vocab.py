@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from litebert.tokenizer import SPECIALS, SPIECE_UNDERLINE, Tokenizer, preprocess_text
-from litebert.tokenizer_training import train_tokenizer
+from litebert.corpus.tokenizer_training import train_tokenizer
 
 log = logging.getLogger("litebert")
 
@@ -224,7 +224,8 @@ def extend_vocab(model_dir: str, out_dir: str, words: list[str] | None = None, c
     directory (sentence_config.json, see litebert/embed.py) is loaded and saved as a SentenceEncoder, so its
     pooling description comes along instead of silently reverting to the default."""
     from litebert.config import AlbertConfig
-    from litebert.convert import model_class, same_path
+    from litebert.files import same_path
+    from litebert.heads import model_class
     from litebert.embed import SentenceEncoder, sentence_settings
     from litebert.weights import resolve_model_dir
 

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from litebert.config import AlbertConfig
+from litebert.errors import CheckpointError
 
 log = logging.getLogger("litebert")
 
@@ -26,10 +27,6 @@ ENCODER_PREFIX = "albert."
 IGNORED_KEYS = ("albert.embeddings.position_ids", "embeddings.position_ids")  # non-persistent buffers in old HF saves
 
 M = TypeVar("M", bound="PretrainedMixin")
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be loaded as the requested model."""
 
 
 def resolve_model_dir(name_or_path: str | os.PathLike) -> str:
@@ -76,7 +73,6 @@ class PretrainedMixin:
     tied_weights: dict[str, str] = {}  # key -> the key it is the same tensor as (not stored twice)
 
     def init_weights(self) -> None:
-        from litebert.model import init_module_weights
         self.apply(lambda m: init_module_weights(m, self.config.initializer_range))
 
     def num_parameters(self) -> int:
@@ -173,8 +169,20 @@ class PretrainedMixin:
                                       "ties them; load it with sharing='none'")
 
 
-def module_of(model: nn.Module) -> nn.Module:
-    """The model under DDP / torch.compile wrappers."""
-    while hasattr(model, "module") or hasattr(model, "_orig_mod"):
-        model = getattr(model, "module", None) or getattr(model, "_orig_mod")
-    return model
+def init_module_weights(module: nn.Module, std: float) -> None:
+    """BERT's initialisation, as HF applies it: N(0, std) weights, zero biases, unit LayerNorms; a module with
+    parameters of its own (the MLM head's output bias) initialises them in `init_own_parameters`."""
+    if isinstance(module, nn.Linear):
+        nn.init.normal_(module.weight, std=std)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, std=std)
+        if module.padding_idx is not None:
+            with torch.no_grad():
+                module.weight[module.padding_idx].zero_()
+    elif isinstance(module, nn.LayerNorm):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)
+    elif hasattr(module, "init_own_parameters"):
+        module.init_own_parameters()

@@ -17,7 +17,7 @@ import os
 from litebert.config import AlbertConfig
 from litebert.devdata import SHARED_DATA
 from litebert.finetune import FinetuneConfig, evaluate_checkpoint, finetune
-from litebert.train import TrainConfig
+from litebert.training.loop import TrainConfig
 
 TASKS = SHARED_DATA / "tasks"
 MAX_LENGTH = {"novel_authorship": 64, "bible_paraphrase": 128, "wordnet_qa": 128, "wordnet_defmc": 48}

@@ -37,9 +37,9 @@ def main() -> None:
     from litebert.embed import SentenceConfig, train_sentence_encoder
     from litebert.model import AlbertForPreTraining
     from litebert.pretrain import PretrainConfig, pretrain
-    from litebert.pretrain_data import prepare
-    from litebert.tokenizer_training import train_tokenizer
-    from litebert.train import TrainConfig
+    from litebert.corpus.pairs import prepare
+    from litebert.corpus.tokenizer_training import train_tokenizer
+    from litebert.training.loop import TrainConfig
 
     torch.set_num_threads(a.threads)
     t0 = time.time()

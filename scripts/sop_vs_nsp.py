@@ -16,10 +16,10 @@ import os
 
 from litebert.demo import MODEL  # the demo recipe's architecture
 from litebert.pretrain import PretrainConfig, pretrain
-from litebert.documents import iter_documents, resolve_inputs
-from litebert.pretrain_data import PretrainDataset, prepare
-from litebert.tokenizer_training import train_tokenizer
-from litebert.train import TrainConfig
+from litebert.corpus.documents import iter_documents, resolve_inputs
+from litebert.corpus.pairs import PretrainDataset, prepare
+from litebert.corpus.tokenizer_training import train_tokenizer
+from litebert.training.loop import TrainConfig
 
 
 def split_corpus(corpus: str | None, out: str, held_out_fraction: float) -> tuple[str, str]:

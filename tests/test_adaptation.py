@@ -15,10 +15,10 @@ from paths import SHARED_DATA
 from litebert.embed import embed
 from litebert.model import AlbertForMaskedLM, AlbertForPreTraining, AlbertModel
 from litebert.pretrain import PretrainConfig, format_summary, pretrain
-from litebert.pretrain_data import PretrainDataset, prepare
+from litebert.corpus.pairs import PretrainDataset, prepare
 from litebert.tokenizer import Tokenizer
-from litebert.tokenizer_training import train_tokenizer
-from litebert.train import TrainConfig
+from litebert.corpus.tokenizer_training import train_tokenizer
+from litebert.training.loop import TrainConfig
 
 DATA = str(SHARED_DATA)
 KO = f"{DATA}/pretrain/ko_small.txt"

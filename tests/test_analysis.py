@@ -4,7 +4,7 @@ import shutil
 import torch
 
 from fixtures.tokenizers import train_tiny_tokenizer
-from litebert.analysis import layer_transitions, model_names, plot_transitions
+from litebert.paper.analysis import layer_transitions, model_names, plot_transitions
 from litebert.cli import main
 from litebert.config import AlbertConfig
 from litebert.model import AlbertForPreTraining

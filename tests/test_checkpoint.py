@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from litebert import checkpoint as ckpt
-from litebert.train import read_metrics, train
+from litebert.training import checkpoint as ckpt
+from litebert.training.loop import read_metrics, train
 from test_train import ToyModel, make_toy, toy_batches, toy_config
 
 torch.set_num_threads(1)

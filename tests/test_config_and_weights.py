@@ -11,7 +11,7 @@ from litebert.cli import main as litebert_main
 from litebert.config import PRESETS, AlbertConfig, ConfigError
 from litebert.heads import AlbertForSequenceClassification
 from litebert.model import AlbertForMaskedLM, AlbertForPreTraining, AlbertModel
-from litebert.params import table
+from litebert.paper.params import table
 from litebert.weights import CheckpointError
 
 

@@ -8,9 +8,9 @@ import pytest
 from litebert.cli import main as litebert_main
 from litebert.demo import DEMO_MARKER, start_clean
 from litebert.pretrain import PretrainConfig, pretrain
-from litebert.pretrain_data import prepare
-from litebert.tokenizer_training import train_tokenizer
-from litebert.train import TrainConfig
+from litebert.corpus.pairs import prepare
+from litebert.corpus.tokenizer_training import train_tokenizer
+from litebert.training.loop import TrainConfig
 
 
 @pytest.mark.slow

@@ -18,8 +18,8 @@ from litebert.embed import (SentenceConfig, SentenceEncoder, embed, evaluate_pai
                             recall_at_1, train_sentence_encoder)
 from litebert.model import AlbertForPreTraining, AlbertModel
 from litebert.tokenizer import Tokenizer
-from litebert.tokenizer_training import train_tokenizer
-from litebert.train import TrainConfig
+from litebert.corpus.tokenizer_training import train_tokenizer
+from litebert.training.loop import TrainConfig
 
 DATA = str(SHARED_DATA)
 PARAPHRASE = f"{DATA}/tasks/bible_paraphrase"

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import torch
 
-import litebert.export as export
+import litebert.interop.export as export
 from litebert.cli import main as litebert_main
 from litebert.config import AlbertConfig
-from litebert.convert import model_classes
-from litebert.export import ExportError, export_model, sample_batch
+from litebert.heads import MODEL_CLASSES
+from litebert.interop.export import ExportError, export_model, sample_batch
 
-HEADS = list(model_classes())
+HEADS = list(MODEL_CLASSES)
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
 
 
@@ -26,7 +26,7 @@ def save_tiny(directory, class_name: str) -> str:
     config = AlbertConfig(vocab_size=61, embedding_size=8, hidden_size=16, num_hidden_layers=2, num_hidden_groups=2,
                           num_attention_heads=2, intermediate_size=24, max_position_embeddings=24,
                           num_labels=2 if two_labels else 3)
-    model = model_classes()[class_name](config)
+    model = MODEL_CLASSES[class_name](config)
     model.save_pretrained(directory)
     (directory / "spiece.model").write_bytes(b"spm")
     return str(directory)
@@ -34,7 +34,7 @@ def save_tiny(directory, class_name: str) -> str:
 
 def reference_outputs(model_dir: str, batch) -> list[np.ndarray]:
     config = AlbertConfig.load(model_dir)
-    model = model_classes()[config.architectures[0]].from_pretrained(model_dir).eval()
+    model = MODEL_CLASSES[config.architectures[0]].from_pretrained(model_dir).eval()
     with torch.no_grad():
         out = model(batch[0], attention_mask=batch[1], token_type_ids=batch[2])
     return [t.numpy() for t in out if isinstance(t, torch.Tensor)]

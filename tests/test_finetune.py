@@ -19,7 +19,7 @@ from litebert.finetune import (HEAD_FOR_KIND, FinetuneConfig, _length, featurize
                                predict_outputs, read_split, resolve_task, task_labels)
 from litebert.model import AlbertForPreTraining
 from litebert.tokenizer import Tokenizer
-from litebert.train import TrainConfig
+from litebert.training.loop import TrainConfig
 
 transformers = pytest.importorskip("transformers")
 TASKS = SHARED_DATA / "tasks"

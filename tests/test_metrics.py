@@ -8,7 +8,7 @@ import string
 import numpy as np
 import pytest
 
-from litebert import metrics as M
+from litebert.tasks import metrics as M
 
 # ----------------------------------------------------------------------------------------------------------------
 # classification / regression, from the definitions

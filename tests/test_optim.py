@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from litebert.optim import Lamb, clip_grad_norm, lr_factor, make_optimizer, make_schedule, param_groups
+from litebert.training.optim import Lamb, clip_grad_norm, lr_factor, make_optimizer, make_schedule, param_groups
 
 torch.set_num_threads(1)
 

@@ -10,10 +10,11 @@ import os
 import numpy as np
 import pytest
 
-from litebert.masking import make_batch, mask_tokens, select_spans
-from litebert.documents import resolve_inputs, split_sentences
-from litebert.pretrain_data import InstanceOptions, PretrainDataset, create_instances, prepare
-from litebert.tokenizer_training import train_tokenizer
+from litebert.corpus.batches import make_batch
+from litebert.corpus.masking import mask_tokens, select_spans
+from litebert.corpus.documents import resolve_inputs, split_sentences
+from litebert.corpus.pairs import InstanceOptions, PretrainDataset, create_instances, prepare
+from litebert.corpus.tokenizer_training import train_tokenizer
 
 V, MASK = 30000, 4
 

@@ -10,8 +10,8 @@ import pytest
 
 from fixtures.tokenizers import FakeTokenizer, train_tiny_tokenizer
 from paths import SHARED_DATA
-from litebert import squad as S
-from litebert.features import collate
+from litebert.tasks import squad as S
+from litebert.tasks.features import collate
 from litebert.finetune import FinetuneConfig, rarest_word_answers, score, trivial_baseline
 from litebert.tasks import TASKS, DataError, read_task
 

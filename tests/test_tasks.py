@@ -8,7 +8,7 @@ import torch
 
 from fixtures.tokenizers import FakeTokenizer, train_tiny_tokenizer
 from paths import SHARED_DATA
-from litebert import features as FT
+from litebert.tasks import features as FT
 from litebert import tasks as T
 
 FIX = Path(__file__).parent / "fixtures"
@@ -305,7 +305,7 @@ def test_tag_alignment_with_real_tokenizer(real_tok):
 # ----------------------------------------------------------------------------------------------------------------
 # gzipped files, unlabelled test tables, GLUE submission directories
 
-BUNDLED = Path(T.__file__).parent / "data" / "novel_authorship"
+BUNDLED = Path(T.__file__).parents[1] / "data" / "novel_authorship"
 
 
 def test_bundled_gzipped_task_reads_like_the_plain_files():

@@ -21,7 +21,7 @@ import pytest
 
 from paths import SHARED_DATA
 from litebert.tokenizer import Tokenizer, preprocess_text
-from litebert.tokenizer_training import train_tokenizer
+from litebert.corpus.tokenizer_training import train_tokenizer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURE = os.path.join(HERE, "fixtures", "albert_spiece")
@@ -279,8 +279,8 @@ def test_training_on_a_sample_is_reproducible(tmp_path):
     """input_sentence_size below the corpus: sentencepiece's own sampler is seeded once per process from the OS
     (it gave CI other pieces than ours), so litebert samples; two processes with one seed learn the same pieces."""
     import subprocess
-    from litebert.tokenizer_training import reservoir_sample
-    script = ("import hashlib, sys; from litebert.tokenizer_training import train_tokenizer; "
+    from litebert.corpus.tokenizer_training import reservoir_sample
+    script = ("import hashlib, sys; from litebert.corpus.tokenizer_training import train_tokenizer; "
               "sp = train_tokenizer(None, sys.argv[1], vocab_size=500, input_sentence_size=800, seed=7).sp; "
               "print(hashlib.sha1(repr([(sp.id_to_piece(i), sp.get_score(i)) for i in range(500)]).encode()).hexdigest())")
     digests = {subprocess.run([sys.executable, "-c", script, str(tmp_path / f"t{i}")], check=True, text=True,

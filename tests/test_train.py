@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from litebert.recipes import add_config_args, dump_toml, load_toml, resolve_config
-from litebert.train import NonFiniteLossError, TrainConfig, read_metrics, shuffled_batches, train
+from litebert.runconfig import add_config_args, dump_toml, load_toml, resolve_config
+from litebert.training.loop import NonFiniteLossError, TrainConfig, read_metrics, shuffled_batches, train
 
 torch.set_num_threads(1)
 
@@ -59,7 +59,7 @@ class ToyModel(nn.Module):
 
     @classmethod
     def from_pretrained(cls, directory):
-        from litebert.checkpoint import load_model_weights
+        from litebert.training.checkpoint import load_model_weights
         model = cls(json.loads(Path(directory, "config.json").read_text())["dropout"])
         load_model_weights(model, directory)
         return model
@@ -143,7 +143,7 @@ def test_bf16_autocast_trains(tmp_path):
 
 
 def test_nan_loss_stops_and_keeps_last_checkpoint(tmp_path):
-    from litebert.checkpoint import latest_checkpoint, load_model_weights, load_train_state
+    from litebert.training.checkpoint import latest_checkpoint, load_model_weights, load_train_state
     cfg = toy_config(tmp_path, save_every=4)
     with pytest.raises(NonFiniteLossError, match=r"non-finite loss at step 7 .*step_4") as info:
         train(make_toy(), toy_batches(8, 8, poison_step=6), cfg)
@@ -222,7 +222,7 @@ DDP_WORKER = textwrap.dedent("""
     torch.set_num_threads(1)
     sys.path.insert(0, {tests!r})
     from pathlib import Path
-    from litebert.train import train
+    from litebert.training.loop import train
     from test_train import make_toy, toy_batches, toy_config
     model = make_toy(0.0)
     train(model, toy_batches(8, 2), toy_config(Path({tmp!r}), micro_batch_size=2, max_steps=6, log_every=2))
@@ -257,7 +257,7 @@ def test_two_process_ddp_equals_single_process(tmp_path):
                      if "loss" in r}
     assert ddp_losses == pytest.approx(single_losses, rel=1e-5)
     assert len(ref.losses) == 6
-    from litebert.checkpoint import load_train_state
+    from litebert.training.checkpoint import load_train_state
     assert load_train_state(tmp_path / "ddp" / "run" / "step_6")["world_size"] == 2
 
 

@@ -8,15 +8,15 @@ from paths import SHARED_DATA
 from test_finetune import tiny_model_dir
 from test_train import make_toy, toy_batches, toy_config
 
-import litebert.checkpoint as ckpt
+import litebert.training.checkpoint as ckpt
 import litebert.finetune as F
 import litebert.tokenizer
 import litebert.weights
 from litebert.config import AlbertConfig
 from litebert.model import AlbertForPreTraining
-from litebert.optim import make_schedule
+from litebert.training.optim import make_schedule
 from litebert.pretrain import PretrainConfig
-from litebert.train import TrainConfig, train
+from litebert.training.loop import TrainConfig, train
 
 HUB_ID = "someone/tiny-albert"
 

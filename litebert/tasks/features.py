@@ -4,7 +4,7 @@ Featurizers code against a small tokenizer interface (litebert.tokenizer.Tokeniz
   tok.encode(text, pair=None, add_special_tokens=True, max_length=None, truncation="longest_first") -> ids
   tok.encode_with_offsets(text) -> (ids, [(start, end) char spans into text])   # no special tokens
   tok.cls_id, tok.sep_id, tok.pad_id
-SQuAD-style windows are featurized in litebert/squad.py and batched by the same `collate`.
+SQuAD-style windows are featurized in litebert/tasks/squad.py and batched by the same `collate`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from typing import Sequence
 
 import torch
 
-from litebert.tasks import IGNORE_INDEX, ChoiceExample, TagExample, TextExample
+from litebert.config import IGNORE_INDEX
+from litebert.tasks.records import ChoiceExample, TagExample, TextExample
 
 
 @dataclass

@@ -40,7 +40,7 @@ def train_tokenizer(files: list[str] | None, out_dir: str, vocab_size: int | Non
     seed: the sample of input_sentence_size sentences, drawn here: sentencepiece's own sampler is seeded from the
     OS in each process (spm.set_random_generator_seed does not reach it), so one command learned different pieces.
     """
-    from litebert.documents import iter_documents, resolve_inputs
+    from litebert.corpus.documents import iter_documents, resolve_inputs
 
     paths = resolve_inputs(files)
     if vocab_size is None:

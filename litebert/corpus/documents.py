@@ -17,7 +17,7 @@ import os
 import re
 from typing import Iterator
 
-BUNDLED_CORPUS = os.path.join(os.path.dirname(__file__), "data", "en_small.txt.gz")
+BUNDLED_CORPUS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "en_small.txt.gz")
 
 
 def resolve_inputs(inputs: list[str] | str | None) -> list[str]:

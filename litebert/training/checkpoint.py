@@ -27,6 +27,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from litebert.files import write_dir_atomically
+
 MARKER = "COMPLETE"
 STATE_NAME = "train_state.pt"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
@@ -78,37 +80,6 @@ def save_checkpoint(out_dir: str | os.PathLike, step: int, model: nn.Module, tra
     if keep_last > 0:
         for _, old in list_checkpoints(out)[:-keep_last]:
             _remove_checkpoint(old)
-    return final
-
-
-def write_dir_atomically(final: str | os.PathLike, fill: Callable[[Path], None]) -> Path:
-    """Replace the directory `final` by what `fill(tmp)` writes into the sibling `.tmp-<name>`: every file is
-    fsync'ed before the rename, so a kill at any moment leaves the old directory or the new one, never a mix.
-    Between the two renames that replace an existing directory the old one waits as `.trash-<name>`, which
-    `remove_partial` puts back."""
-    final = Path(final)
-    parent = final.parent
-    parent.mkdir(parents=True, exist_ok=True)
-    tmp, trash = parent / f".tmp-{final.name}", parent / f".trash-{final.name}"
-    shutil.rmtree(tmp, ignore_errors=True)  # debris of an earlier crash
-    tmp.mkdir()
-    try:
-        fill(tmp)
-        for path in tmp.rglob("*"):
-            if path.is_file():
-                _fsync(path)
-        _fsync(tmp)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if final.exists():  # e.g. a marker-less leftover, a rerun over the same step, a better best/
-        shutil.rmtree(trash, ignore_errors=True)
-        os.rename(final, trash)
-        os.rename(tmp, final)
-        shutil.rmtree(trash)
-    else:
-        os.rename(tmp, final)
-    _fsync(parent)
     return final
 
 
@@ -201,11 +172,3 @@ def _remove_checkpoint(path: Path) -> None:
     """Remove the marker first, so a crash halfway through leaves a directory that no longer looks valid."""
     (path / MARKER).unlink(missing_ok=True)
     shutil.rmtree(path)
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

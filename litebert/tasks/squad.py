@@ -17,9 +17,9 @@ from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from litebert.metrics import squad_scores
-from litebert.tasks import (BadRecord, DataError, Examples, collect, data_suffix, json_record, nonblank_lines,
-                            open_text)
+from litebert.tasks.metrics import squad_scores
+from litebert.tasks.records import (BadRecord, DataError, Examples, collect, data_suffix, json_record, nonblank_lines,
+                                    open_text)
 
 
 class Answer(NamedTuple):

@@ -33,6 +33,8 @@ from functools import cache
 
 import numpy as np
 
+from litebert.errors import CheckpointError
+
 TABLE_MAGIC = 0xDB4775248B80FB57
 FOOTER_SIZE = 48
 BLOCK_TRAILER_SIZE = 5  # compression type byte + fixed32 masked crc32c
@@ -44,7 +46,7 @@ NUMPY_DTYPES = {1: "<f4", 2: "<f8", 3: "<i4", 4: "u1", 5: "<i2", 6: "i1", 9: "<i
 UNSUPPORTED_DTYPES = {7: "string", 8: "complex64", 18: "complex128", 20: "resource", 21: "variant"}
 
 
-class CheckpointFormatError(ValueError):
+class CheckpointFormatError(CheckpointError):
     """A TF checkpoint this reader cannot (or must not) decode: truncated, corrupt or unsupported."""
 
 

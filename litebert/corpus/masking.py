@@ -1,5 +1,5 @@
-"""ALBERT's masked-LM corruption: whole-word n-gram spans (p(n) ∝ 1/n), 80/10/10 replacement, and the masked
-batch a pretraining step reads.
+"""ALBERT's masked-LM corruption of one sequence: whole-word n-gram spans (p(n) ∝ 1/n), 80/10/10 replacement.
+A pure function of (one sequence, a generator, the knobs); corpus/batches.py applies it at batch time.
 
 Masking happens at batch time (dynamic masking, as RoBERTa and cramming do; `litebert prepare --static-masking`
 stores masks instead, as the original did). Every random choice comes from a generator seeded by
@@ -8,14 +8,9 @@ stores masks instead, as the original did). Every random choice comes from a gen
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
-if TYPE_CHECKING:
-    from litebert.pretrain_data import PretrainDataset
-
-IGNORE = -100  # label value the losses ignore
+from litebert.config import IGNORE_INDEX
 
 
 def select_spans(word_starts: np.ndarray, special_mask: np.ndarray, rng: np.random.Generator, masked_lm_prob=0.15,
@@ -74,7 +69,7 @@ def mask_tokens(input_ids: np.ndarray, word_starts: np.ndarray, special_mask: np
     ids = np.asarray(input_ids)
     spans = select_spans(word_starts, special_mask, rng, masked_lm_prob, max_predictions_per_seq, max_ngram)
     pos = np.concatenate([np.arange(s, e) for s, e in spans]) if spans else np.zeros(0, dtype=np.int64)
-    labels = np.full(ids.shape, IGNORE, dtype=np.int64)
+    labels = np.full(ids.shape, IGNORE_INDEX, dtype=np.int64)
     labels[pos] = ids[pos]
     masked = ids.astype(np.int64, copy=True)
     u = rng.random(len(pos))
@@ -82,36 +77,3 @@ def mask_tokens(input_ids: np.ndarray, word_starts: np.ndarray, special_mask: np
     rand = pos[u >= 0.9]
     masked[rand] = rng.integers(num_reserved, vocab_size, size=len(rand))
     return masked, labels
-
-
-def make_batch(dataset: PretrainDataset, indices: list[int], seed: int, rank: int, step: int, vocab_size: int,
-               mask_id: int, max_seq_length: int, masked_lm_prob: float = 0.15, max_predictions_per_seq: int = 20,
-               pad_to_max_length: bool = False, max_ngram: int = 3) -> dict:
-    """A padded, masked batch (torch int64): input_ids, attention_mask, token_type_ids, labels (-100 = not
-    predicted), sentence_order_label. Dynamic masking is seeded from (seed, rank, step) alone, so a resumed run
-    rebuilds exactly the same batch; static shards use their stored masks."""
-    import torch
-
-    rng = np.random.default_rng([seed, rank, step])
-    rows = [dataset[int(i)] for i in indices]
-    width = max_seq_length if pad_to_max_length else max((len(r["input_ids"]) for r in rows), default=0)
-    B = len(rows)
-    ids = np.full((B, width), dataset.pad_id, dtype=np.int64)
-    labels = np.full((B, width), IGNORE, dtype=np.int64)
-    types = np.zeros((B, width), dtype=np.int64)
-    attn = np.zeros((B, width), dtype=np.int64)
-    for r, row in enumerate(rows):
-        T = len(row["input_ids"])
-        if T > max_seq_length:
-            raise ValueError(f"example {indices[r]} has {T} tokens > max_seq_length={max_seq_length}; "
-                             f"the data was prepared with max_seq_length={dataset.max_seq_length}")
-        if dataset.static:
-            masked, lab = row["masked_input_ids"], row["labels"]
-        else:
-            masked, lab = mask_tokens(row["input_ids"], row["word_starts"], row["special_mask"], rng, vocab_size,
-                                      mask_id, masked_lm_prob, max_predictions_per_seq, max_ngram)
-        ids[r, :T], labels[r, :T], types[r, :T], attn[r, :T] = masked, lab, row["token_type_ids"], 1
-    sop = np.array([r["sentence_order_label"] for r in rows], dtype=np.int64)
-    t = torch.from_numpy
-    return {"input_ids": t(ids), "attention_mask": t(attn), "token_type_ids": t(types), "labels": t(labels),
-            "sentence_order_label": t(sop)}

@@ -5,7 +5,7 @@ The recipe is the one of google-research/albert's create_pretraining_data.py, wi
   cut the chunk at a random sentence boundary into A and B, and for SOP swap them with prob 0.5 (label 1 = swapped);
 - a one-sentence chunk is split inside the sentence for SOP, never turned into an NSP negative (the original leaks
   random-document B segments into SOP data there);
-- masking (litebert/masking.py) picks whole words in n-gram spans with p(n) ∝ 1/n and really never overlaps
+- masking (litebert/corpus/masking.py) picks whole words in n-gram spans with p(n) ∝ 1/n and really never overlaps
   spans (the original's "already covered" check tests the wrong thing).
 
 Layout on disk (`out_dir`): meta.json (every argument, counts, the sha256 of spiece.model) and per shard
@@ -29,8 +29,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from litebert.documents import chunks_of_documents, iter_documents, resolve_inputs
-from litebert.masking import IGNORE, mask_tokens
+from litebert.corpus.documents import chunks_of_documents, iter_documents, resolve_inputs
+from litebert.config import IGNORE_INDEX
+from litebert.corpus.masking import mask_tokens
 from litebert.tokenizer import Tokenizer
 
 FORMAT = "litebert-pretrain-v2"  # v2: document-major order and a per-example document id
@@ -105,7 +106,7 @@ def _make_pair(chunk, doc_index, chunk_docs, word_starts, rng, opt, target, stat
     """Segments A and B of one packed chunk and (label, sentences to give back)."""
     cat = np.concatenate
     if opt.pair_task == "none":
-        return cat(chunk), None, (IGNORE, 0)
+        return cat(chunk), None, (IGNORE_INDEX, 0)
     if len(chunk) >= 2:
         a_end = int(rng.integers(1, len(chunk)))
     if opt.pair_task == "sop":

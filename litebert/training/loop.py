@@ -32,9 +32,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from litebert import checkpoint as ckpt
-from litebert.optim import clip_grad_norm, make_optimizer, make_schedule
-from litebert.recipes import dump_toml
+from litebert.training import checkpoint as ckpt
+from litebert.training.optim import clip_grad_norm, make_optimizer, make_schedule
+from litebert.errors import LitebertError
+from litebert.runconfig import dump_toml
 
 log = logging.getLogger("litebert")
 
@@ -280,7 +281,7 @@ def plot_metrics(metrics_path: str | os.PathLike, png_path: str | os.PathLike) -
 
 # -- the loop ------------------------------------------------------------------------------------------------------
 
-class NonFiniteLossError(ValueError):
+class NonFiniteLossError(LitebertError):
     """The loss or gradient norm became NaN/inf. Raised before the update, so no checkpoint is affected."""
 
 

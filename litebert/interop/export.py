@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from litebert.config import AlbertConfig
+from litebert.errors import LitebertError
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 FORMATS = {"onnx": "model.onnx", "torchscript": "model.pt"}
@@ -47,7 +48,7 @@ def _quiet_tracing():
         yield
 
 
-class ExportError(ValueError):
+class ExportError(LitebertError):
     """An export that failed or does not reproduce the PyTorch outputs."""
 
 
@@ -102,7 +103,8 @@ def export_model(model_dir: str | os.PathLike, out_dir: str | os.PathLike, fmt: 
                  verify: bool = True, atol: float = 1e-4) -> ExportResult:
     """Export the model in `model_dir` (litebert or HF layout) to `out_dir/model.onnx|model.pt`, copy its
     config and tokenizer beside it, and check the export against PyTorch on fresh batch shapes."""
-    from litebert.convert import copy_file, model_class
+    from litebert.files import copy_file
+    from litebert.heads import model_class
     from litebert.weights import resolve_model_dir
 
     if fmt not in FORMATS:

@@ -4,7 +4,7 @@ Two sources:
   * HuggingFace: litebert uses HF's state-dict names, so this is load + save (and a chance to fix the v1
     configs' `hidden_act`).
   * The original TF checkpoints (google-research/albert, and the TF-Hub v2 modules): read with
-    litebert.tf_checkpoint (no TensorFlow needed) and renamed by ONE table, `TF_RENAMES`, below.
+    litebert.interop.tf_checkpoint (no TensorFlow needed) and renamed by ONE table, `TF_RENAMES`, below.
 
 Every TF variable is accounted for: it is renamed into the model, or an optimizer slot / step counter
 (skipped by design), or a weight the chosen head has no place for (reported, e.g. `cls/*` when converting
@@ -26,6 +26,9 @@ import numpy as np
 import torch
 
 from litebert.config import AlbertConfig, read_json_object
+from litebert.errors import CheckpointError
+from litebert.files import copy_file, same_path
+from litebert.heads import MODEL_CLASSES, model_class
 
 # -- the rename table -----------------------------------------------------------------------------------------
 # (TF scope, litebert/HF name, kind). {g} / {i} are the group / inner-group indices, the same in both names.
@@ -75,7 +78,7 @@ SPM_NAMES = ("30k-clean.model", "spiece.model")  # the released models' tokenize
 HF_TOKENIZER_FILES = ("spiece.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
 
-class ConversionError(ValueError):
+class ConversionError(CheckpointError):
     """A checkpoint that does not convert cleanly; the message says which variables and why."""
 
 
@@ -98,24 +101,6 @@ def tf_to_litebert_name(tf_name: str) -> tuple[str, bool] | None:
         if match:
             return target.format(**match.groupdict()), transpose
     return None
-
-
-# -- model classes by name -----------------------------------------------------------------------------------
-
-def model_classes() -> dict[str, type]:
-    """Every litebert model class by its (HF) name, as config.json's `architectures` records it."""
-    from litebert.heads import HEADS
-    from litebert.model import AlbertForMaskedLM, AlbertForPreTraining, AlbertModel
-    return {cls.__name__: cls for cls in (AlbertModel, AlbertForPreTraining, AlbertForMaskedLM)} | HEADS
-
-
-def model_class(config: AlbertConfig) -> type:
-    """The litebert class that config.json's `architectures` names (AlbertModel when it names none)."""
-    classes = model_classes()
-    name = (config.architectures or ["AlbertModel"])[0]
-    if name not in classes:
-        raise ConversionError(f"config.json names architecture {name!r}; litebert has {', '.join(classes)}")
-    return classes[name]
 
 
 TF_HEADS = {"pretraining": "AlbertForPreTraining", "masked_lm": "AlbertForMaskedLM", "base": "AlbertModel",
@@ -183,7 +168,7 @@ def tf_to_litebert_state(tensors: Mapping[str, np.ndarray], model: torch.nn.Modu
         report.converted[tf_name] = name
     if unknown:
         raise ConversionError(f"{source}: {len(unknown)} TF variables match no rule of the rename table "
-                              f"(litebert/convert.py TF_RENAMES), e.g. {', '.join(unknown[:3])}")
+                              f"(litebert/interop/convert.py TF_RENAMES), e.g. {', '.join(unknown[:3])}")
     missing = [k for k in own if k not in state]
     if missing:
         raise ConversionError(f"{source}: nothing in the checkpoint fills {len(missing)} weights of "
@@ -204,17 +189,6 @@ def tf_albert_config(path: str | os.PathLike) -> AlbertConfig:
         raise ConversionError(f"{path}: {e}") from None
 
 
-def same_path(a: str | os.PathLike, b: str | os.PathLike) -> bool:
-    """Whether a and b are one existing file or directory, however spelled ("x" / "./x/", symlinks)."""
-    return os.path.exists(a) and os.path.exists(b) and os.path.samefile(a, b)
-
-
-def copy_file(src: str, dst: str) -> None:
-    """shutil.copyfile, except that a file copied onto itself is left as it is (shutil raises SameFileError)."""
-    if not same_path(src, dst):
-        shutil.copyfile(src, dst)
-
-
 def _find_beside(paths: list[str], names: tuple[str, ...]) -> str | None:
     for directory in dict.fromkeys(os.path.dirname(os.path.abspath(p)) for p in paths):
         for name in names:
@@ -231,7 +205,7 @@ def convert_tf_checkpoint(ckpt_prefix: str | os.PathLike, albert_config_json: st
     "base" (the encoder alone) or "sequence_classification" (a run_classifier.py checkpoint). The config
     defaults to albert_config.json beside the checkpoint; 30k-clean.model found beside either is copied
     as spiece.model."""
-    from litebert.tf_checkpoint import TFCheckpoint
+    from litebert.interop.tf_checkpoint import TFCheckpoint
 
     if head not in TF_HEADS:
         raise ConversionError(f"unknown head {head!r}; choose from {', '.join(TF_HEADS)}")
@@ -243,7 +217,7 @@ def convert_tf_checkpoint(ckpt_prefix: str | os.PathLike, albert_config_json: st
     config = tf_albert_config(albert_config_json)
     if head == "sequence_classification" and "output_weights" in checkpoint:
         config = config.replace(num_labels=checkpoint.info("output_weights").shape[0])
-    model = model_classes()[TF_HEADS[head]](config)
+    model = MODEL_CLASSES[TF_HEADS[head]](config)
     state, report = tf_to_litebert_state(checkpoint, model, checkpoint.prefix)
     model.load_checkpoint_state(state, checkpoint.prefix)
     out_dir = os.fspath(out_dir)

@@ -109,7 +109,7 @@ def model_names(directories: list[str]) -> list[str]:
 
 def read_sentences(path: str | None, limit: int) -> list[str]:
     """The first `limit` sentences of a corpus in any form `litebert prepare` reads (default: the bundled one)."""
-    from litebert.documents import iter_documents, resolve_inputs
+    from litebert.corpus.documents import iter_documents, resolve_inputs
     files = resolve_inputs(path)
     sentences = list(itertools.islice((s for doc in iter_documents(files) for s in doc), limit))
     if not sentences:

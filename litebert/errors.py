@@ -1,0 +1,22 @@
+"""The errors a user can fix. The CLI prints any LitebertError as one line (`litebert VERB: error: ...`) and
+exits 2; every other exception is a bug and keeps its traceback (LITEBERT_DEBUG=1 shows one for these too).
+
+They subclass ValueError because each is a bad value handed to litebert (a path, a file, a flag), and so that
+callers that caught ValueError before this hierarchy existed keep working.
+"""
+
+
+class LitebertError(ValueError):
+    """Base class: a message that names the problem and, where there is one, the file or the flag."""
+
+
+class ConfigError(LitebertError):
+    """A bad option, recipe or config.json value."""
+
+
+class DataError(LitebertError):
+    """Input data that cannot be read. The message starts with where it is: file:line, or file: JSON path."""
+
+
+class CheckpointError(LitebertError):
+    """A model or checkpoint directory that is missing, damaged, or does not match what it is used with."""

@@ -1,0 +1,2 @@
+"""Checkpoints in and out: the original TF ALBERT checkpoints (read without TensorFlow), HF directories, and
+exports for inference (ONNX, TorchScript)."""

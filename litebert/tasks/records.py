@@ -1,0 +1,186 @@
+"""Task examples and bad-record accounting, and the raw records every reader is built on.
+
+Readers (litebert/tasks/readers.py, squad.py) are pure functions of a path and a few knobs returning an
+`Examples` list of small dataclasses; any line-based file may be gzipped (`train.jsonl.gz`).
+A record that cannot be read (a malformed row, invalid JSON, a label outside the label set, an answer span
+that is not in its context) raises DataError naming file:line, or with errors="skip" is left out, counted
+in `Examples.skipped` and reported in one log line.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+from litebert.errors import DataError
+
+log = logging.getLogger(__name__)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# examples and bad-record accounting
+
+
+@dataclass
+class TextExample:
+    """One sentence or sentence pair with a class name (str), a regression target (float), a set of class names
+    (list, multi-label) or None (unlabelled)."""
+
+    id: str
+    text_a: str
+    text_b: str | None = None
+    label: str | float | list[str] | None = None
+
+
+@dataclass
+class ChoiceExample:
+    """Multiple choice: pick one of `options` (RACE: article/question/4 answers; SWAG: sent1/sent2/4 endings)."""
+
+    id: str
+    context: str  # "" when the question stands alone (wordnet_defmc)
+    question: str
+    options: list[str]
+    label: int | None = None
+
+
+@dataclass
+class TagExample:
+    """A sentence as words with one tag per word (BIO for NER), or tags None when unlabelled."""
+
+    id: str
+    words: list[str]
+    tags: list[str] | None = None
+
+
+class BadRecord(Exception):
+    """Raised by a record parser; `collect` turns it into a DataError or a counted skip."""
+
+    def __init__(self, message: str, where: str | None = None):
+        super().__init__(message)
+        self.where = where  # overrides the record's own location (e.g. one line inside a CoNLL sentence)
+
+
+class Examples(list):
+    """A reader's result: the examples, plus `skipped` with one "where: why" line per record left out."""
+
+    def __init__(self, items: Iterable = (), skipped: Iterable[str] = ()):
+        super().__init__(items)
+        self.skipped = list(skipped)
+
+
+def collect(records: Iterable[tuple[str, Any]], parse: Callable[[str, Any], Any], path: os.PathLike | str,
+            errors: str = "raise") -> Examples:
+    """Parse each (where, raw) record; a BadRecord raises DataError ("raise") or is skipped and counted ("skip")."""
+    if errors not in ("raise", "skip"):
+        raise ValueError(f"errors must be 'raise' or 'skip', got {errors!r}")
+    items, skipped, total = [], [], 0
+    for where, raw in records:
+        total += 1
+        try:
+            items.append(parse(where, raw))
+        except BadRecord as e:
+            message = f"{e.where or where}: {e}"
+            if errors == "raise":
+                raise DataError(message) from None
+            skipped.append(message)
+    if skipped:
+        log.warning("%s: skipped %d of %d records (first: %s)", path, len(skipped), total, skipped[0])
+    return Examples(items, skipped)
+
+
+def label_list(examples: Iterable) -> list[str]:
+    """The sorted label set of labelled examples (use the training split's, then pass it to the other splits);
+    a multi-label example contributes each of its labels."""
+    found: set[str] = set()
+    for e in examples:
+        if isinstance(e.label, list):
+            found.update(e.label)
+        elif e.label is not None:
+            found.add(e.label)
+    return sorted(found)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# raw records: lines, TSV/CSV rows, JSON Lines
+
+
+def open_text(path: Path, newline: str | None = "\n"):
+    r"""A text file or a .gz one, read as UTF-8 (a BOM dropped). newline="\n" by default: a stray \r inside a
+    field must not end the line (universal newlines would split there); the csv module wants newline="".
+    A .gz file is decompressed here, whole (task files are small), so a truncated or non-gzip file is a
+    DataError naming it rather than an EOFError halfway through a reader."""
+    if path.suffix.lower() != ".gz":
+        return open(path, encoding="utf-8-sig", newline=newline)
+    try:
+        with gzip.open(path, "rb") as f:
+            data = f.read()
+    except (OSError, EOFError) as e:  # BadGzipFile is an OSError; a truncated stream ends in EOFError
+        raise DataError(f"{path}: cannot read as gzip ({e})") from None
+    try:
+        return io.StringIO(data.decode("utf-8-sig"), newline=newline)
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+
+
+def nonblank_lines(path: Path) -> Iterator[tuple[str, str]]:
+    with open_text(path) as f:
+        for n, line in enumerate(f, 1):
+            line = line.rstrip("\r\n")
+            if line.strip():
+                yield f"{path}:{n}", line
+
+
+def _rows(path: Path, fmt: str) -> Iterator[tuple[str, list[str]]]:
+    """TSV rows split on tabs with no quoting (GLUE's sentences contain bare quotes); CSV rows with quoting."""
+    if fmt == "tsv":
+        for where, line in nonblank_lines(path):
+            yield where, line.split("\t")
+        return
+    with open_text(path, newline="") as f:
+        reader = csv.reader(f)
+        for row in reader:
+            if any(cell.strip() for cell in row):
+                yield f"{path}:{reader.line_num}", row
+
+
+def json_record(line: str) -> dict:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise BadRecord(f"invalid JSON ({e.msg} at column {e.colno})") from None
+    if not isinstance(record, dict):
+        raise BadRecord(f"expected a JSON object, got {type(record).__name__}")
+    return record
+
+
+def data_suffix(path: Path) -> str:
+    """The suffix that says a file's format, under any .gz: "train.jsonl.gz" -> ".jsonl"."""
+    return Path(path.name.lower().removesuffix(".gz")).suffix
+
+
+def table_format(path: Path) -> str:
+    suffix = data_suffix(path)
+    formats = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
+    if suffix not in formats:
+        raise DataError(f"{path}: cannot tell the format from the suffix {suffix!r} (want .tsv, .csv or .jsonl)")
+    return formats[suffix]
+
+
+def _get(record, key, kind: type | tuple = str):
+    """record[key] (a row index or a JSON key), checked to be present and of the expected type."""
+    try:
+        value = record[key]
+    except (KeyError, IndexError):
+        raise BadRecord(f"missing field {key!r}") from None
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise BadRecord(f"field {key!r} should be {getattr(kind, '__name__', kind)}, got {value!r}")
+    return value
+
+
