@@ -53,8 +53,8 @@ def main() -> None:
                                         out_dir=os.path.join(args.out, f"{task}_{init}_{seed}"), progress=False)
                 summary = finetune(cfg, train_cfg)
                 # the dev-selected checkpoint, scored once on test: dev figures are biased upwards by the choice
-                test, _, _, _ = evaluate_checkpoint(summary["best_dir"], dataclasses.replace(
-                    cfg, max_eval_examples=None), "test")
+                test = evaluate_checkpoint(summary["best_dir"], dataclasses.replace(
+                    cfg, max_eval_examples=None), "test")[0].metrics
                 r = results.setdefault(task, {"metric": summary["primary_metric"], "baseline": summary["baseline"]})
                 r.setdefault(init, []).append({"seed": seed, "dev": summary["best"], "test": test})
                 print(task, init, seed, json.dumps({"dev": summary["best"], "test": test}), flush=True)

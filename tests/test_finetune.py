@@ -15,8 +15,8 @@ from paths import SHARED_DATA
 
 from litebert.cli import main as litebert_main
 from litebert.config import AlbertConfig
-from litebert.finetune import (HEAD_FOR_KIND, FinetuneConfig, _length, featurize, finetune, load_model,
-                               predict_outputs, read_split, resolve_task, task_labels)
+from litebert.finetune import FinetuneConfig, feature_settings, finetune, load_model, read_split, resolve_task
+from litebert.tasks.families import family_of, feature_length, model_scores
 from litebert.model import AlbertForPreTraining
 from litebert.tokenizer import Tokenizer
 from litebert.training.loop import TrainConfig
@@ -88,7 +88,7 @@ def test_finetuned_checkpoint_equals_transformers(pretrained, tmp_path, case):
     summary = finetune(cfg, train_cfg)
     assert summary["steps"] == 3 and summary["best"], summary
     best = tmp_path / "run" / "best"
-    head = HEAD_FOR_KIND[resolve_task(cfg).kind]
+    head = family_of(resolve_task(cfg)).head
     ours = head.from_pretrained(best).eval()
     theirs = getattr(transformers, hf_class).from_pretrained(best).eval()
     assert type(ours).__name__ == hf_class
@@ -146,11 +146,12 @@ def test_dropout_override_reaches_every_dropout_and_bad_values_are_one_line(pret
     task = resolve_task(FinetuneConfig(model=str(pretrained / "model"), task="wordnet_qa", data_dir="x"))
     for from_scratch in (False, True):
         model = load_model(FinetuneConfig(model=str(pretrained / "model"), dropout=0.25, from_scratch=from_scratch),
-                           task, None, str(pretrained / "model"))
+                           family_of(task), None, str(pretrained / "model"))
         rates = {m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)}
         attention = {m.attention_dropout for m in model.modules() if hasattr(m, "attention_dropout")}
         assert rates == {0.25} and attention == {0.25}
-    plain = load_model(FinetuneConfig(model=str(pretrained / "model")), task, None, str(pretrained / "model"))
+    plain = load_model(FinetuneConfig(model=str(pretrained / "model")), family_of(task), None,
+                       str(pretrained / "model"))
     assert plain.config.hidden_dropout_prob == 0.0
     assert litebert_main(["finetune", "--model", str(pretrained / "model"), "--task", "wordnet_qa", "--data-dir",
                           str(TASKS / "wordnet_qa"), "--max-train-examples", "8", "--dropout", "1.5"]) == 2
@@ -209,19 +210,21 @@ def test_a_table_task_predicts_its_unlabelled_test_file(pretrained, tmp_path, ca
 
 @pytest.mark.parametrize("case", ["classification", "multiple_choice", "qa"])
 def test_predictions_come_back_in_order_whatever_the_length_sorted_batching(pretrained, case):
-    """predict_outputs batches features sorted by length: each output must still be its own feature's, equal to
+    """model_scores batches features sorted by length: each output must still be its own feature's, equal to
     predicting that feature alone."""
     overrides = {k: v for k, v in CASES[case][0].items() if k in ("task", "max_query_length", "doc_stride")}
     cfg = FinetuneConfig(model=str(pretrained / "model"), data_dir=str(TASKS / overrides["task"]), **overrides)
     task = resolve_task(cfg)
+    family = family_of(task)
     tok = Tokenizer.from_pretrained(cfg.model)
-    labels = task_labels(task, read_split(task, cfg, "train", limit=50))
-    features = featurize(task, read_split(task, cfg, "dev", labels, 12), tok, labels, cfg, 128)
-    lengths = [_length(f.input_ids) for f in features]
+    labels = family.labels(task, read_split(task, cfg, "train", limit=50))
+    features = family.featurize(read_split(task, cfg, "dev", labels, 12), tok, labels,
+                                feature_settings(cfg, task, 128))
+    lengths = [feature_length(f.input_ids) for f in features]
     assert lengths != sorted(lengths)  # the batches really are taken out of order
-    model = load_model(cfg, task, labels, cfg.model)
-    together = predict_outputs(model, features, 5, tok.pad_id)
-    alone = [predict_outputs(model, [f], 1, tok.pad_id)[0] for f in features]
+    model = load_model(cfg, family, labels, cfg.model)
+    together = model_scores(model, family, features, 5, tok.pad_id)
+    alone = [model_scores(model, family, [f], 1, tok.pad_id)[0] for f in features]
     for a, b in zip(together, alone):
         np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
 

@@ -12,7 +12,10 @@ from fixtures.tokenizers import FakeTokenizer, train_tiny_tokenizer
 from paths import SHARED_DATA
 from litebert.tasks import squad as S
 from litebert.tasks.features import collate
-from litebert.finetune import FinetuneConfig, rarest_word_answers, score, trivial_baseline
+from litebert.finetune import FinetuneConfig, feature_settings
+from litebert.tasks.families import FAMILIES, rarest_word_answers
+
+QA = FAMILIES["qa"]
 from litebert.tasks import TASKS, DataError, read_task
 
 FIX = Path(__file__).parent / "fixtures" / "squad"
@@ -159,7 +162,7 @@ def test_decode_picks_the_best_valid_span_and_maps_back_to_text(decoy, kw, expec
 
 
 def test_the_span_cap_defaults_to_the_tasks():
-    """finetune.score decodes with the task's cap unless --max-answer-length says otherwise: wordnet_qa's answers
+    """The QA family decodes with the task's cap unless --max-answer-length says otherwise: wordnet_qa's answers
     are single words (8 tokens), SQuAD keeps its 30."""
     _, ex, feats = windowed()
     long_span = {"start": {**GOLD["start"], (3, 8): 10.0}, "end": {**GOLD["end"], (3, 14): 10.0}}  # 7 tokens
@@ -169,7 +172,8 @@ def test_the_span_cap_defaults_to_the_tasks():
     capped = dataclasses.replace(TASKS["wordnet_qa"], max_answer_length=3)
     for task, cap, expected in [(capped, None, ANSWER), (TASKS["squad-v1.1"], None, "w15 w16 w17 w18 w19 w20 w21"),
                                 (TASKS["squad-v1.1"], 3, ANSWER), (capped, 30, "w15 w16 w17 w18 w19 w20 w21")]:
-        metrics, predictions = score(task, [ex], feats, outputs, None, FinetuneConfig(max_answer_length=cap))
+        settings = feature_settings(FinetuneConfig(max_answer_length=cap), task, 16)
+        metrics, predictions, _ = QA.score(task, [ex], feats, outputs, None, settings)
         assert predictions == [expected]
         assert metrics["exact"] == (100.0 if expected == ANSWER else 0.0)
 
@@ -241,11 +245,11 @@ def test_the_qa_baseline_answers_with_the_passage_word_rarest_in_training_passag
            S.QAExample("d2", "q", "The mat sat.", [S.Answer("mat", 4)]),  # mat 1 < sat 2 < the 2
            S.QAExample("d3", "q", "Sat sat, the cat's cat-flap.", [S.Answer("cat-flap", 20)])]
     assert rarest_word_answers(train, dev) == {"d1": "chased", "d2": "mat", "d3": "cat's"}
-    baseline = trivial_baseline(TASKS["wordnet_qa"], train, dev)
+    baseline = QA.baseline(TASKS["wordnet_qa"], train, dev)
     # d3 scores 0: the official normalisation deletes punctuation, "cats" vs "catflap" share no token
     assert baseline["exact"] == pytest.approx(200 / 3) and baseline["f1"] == pytest.approx(200 / 3)
     # SQuAD v2.0: where most questions have no answer, answering nothing is the baseline to beat.
     unanswerable = [S.QAExample(f"n{i}", "q", "The dog ran.", []) for i in range(3)]
-    assert trivial_baseline(TASKS["squad-v2.0"], train, dev[:1] + unanswerable) == {
+    assert QA.baseline(TASKS["squad-v2.0"], train, dev[:1] + unanswerable) == {
         "method": "no answer", "exact": 75.0, "f1": 75.0}
-    assert trivial_baseline(TASKS["squad-v2.0"], train, dev + unanswerable[:1])["method"] == "rarest passage word"
+    assert QA.baseline(TASKS["squad-v2.0"], train, dev + unanswerable[:1])["method"] == "rarest passage word"

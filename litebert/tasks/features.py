@@ -38,14 +38,19 @@ def token_types(ids: Sequence[int], sep_id: int) -> list[int]:
 
 def featurize_classification(examples: Sequence[TextExample], tok, max_length: int,
                              labels: Sequence[str] | None) -> list[Feature]:
-    """[CLS] a [SEP] (b [SEP]) truncated to max_length; label = index in `labels`, or float when labels is None
-    (regression)."""
+    """[CLS] a [SEP] (b [SEP]) truncated to max_length; label = index in `labels`, a float when labels is None
+    (regression), or a multi-hot list of floats over `labels` when the example has a list of labels."""
     index = None if labels is None else {str(name): i for i, name in enumerate(labels)}
     features = []
     for i, ex in enumerate(examples):
         ids = tok.encode(ex.text_a, pair=ex.text_b, max_length=max_length)
         if ex.label is None:
             label = None
+        elif isinstance(ex.label, list):
+            unknown = [name for name in ex.label if name not in index]
+            if unknown:
+                raise ValueError(f"example {ex.id}: labels {unknown} are not among {list(labels)}")
+            label = [1.0 if name in ex.label else 0.0 for name in labels]
         elif index is None:
             label = float(ex.label)
         elif str(ex.label) in index:
@@ -146,8 +151,8 @@ def pad(rows: Sequence[Sequence], value: int, dtype: torch.dtype = torch.long) -
 
 def collate(features: Sequence, pad_id: int = 0) -> dict[str, torch.Tensor]:
     """Pad a list of features (Feature or squad.QAFeature) into the heads' keyword arguments: input_ids,
-    attention_mask, token_type_ids and, when labelled, labels (int64; float32 for regression; per-token labels
-    padded with IGNORE_INDEX) or start_positions/end_positions."""
+    attention_mask, token_type_ids and, when labelled, labels (int64; float32 for regression and multi-hot
+    rows; per-token labels padded with IGNORE_INDEX) or start_positions/end_positions."""
     if not features:
         raise ValueError("collate needs at least one feature")
     ids = [f.input_ids for f in features]
@@ -156,7 +161,9 @@ def collate(features: Sequence, pad_id: int = 0) -> dict[str, torch.Tensor]:
              "token_type_ids": pad([f.token_type_ids for f in features], 0)}
     labels = [getattr(f, "label", None) for f in features]
     if all(x is not None for x in labels):
-        if isinstance(labels[0], list):
+        if isinstance(labels[0], list) and labels[0] and isinstance(labels[0][0], float):
+            batch["labels"] = torch.tensor(labels, dtype=torch.float32)  # (B, num_labels) multi-hot
+        elif isinstance(labels[0], list):
             batch["labels"] = pad(labels, IGNORE_INDEX)
         else:
             dtype = torch.float32 if isinstance(labels[0], float) else torch.long

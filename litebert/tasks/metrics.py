@@ -96,6 +96,44 @@ def _pair(preds, labels, dtype=None) -> tuple[np.ndarray, np.ndarray]:
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# multi-label classification
+
+
+def multi_label_scores(gold: np.ndarray, pred: np.ndarray) -> dict[str, float]:
+    """Micro-F1 (over all example x label decisions), macro-F1 (the mean of per-label F1 over every label,
+    0 for a label neither predicted nor present) and the exact-match ratio (every label of an example right)."""
+    from sklearn.metrics import f1_score
+
+    gold, pred = np.asarray(gold, dtype=bool), np.asarray(pred, dtype=bool)
+    if gold.shape != pred.shape or gold.ndim != 2:
+        raise ValueError(f"gold {gold.shape} and predictions {pred.shape} should be equal (examples, labels)")
+    return {"micro_f1": float(f1_score(gold, pred, average="micro", zero_division=0)),
+            "macro_f1": float(f1_score(gold, pred, average="macro", zero_division=0)),
+            "exact_match": float((gold == pred).all(axis=1).mean()) if len(gold) else 0.0}
+
+
+def tune_thresholds(probs: np.ndarray, gold: np.ndarray) -> np.ndarray:
+    """Per label, the probability threshold that maximises that label's F1 on (probs, gold): each candidate is
+    the midpoint between two neighbouring distinct probabilities, so the choice does not sit on a training
+    example's own score. A label never present keeps 0.5 (no evidence to move it)."""
+    probs, gold = np.asarray(probs, dtype=np.float64), np.asarray(gold, dtype=bool)
+    thresholds = np.full(probs.shape[1], 0.5)
+    for j in range(probs.shape[1]):
+        positives = int(gold[:, j].sum())
+        if positives == 0:
+            continue
+        order = np.argsort(-probs[:, j], kind="stable")
+        p, g = probs[order, j], gold[order, j]
+        tp = np.cumsum(g)  # predicting the top k positive: tp[k-1] true positives
+        k = np.arange(1, len(p) + 1)
+        f1s = 2 * tp / (k + positives)
+        cuts = np.flatnonzero(np.append(p[1:] < p[:-1], True))  # only where the next probability is lower
+        best = cuts[np.argmax(f1s[cuts])]
+        thresholds[j] = (p[best] + p[best + 1]) / 2 if best + 1 < len(p) else p[best] / 2
+    return thresholds
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # entity-level F1 for BIO tags (conlleval / seqeval default semantics)
 
 

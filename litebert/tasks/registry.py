@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from litebert.errors import ConfigError
+from litebert.tasks.families import family_of
 from litebert.tasks.readers import read_choice_jsonl, read_conll, read_race, read_swag, read_table
 from litebert.tasks.records import Examples, TextExample
 from litebert.tasks.squad import read_squad
@@ -71,6 +72,9 @@ TASKS: dict[str, Task] = {t.name: t for t in [
     # /work/shared/data/tasks (JSON Lines). Never read `title`: it gives the author away.
     Task("novel_authorship", "classification", "table", _splits("jsonl"), ("text",), "label",
          ("Charles Dickens", "H. G. Wells", "Jane Austen", "Jules Verne"), ("accuracy", "macro_f1"), "id"),
+    # Multi-label: the main characters each novel_authorship passage names (scripts/make_novel_characters.py).
+    Task("novel_characters", "multi_label", "table", _splits("jsonl"), ("text",), "characters",
+         metrics=("micro_f1", "macro_f1", "exact_match"), id_column="id"),
     Task("bible_paraphrase", "classification", "table", _splits("jsonl"), ("sentence1", "sentence2"), "label",
          _BIN, ("accuracy", "f1"), "id"),
     # Answers are one (inflected) word: 8 tokens cover 99.8% of train answers with a small vocabulary, and a
@@ -91,9 +95,10 @@ TASKS: dict[str, Task] = {t.name: t for t in [
 def _read_table_split(path: Path, task: Task, split: str, labels, errors: str) -> Examples:
     # A test table may come without its label column (read unlabelled, for prediction); train and dev may not.
     labelled = split not in task.unlabelled
+    label_type = family_of(task).label_type
     return read_table(path, task.text_columns, task.label_column if labelled else None,
-                      labels=task.labels or labels, regression=task.kind == "regression",
-                      multi_label=task.kind == "multi_label", id_column=task.id_column,
+                      labels=task.labels or labels, regression=label_type == "value",
+                      multi_label=label_type == "set", id_column=task.id_column,
                       header=split not in task.headerless, columns=task.columns, errors=errors,
                       label_optional=split == "test")
 
@@ -150,7 +155,8 @@ def write_glue_predictions(path: os.PathLike | str, task: str | Task, examples: 
     with open(path, "w", encoding="utf-8", newline="\n") as f:
         f.write("index\tprediction\n")
         for example, pred in zip(examples, predictions):
-            value = f"{float(pred):.3f}" if task.labels is None else task.labels[int(pred)]
+            value = f"{float(pred):.3f}" if task.labels is None else pred if pred in task.labels else \
+                task.labels[int(pred)]  # a class name as predicted, or its index
             f.write(f"{example.id}\t{value}\n")
     return path
 

@@ -1,0 +1,384 @@
+"""Task families: one object per kind of task, owning everything that differs between kinds.
+
+A family knows its head class, the label set it trains on, how examples (read from task files, or built from raw
+inputs) become features, what a model's output means per feature (`scores`: arrays an ensemble can average), how
+scores become predictions and metrics, the trivial baseline a model must beat, and the primary metric.
+`finetune`, `evaluate`, `predict`, pipelines and ensembles call these methods and never ask what kind a task is:
+adding a family is adding one class here and one entry in FAMILIES.
+
+Calibration: a family may tune something on a split it is scored on (SQuAD v2.0's no-answer threshold, the
+multi-label per-label thresholds). `score` returns what it tuned; fine-tuning saves it beside the best checkpoint
+(`calibration.json`) and later scoring of another split (test) applies it instead of tuning on that split.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Sequence
+
+import numpy as np
+import torch
+
+from litebert.config import AlbertConfig
+from litebert.errors import ConfigError
+from litebert.heads import (AlbertForMultipleChoice, AlbertForQuestionAnswering, AlbertForSequenceClassification,
+                            AlbertForTokenClassification)
+from litebert.tasks import metrics as M
+from litebert.tasks.features import (collate, featurize_choices, featurize_classification, featurize_tags,
+                                     word_predictions)
+from litebert.tasks.records import ChoiceExample, TagExample, TextExample, label_list
+from litebert.tasks.squad import (QAExample, apply_null_threshold, decode_squad, evaluate_squad,
+                                  featurize_squad)
+
+
+@dataclass(frozen=True)
+class FeatureSettings:
+    """How examples become features: the token budget, and for span QA its windows and span cap."""
+
+    max_length: int = 128
+    doc_stride: int = 128  # QA: tokens between the starts of context windows
+    max_query_length: int = 64  # QA: question tokens kept
+    max_answer_length: int = 30  # QA: longest answer span decoded, in tokens
+
+
+class Scored(NamedTuple):
+    metrics: dict[str, Any]  # {} for an unlabelled split
+    predictions: list  # one per example: class name, float, option index, label list, tag list, answer text
+    calibration: dict[str, Any]  # what was tuned on this split ({} when nothing was)
+
+
+def _softmax(x: torch.Tensor) -> np.ndarray:
+    return torch.softmax(x.float(), -1).cpu().numpy()
+
+
+class Family:
+    """The interface, with the defaults most families share (see the module docstring)."""
+
+    kind: str
+    head: type
+    label_type = "class"  # what a table's label cell holds: "class" (a name), "value" (a float), "set" (names)
+
+    def labels(self, task, train_examples: Sequence) -> list[str] | None:
+        """Class names in id order, or None where the head has no classes of the task's choosing."""
+        return None
+
+    def config_overrides(self, labels: list[str] | None) -> dict[str, Any]:
+        """What the head's AlbertConfig needs for this family and label set (num_labels, problem_type, ...)."""
+        return {}
+
+    def primary_metric(self, task) -> str:
+        return task.metrics[0]
+
+    def featurize(self, examples: Sequence, tok, labels: list[str] | None, settings: FeatureSettings) -> list:
+        raise NotImplementedError
+
+    def scores(self, output, features: Sequence) -> list[np.ndarray]:
+        """One array per feature from one batch's model output: what predictions are read from and what an
+        ensemble averages (probabilities; QA's start/end logits, as the paper averaged them)."""
+        return list(_softmax(output.logits))
+
+    def score(self, task, examples: Sequence, features: Sequence, scores: Sequence[np.ndarray],
+              labels: list[str] | None, settings: FeatureSettings, calibration: dict | None = None) -> Scored:
+        raise NotImplementedError
+
+    def baseline(self, task, train_examples: Sequence, eval_examples: Sequence) -> dict[str, Any]:
+        """The score of what needs no model, on the eval examples."""
+        return {}
+
+    def example(self, raw: Any, index: int):
+        """An unlabelled example from one raw input (pipelines, `predict --text`)."""
+        raise NotImplementedError
+
+
+def _labelled(gold: Sequence) -> bool:
+    return bool(gold) and all(g is not None for g in gold)
+
+
+def _text_example(raw: Any, index: int) -> TextExample:
+    """A string, a (text, text_pair) pair, or {"text": ..., "text_pair": ...} as transformers' pipelines take."""
+    if isinstance(raw, str):
+        return TextExample(str(index), raw)
+    if isinstance(raw, dict) and isinstance(raw.get("text"), str):
+        pair = raw.get("text_pair")
+        if pair is not None and not isinstance(pair, str):
+            raise ConfigError(f"input {index}: text_pair should be a string, got {type(pair).__name__}")
+        return TextExample(str(index), raw["text"], pair)
+    if isinstance(raw, (list, tuple)) and len(raw) == 2 and all(isinstance(x, str) for x in raw):
+        return TextExample(str(index), raw[0], raw[1])
+    raise ConfigError(f"input {index}: expected a string, a pair of strings or {{'text', 'text_pair'}}, "
+                      f"got {type(raw).__name__}")
+
+
+class SequenceClassification(Family):
+    kind, head = "classification", AlbertForSequenceClassification
+
+    def labels(self, task, train_examples):
+        return list(task.labels) if task.labels else label_list(train_examples)
+
+    def config_overrides(self, labels):
+        return {"num_labels": len(labels), "id2label": dict(enumerate(labels))}
+
+    def featurize(self, examples, tok, labels, settings):
+        return featurize_classification(examples, tok, settings.max_length, labels)
+
+    def score(self, task, examples, features, scores, labels, settings, calibration=None):
+        preds = [int(s.argmax()) for s in scores]
+        gold = [None if ex.label is None else labels.index(str(ex.label)) for ex in examples]
+        metrics = M.compute_metrics(task.metrics, preds, gold) if _labelled(gold) else {}
+        return Scored(metrics, [labels[p] for p in preds], {})
+
+    def baseline(self, task, train_examples, eval_examples):
+        counts: dict[str, int] = {}
+        for ex in train_examples:
+            counts[str(ex.label)] = counts.get(str(ex.label), 0) + 1
+        majority = max(counts, key=counts.get)
+        return {"method": "majority class", "majority_class": majority,
+                "accuracy": float(np.mean([str(ex.label) == majority for ex in eval_examples]))}
+
+    def example(self, raw, index):
+        return _text_example(raw, index)
+
+
+class Regression(SequenceClassification):
+    kind, label_type = "regression", "value"
+
+    def labels(self, task, train_examples):
+        return None
+
+    def config_overrides(self, labels):
+        return {"num_labels": 1, "problem_type": "regression"}
+
+    def scores(self, output, features):
+        return list(output.logits.float().cpu().numpy())  # (1,) each: the predicted value
+
+    def score(self, task, examples, features, scores, labels, settings, calibration=None):
+        preds = [float(s[0]) for s in scores]
+        gold = [ex.label for ex in examples]
+        return Scored(M.compute_metrics(task.metrics, preds, gold) if _labelled(gold) else {}, preds, {})
+
+    def baseline(self, task, train_examples, eval_examples):
+        mean = float(np.mean([ex.label for ex in train_examples]))
+        gold = np.array([ex.label for ex in eval_examples], dtype=np.float64)
+        return {"method": "training mean", "value": mean, "mse": float(np.mean((gold - mean) ** 2))}
+
+
+class MultiLabelClassification(SequenceClassification):
+    """Any number of classes per text: a sigmoid per class (BCE), a threshold per class tuned on dev.
+
+    Saved with problem_type="multi_label_classification", so transformers' AlbertForSequenceClassification
+    loads it as one too. The thresholds maximise each class's F1 on the split they are tuned on."""
+
+    kind, label_type = "multi_label", "set"
+
+    def config_overrides(self, labels):
+        return {**super().config_overrides(labels), "problem_type": "multi_label_classification"}
+
+    def primary_metric(self, task):
+        return "micro_f1"
+
+    def scores(self, output, features):
+        return list(torch.sigmoid(output.logits.float()).cpu().numpy())
+
+    def score(self, task, examples, features, scores, labels, settings, calibration=None):
+        probs = np.stack(scores) if len(scores) else np.zeros((0, len(labels)))
+        gold = None if not examples or any(ex.label is None for ex in examples) else \
+            np.array([[name in ex.label for name in labels] for ex in examples], dtype=bool)
+        if calibration and "thresholds" in calibration:
+            thresholds = np.asarray(calibration["thresholds"], dtype=np.float64)
+            tuned = {}
+        elif gold is not None:
+            thresholds = M.tune_thresholds(probs, gold)
+            tuned = {"thresholds": thresholds.tolist(), "labels": list(labels)}
+        else:
+            thresholds, tuned = np.full(len(labels), 0.5), {}
+        pred = probs >= thresholds
+        metrics = {} if gold is None else {**M.multi_label_scores(gold, pred),
+                                           **{f"{k}@0.5": v for k, v in M.multi_label_scores(gold, probs >= 0.5)
+                                              .items() if k == "micro_f1"}}
+        return Scored(metrics, [[labels[j] for j in np.flatnonzero(row)] for row in pred], tuned)
+
+    def baseline(self, task, train_examples, eval_examples):
+        labels = label_list(train_examples)
+        gold = np.array([[name in ex.label for name in labels] for ex in eval_examples], dtype=bool)
+        prior = np.mean([[name in ex.label for name in labels] for ex in train_examples], axis=0)
+        rng = np.random.default_rng(0)  # each label drawn with its training frequency: a seeded, fixed draw
+        return {"all negative": M.multi_label_scores(gold, np.zeros_like(gold)),
+                "label prior": M.multi_label_scores(gold, rng.random(gold.shape) < prior),
+                "method": "all negative and label prior"}
+
+
+class MultipleChoice(Family):
+    kind, head = "multiple_choice", AlbertForMultipleChoice
+
+    def featurize(self, examples, tok, labels, settings):
+        return featurize_choices(examples, tok, settings.max_length)
+
+    def score(self, task, examples, features, scores, labels, settings, calibration=None):
+        preds = [int(s.argmax()) for s in scores]
+        gold = [ex.label for ex in examples]
+        return Scored(M.compute_metrics(task.metrics, preds, gold) if _labelled(gold) else {}, preds, {})
+
+    def baseline(self, task, train_examples, eval_examples):
+        return {"method": "chance", "accuracy": float(np.mean([1 / len(ex.options) for ex in eval_examples]))}
+
+    def example(self, raw, index):
+        if not (isinstance(raw, dict) and isinstance(raw.get("question"), str) and isinstance(raw.get("options"), list)
+                and len(raw["options"]) >= 2 and all(isinstance(o, str) for o in raw["options"])):
+            raise ConfigError(f"input {index}: expected {{'question': str, 'options': [at least two strings], "
+                              "'context': optional str}")
+        return ChoiceExample(str(index), raw.get("context") or "", raw["question"], list(raw["options"]))
+
+
+class ExtractiveQA(Family):
+    """SQuAD v1.1 and v2.0: spans decoded over every window of a context; v2.0's no-answer threshold is tuned on
+    the split it is scored on, unless a calibration says it."""
+
+    kind, head = "qa", AlbertForQuestionAnswering
+
+    def primary_metric(self, task):
+        return "f1"
+
+    def featurize(self, examples, tok, labels, settings):
+        return featurize_squad(examples, tok, settings.max_length, settings.doc_stride, settings.max_query_length)
+
+    def scores(self, output, features):
+        both = torch.stack([output.start_logits, output.end_logits], 1).float().cpu().numpy()  # (B, 2, T)
+        return [both[j, :, :len(f.input_ids)] for j, f in enumerate(features)]
+
+    def score(self, task, examples, features, scores, labels, settings, calibration=None):
+        decoded = decode_squad(examples, features, [s[0] for s in scores], [s[1] for s in scores],
+                               max_answer_length=settings.max_answer_length)
+        labelled = bool(examples) and all(ex.answers is not None for ex in examples)
+        has_null = any(not ex.answers for ex in examples)
+        threshold, tuned = None, {}
+        if calibration and calibration.get("null_threshold") is not None:
+            threshold = float(calibration["null_threshold"])
+        elif has_null and labelled:
+            threshold = evaluate_squad(examples, decoded, None)["best_f1_thresh"]
+            tuned = {"null_threshold": threshold}
+        metrics = evaluate_squad(examples, decoded, threshold) if labelled else {}
+        answers = apply_null_threshold(decoded, threshold)
+        return Scored(metrics, [answers[ex.id] for ex in examples], tuned)
+
+    def baseline(self, task, train_examples, eval_examples):
+        """The passage word rarest in the training passages, or, where questions may have none (v2.0), no
+        answer at all: whichever scores higher."""
+        gold = {ex.id: [a.text for a in ex.answers] for ex in eval_examples}
+        rules = {"rarest passage word": rarest_word_answers(train_examples, eval_examples)}
+        if any(not ex.answers for ex in eval_examples):
+            rules["no answer"] = {ex.id: "" for ex in eval_examples}
+        scores = {method: M.squad_scores(gold, answers) for method, answers in rules.items()}
+        method = max(scores, key=lambda m: scores[m]["f1"])
+        return {"method": method, "exact": scores[method]["exact"], "f1": scores[method]["f1"]}
+
+    def example(self, raw, index):
+        if not (isinstance(raw, dict) and isinstance(raw.get("question"), str)
+                and isinstance(raw.get("context"), str)):
+            raise ConfigError(f"input {index}: expected {{'question': str, 'context': str}}")
+        return QAExample(str(index), raw["question"], raw["context"], [])
+
+
+_WORD = re.compile(r"\w+(?:[-'\u2019]\w+)*")
+
+
+def rarest_word_answers(train_examples: Sequence[QAExample], eval_examples: Sequence[QAExample]) -> dict[str, str]:
+    """Span QA's "majority class": answer each question with the passage word that occurs in fewest training
+    passages (an IDF pick; ties go to the first). Answers are often a passage's rarest word (on wordnet_qa this
+    beats a random word by 4x), so a fine-tuned model must beat this, not chance."""
+    passages: dict[str, int] = {}
+    for context in {ex.context for ex in train_examples}:
+        for word in {w.lower() for w in _WORD.findall(context)}:
+            passages[word] = passages.get(word, 0) + 1
+    return {ex.id: min(_WORD.findall(ex.context) or [""], key=lambda w: passages.get(w.lower(), 0))
+            for ex in eval_examples}
+
+
+class TokenTagging(Family):
+    """Word-level tags (BIO NER): each word is tagged by its first sub-token; scored by entity-level F1."""
+
+    kind, head = "tagging", AlbertForTokenClassification
+
+    def labels(self, task, train_examples):
+        return list(task.labels) if task.labels else sorted({t for ex in train_examples for t in (ex.tags or [])})
+
+    def config_overrides(self, labels):
+        return {"num_labels": len(labels), "id2label": dict(enumerate(labels))}
+
+    def primary_metric(self, task):
+        return "f1"
+
+    def featurize(self, examples, tok, labels, settings):
+        return featurize_tags(examples, tok, settings.max_length, labels)
+
+    def scores(self, output, features):
+        probs = _softmax(output.logits)  # (B, T, C)
+        return [probs[j, :len(f.input_ids)] for j, f in enumerate(features)]
+
+    def score(self, task, examples, features, scores, labels, settings, calibration=None):
+        preds = [word_predictions(f.word_ids, s.argmax(-1), len(ex.words), labels)
+                 for ex, f, s in zip(examples, features, scores)]
+        gold = [ex.tags for ex in examples]
+        return Scored(M.entity_f1(gold, preds) if _labelled(gold) else {}, preds, {})
+
+    def baseline(self, task, train_examples, eval_examples):
+        outside = [["O"] * len(ex.words) for ex in eval_examples]  # no entities: the commonest tag everywhere
+        return {"method": "every word O", **M.entity_f1([ex.tags for ex in eval_examples], outside)}
+
+    def example(self, raw, index):
+        if isinstance(raw, str):
+            return TagExample(str(index), raw.split())
+        if isinstance(raw, list) and all(isinstance(w, str) for w in raw):
+            return TagExample(str(index), list(raw))
+        raise ConfigError(f"input {index}: expected a string or a list of words, got {type(raw).__name__}")
+
+
+@torch.no_grad()
+def model_scores(model, family: Family, features: Sequence, batch_size: int, pad_id: int) -> list[np.ndarray]:
+    """The family's per-feature scores of `model`, in the features' order. Batches are cut from the features
+    sorted by length, so each pads to near its own length rather than to the longest of a random handful."""
+    model.eval()
+    device = next(model.parameters()).device  # during fine-tuning: the training device
+    scores: list[np.ndarray | None] = [None] * len(features)
+    order = sorted(range(len(features)), key=lambda i: feature_length(features[i].input_ids))
+    for start in range(0, len(order), batch_size):
+        index = order[start:start + batch_size]
+        chunk = [features[i] for i in index]
+        batch = collate(chunk, pad_id)
+        output = model(**{k: batch[k].to(device) for k in ("input_ids", "attention_mask", "token_type_ids")})
+        for i, row in zip(index, family.scores(output, chunk)):
+            scores[i] = row
+    return scores
+
+
+def feature_length(input_ids: list) -> int:
+    """Tokens of one feature: its length, or its longest option's for multiple choice (a list per option)."""
+    return max(map(len, input_ids)) if input_ids and isinstance(input_ids[0], list) else len(input_ids)
+
+
+FAMILIES: dict[str, Family] = {f.kind: f for f in (SequenceClassification(), Regression(),
+                                                   MultiLabelClassification(), MultipleChoice(), ExtractiveQA(),
+                                                   TokenTagging())}
+
+
+def family_of(task) -> Family:
+    """The family of a registered or custom Task (its `kind`)."""
+    if task.kind not in FAMILIES:
+        raise ConfigError(f"task {task.name}: unknown kind {task.kind!r} (known: {', '.join(FAMILIES)})")
+    return FAMILIES[task.kind]
+
+
+def family_for_config(config: AlbertConfig) -> Family:
+    """The family a fine-tuned checkpoint was trained as, from its config.json (architectures, problem_type)."""
+    head = (config.architectures or [""])[0]
+    if head == AlbertForSequenceClassification.__name__:
+        if config.problem_type == "regression" or config.num_labels == 1:
+            return FAMILIES["regression"]
+        if config.problem_type == "multi_label_classification":
+            return FAMILIES["multi_label"]
+        return FAMILIES["classification"]
+    for family in FAMILIES.values():
+        if family.head.__name__ == head:
+            return family
+    raise ConfigError(f"a {head or 'headless'} checkpoint is not fine-tuned for any task family; heads litebert "
+                      f"fine-tunes: {', '.join(sorted({f.head.__name__ for f in FAMILIES.values()}))}")
