@@ -24,14 +24,11 @@ VERBS: dict[str, tuple[str, str]] = {
     "embed": ("litebert.embed:cli", "sentence embeddings for a file of sentences; S-ALBERT training"),
     "convert": ("litebert.interop.convert:cli", "convert HF or original TF ALBERT checkpoints to a litebert/HF directory"),
     "export": ("litebert.interop.export:cli", "export a checkpoint for inference (TorchScript / ONNX)"),
+    "serve": ("litebert.serving.server:cli", "an HTTP JSON server for a model, with dynamic batching"),
     "params": ("litebert.paper.params:cli", "parameter counts of every preset beside the paper's Tables 1 and 5"),
     "analyze": ("litebert.paper.analysis:cli", "layer-to-layer L2 / cosine transitions (paper Figure 1)"),
     "extend-vocab": ("litebert.vocab:cli", "add pieces to a tokenizer and resize a model's embeddings to match"),
 }
-
-
-class UserError(Exception):
-    """An error the user can fix; the CLI prints its message as one line and exits 2."""
 
 
 def _usage() -> str:
@@ -69,7 +66,7 @@ def _run(argv: list[str]) -> int:
         return int(func(rest) or 0)
     except BrokenPipeError:
         raise  # an OSError, but not the user's: main() ends quietly
-    except (UserError, FileNotFoundError, ValueError, OSError) as e:
+    except (FileNotFoundError, ValueError, OSError) as e:
         # Expected, user-fixable failures: one line, no traceback. Anything else is a bug and shows one.
         if os.environ.get("LITEBERT_DEBUG"):
             raise

@@ -1,9 +1,14 @@
 """Run configuration as data: dataclass defaults < a TOML recipe < command-line flags.
 
-Every pretrain/finetune/embed option is a dataclass field with help text; `add_config_args` turns the fields
-into flags (so `--help` is the fields' documentation), `resolve_config` applies the precedence and rejects
-unknown keys and wrong types, and `dump_toml` writes the resolved run beside its checkpoints. Bundled recipes
-(litebert/configs/NAME.toml) are found by name.
+Every option of every verb is a dataclass field with help text; `add_config_args` turns the fields into flags
+(so `--help` is the fields' documentation), `resolve_config` applies the precedence and rejects unknown keys
+and wrong types, and `dump_toml` writes the resolved run beside its checkpoints. Bundled recipes
+(litebert/configs/NAME.toml) are found by name. `verb_parser` + `parse_verb` are the whole CLI of a verb whose
+options live in one TOML table named after it (`[prepare]`, `[export]`, ...).
+
+Field metadata understood here: "help"; "choices"; "metavar"; "positional" (a list field that is also the
+verb's positional arguments, e.g. `litebert prepare corpus/*.txt`); "required" (must be given, as a flag or in
+the TOML; checked by `parse_verb`).
 """
 
 from __future__ import annotations
@@ -19,31 +24,41 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from litebert.errors import ConfigError
+
 
 def add_config_args(parser: argparse.ArgumentParser, cls: type, title: str | None = None) -> None:
     """One `--field-name` flag per dataclass field, with the field's help text. Flags default to SUPPRESS, so
-    `resolve_config` sees only what the user typed and a TOML value is overridden only when a flag is given."""
+    `resolve_config` sees only what the user typed and a TOML value is overridden only when a flag is given.
+    A list field with metadata "positional" is the parser's positional arguments instead (zero or more, so a
+    TOML can set them too)."""
     group = parser.add_argument_group(title or cls.__name__)
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         kind, optional = _unwrap_optional(hints[f.name])
-        kw: dict[str, Any] = dict(dest=f.name, default=argparse.SUPPRESS, help=_help_with_default(f))
+        kw: dict[str, Any] = dict(default=argparse.SUPPRESS, help=_help_with_default(f))
+        if f.metadata.get("positional"):
+            if typing.get_origin(kind) is not list:
+                raise TypeError(f"{cls.__name__}.{f.name}: only a list field can be positional")
+            group.add_argument(f.name, nargs="*", type=typing.get_args(kind)[0], **kw)
+            continue
+        kw["dest"] = f.name
         if kind is bool:
             kw["action"] = argparse.BooleanOptionalAction
         elif typing.get_origin(kind) is list:
-            kw.update(nargs="*", type=typing.get_args(kind)[0])
+            kw.update(nargs="*", type=typing.get_args(kind)[0], metavar=f.metadata.get("metavar"))
         else:
             kw.update(type=_none_or(kind) if optional else kind, choices=f.metadata.get("choices"))
-            kw["metavar"] = f.name.upper() if kw["choices"] is None else None
+            kw["metavar"] = f.metadata.get("metavar", f.name.upper()) if kw["choices"] is None else None
         group.add_argument("--" + f.name.replace("_", "-"), **kw)
 
 
 def _help_with_default(f: dataclasses.Field) -> str:
     """The field's help text with its default shown once: a text that explains the default itself ("(default:
-    the model's)") is left as it is, and an empty-string default (nothing given) is not shown."""
+    the model's)") is left as it is, and a default that means nothing given ("", None, []) is not shown."""
     text = f.metadata.get("help", "")
     default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-    if "(default" in text or default == "":
+    if "(default" in text or default is None or default == "" or default == []:
         return text
     return f"{text} (default: {str(default).replace('%', '%%')})"  # argparse %-formats help strings
 
@@ -60,11 +75,15 @@ def load_toml(path: str | os.PathLike, sections: tuple[str, ...] | None = None) 
         with open(path, "rb") as fh:
             data = tomllib.load(fh)
     except tomllib.TOMLDecodeError as e:
-        raise ValueError(f"{path}: not valid TOML ({e})") from None
+        raise ConfigError(f"{path}: not valid TOML ({e})") from None
     if sections is not None:
+        loose = sorted(k for k in data if not isinstance(data[k], dict))
+        if loose:
+            raise ConfigError(f"{path}: {loose} outside any section; put them under one of "
+                              f"{', '.join(f'[{name}]' for name in sections)}")
         unknown = sorted(set(data) - set(sections))
         if unknown:
-            raise ValueError(f"{path}: unknown section(s) {unknown}; expected {list(sections)}")
+            raise ConfigError(f"{path}: unknown section(s) {unknown}; expected {list(sections)}")
     return data
 
 
@@ -76,16 +95,62 @@ def resolve_config(cls: type, table: Mapping[str, Any] | None = None,
     values: dict[str, Any] = {}
     for key, value in (table or {}).items():
         if key not in hints:
-            raise ValueError(f"{source}: unknown key {key!r} for {cls.__name__} (known: {', '.join(hints)})")
+            raise ConfigError(f"{source}: unknown key {key!r} for {cls.__name__} (known: {', '.join(hints)})")
         values[key] = _check_type(value, hints[key], f"{source}: {key}")
     if isinstance(overrides, argparse.Namespace):
         values.update({k: v for k, v in vars(overrides).items() if k in hints})
     else:
         for key, value in (overrides or {}).items():
             if key not in hints:
-                raise ValueError(f"unknown {cls.__name__} field {key!r}")
+                raise ConfigError(f"unknown {cls.__name__} field {key!r}")
             values[key] = value
     return cls(**values)
+
+
+def resolve_configs(classes: tuple[type, ...], table: Mapping[str, Any] | None,
+                    overrides: argparse.Namespace | None, *, source: str = "config") -> tuple:
+    """`resolve_config` for several dataclasses that share one TOML table (e.g. `[prepare]`: the run's
+    options and InstanceOptions): each key goes to the class that has it; a key none has is an error."""
+    tables: list[dict[str, Any]] = [{} for _ in classes]
+    names = [{f.name for f in dataclasses.fields(cls)} for cls in classes]
+    for key, value in (table or {}).items():
+        owner = next((i for i, known in enumerate(names) if key in known), None)
+        if owner is None:
+            known = ", ".join(name for names_of_one in names for name in names_of_one)
+            raise ConfigError(f"{source}: unknown key {key!r} (known: {known})")
+        tables[owner][key] = value
+    return tuple(resolve_config(cls, t, overrides, source=source) for cls, t in zip(classes, tables))
+
+
+def verb_parser(verb: str, description: str | None, section: str | None = None,
+                epilog: str | None = None) -> argparse.ArgumentParser:
+    """The parser of `litebert VERB`: its module docstring as the description, and `--config FILE.toml` whose
+    `[section]` table (default: the verb's name) sets any of its options."""
+    parser = argparse.ArgumentParser(prog=f"litebert {verb}", description=description, epilog=epilog,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", metavar="FILE.toml", help=(
+        f"[{section or verb}] table of this TOML file sets any option below (flags given here override it; "
+        "unknown keys are errors)"))
+    return parser
+
+
+def parse_verb(parser: argparse.ArgumentParser, argv: list[str] | argparse.Namespace, *classes: type,
+               section: str | None = None) -> tuple:
+    """Parse `argv` (or take parsed args) and resolve `classes` from defaults < the [section] table of
+    --config < flags. A field with metadata "required" that is still empty is a usage error (exit 2)."""
+    args = argv if isinstance(argv, argparse.Namespace) else parser.parse_args(argv)
+    section = section or parser.prog.split()[-1]
+    config = getattr(args, "config", None)
+    table = load_toml(config, (section,)).get(section) if config else None
+    configs = resolve_configs(classes, table, args, source=f"{config} [{section}]")
+    missing = [f for cls, cfg in zip(classes, configs) for f in dataclasses.fields(cls)
+               if f.metadata.get("required") and getattr(cfg, f.name) in (None, "", [])]
+    if missing:
+        parser.error("the following arguments are required: "
+                     + ", ".join(f.name if f.metadata.get("positional") else "--" + f.name.replace("_", "-")
+                                 for f in missing)
+                     + (f" (or set in the [{section}] table of --config)" if config else ""))
+    return configs
 
 
 def dump_toml(sections: Mapping[str, Any]) -> str:
@@ -138,10 +203,12 @@ def _check_type(value: Any, tp: Any, where: str) -> Any:
         return float(value)
     if typing.get_origin(kind) is list:
         ok = isinstance(value, list)
+        if ok and typing.get_args(kind):
+            return [_check_type(v, typing.get_args(kind)[0], f"{where}[{i}]") for i, v in enumerate(value)]
     elif kind is int:
         ok = isinstance(value, int) and not isinstance(value, bool)
     else:
         ok = isinstance(value, kind) if isinstance(kind, type) else True
     if not ok:
-        raise ValueError(f"{where} must be {getattr(kind, '__name__', kind)}, got {value!r}")
+        raise ConfigError(f"{where} must be {getattr(kind, '__name__', kind)}, got {value!r}")
     return value
