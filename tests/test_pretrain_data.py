@@ -15,6 +15,7 @@ from litebert.corpus.masking import mask_tokens, select_spans
 from litebert.corpus.documents import resolve_inputs, split_sentences
 from litebert.corpus.pairs import InstanceOptions, PretrainDataset, create_instances, prepare
 from litebert.corpus.tokenizer_training import train_tokenizer
+from litebert.errors import DataError
 
 V, MASK = 30000, 4
 
@@ -191,7 +192,7 @@ def test_dataset_and_batches(data_dir, tok_dir):
 
 def test_refuses_other_tokenizer(data_dir, tmp_path):
     other = train_tokenizer(None, str(tmp_path), vocab_size=1500)
-    with pytest.raises(ValueError, match="another tokenizer"):
+    with pytest.raises(DataError, match="another tokenizer"):
         PretrainDataset(data_dir, other)
 
 
@@ -229,10 +230,10 @@ def test_bad_input_messages(tok_dir, tmp_path):
     with pytest.raises(FileNotFoundError, match="no input files match"):
         prepare([str(tmp_path / "missing.txt")], str(tmp_path / "o"), tok_dir, progress=False)
     (tmp_path / "empty.txt").write_text("\n\n")
-    with pytest.raises(ValueError, match="no text found"):
+    with pytest.raises(DataError, match="no text found"):
         prepare([str(tmp_path / "empty.txt")], str(tmp_path / "o"), tok_dir, num_workers=1, progress=False)
     (tmp_path / "one.txt").write_text("Just one sentence here.\n\nAnd another lonely one.\n")
-    with pytest.raises(ValueError, match="one_sentence_docs=2"):
+    with pytest.raises(DataError, match="one_sentence_docs=2"):
         prepare([str(tmp_path / "one.txt")], str(tmp_path / "o"), tok_dir, num_workers=1, progress=False)
     long_line = " ".join(["word"] * 3000)
     (tmp_path / "long.txt").write_text(f"{long_line}\nShort one.\n{long_line}\n")
@@ -297,7 +298,7 @@ def test_jsonl_missing_text_field_is_named_and_loses_nothing(tok_dir, tmp_path):
     before = {f: (tmp_path / "out" / f).read_bytes() for f in os.listdir(out)}
     # Every record lacks the field: an error naming the file, the field and the keys there are.
     wrong = _jsonl(tmp_path / "body.jsonl", field="body")
-    with pytest.raises(ValueError, match=r"body\.jsonl: no record has the text field 'text'; its records have the "
+    with pytest.raises(DataError, match=r"body\.jsonl: no record has the text field 'text'; its records have the "
                                          r"keys \['id', 'body'\]") as e:
         prepare([wrong], out, tok_dir, max_seq_length=32, num_workers=1, progress=False)
     assert "\n" not in str(e.value)
@@ -320,7 +321,7 @@ def test_a_run_failing_after_writing_shards_leaves_the_old_dataset_intact(tok_di
         text = f.read(400_000)
     blob = gzip.compress(text.encode("utf-8"))
     (tmp_path / "bad.gz").write_bytes(blob[: len(blob) - 20])
-    with pytest.raises((ValueError, OSError, EOFError)):
+    with pytest.raises(DataError, match="cannot read .*bad.gz"):
         prepare([str(tmp_path / "bad.gz")], out, tok_dir, max_seq_length=32, num_workers=1, progress=False,
                 shard_size=50, chunk_chars=5_000)
     assert {f: (tmp_path / "out" / f).read_bytes() for f in os.listdir(out)} == before

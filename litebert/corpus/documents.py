@@ -17,6 +17,8 @@ import os
 import re
 from typing import Iterator
 
+from litebert.errors import DataError
+
 BUNDLED_CORPUS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "en_small.txt.gz")
 
 
@@ -72,7 +74,7 @@ def _lines(path: str, stats: dict) -> Iterator[tuple[str | None, int]]:
                     stats["skipped_non_utf8_lines"] += 1
                     yield None, len(raw)  # dropped, but it must not end a document as a blank line would
     except (OSError, EOFError) as e:  # truncated/corrupt gzip, unreadable file
-        raise ValueError(f"cannot read {path}: {e}") from None
+        raise DataError(f"cannot read {path}: {e}") from None
 
 
 def iter_documents(paths: list[str], paragraphs: bool = False, text_field: str = "text",
@@ -123,7 +125,7 @@ def iter_documents(paths: list[str], paragraphs: bool = False, text_field: str =
             else:
                 doc.extend(split_sentences(line) if paragraphs else [line])
         if other_keys is not None and not found:
-            raise ValueError(f"{path}: no record has the text field {text_field!r}; its records have the keys "
+            raise DataError(f"{path}: no record has the text field {text_field!r}; its records have the keys "
                              f"{other_keys[:10]} (choose one with --text-field)")
         if doc:
             yield doc

@@ -17,21 +17,22 @@ byte-identical shards whatever the number of workers.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import contextlib
+import dataclasses
 import glob
 import json
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from litebert.corpus.documents import chunks_of_documents, iter_documents, resolve_inputs
 from litebert.config import IGNORE_INDEX
 from litebert.corpus.masking import mask_tokens
+from litebert.errors import ConfigError, DataError
 from litebert.tokenizer import Tokenizer
 
 FORMAT = "litebert-pretrain-v2"  # v2: document-major order and a per-example document id
@@ -43,17 +44,43 @@ PAIR_TASKS = ("sop", "nsp", "none")
 
 @dataclass
 class InstanceOptions:
-    """The knobs of instance creation; stored in meta.json."""
+    """The knobs of instance creation; stored in meta.json (pretraining masks with its masking knobs)."""
 
-    max_seq_length: int = 128
-    short_seq_prob: float = 0.1
-    pair_task: str = "sop"
-    dupe_factor: int = 1
-    static_masking: bool = False
-    masked_lm_prob: float = 0.15
-    max_predictions_per_seq: int = 20
-    max_ngram: int = 3
-    seed: int = 12345
+    max_seq_length: int = field(default=128, metadata={"help": "tokens per example, [CLS] and [SEP]s included"})
+    short_seq_prob: float = field(default=0.1, metadata={
+        "help": "probability that a document's chunks aim at a random shorter length, as ALBERT's recipe"})
+    pair_task: str = field(default="sop", metadata={"help": "sop (ALBERT), nsp (BERT) or none",
+                                                    "choices": PAIR_TASKS})
+    dupe_factor: int = field(default=1, metadata={"help": "copies of the corpus, each cut differently"})
+    static_masking: bool = field(default=False, metadata={"help": "mask once here instead of at batch time"})
+    masked_lm_prob: float = field(default=0.15, metadata={"help": "fraction of the tokens to mask"})
+    max_predictions_per_seq: int = field(default=20, metadata={"help": "at most this many masked tokens per example"})
+    max_ngram: int = field(default=3, metadata={
+        "help": "longest masked span, in whole words (a span of n words is picked with probability ~ 1/n)"})
+    seed: int = field(default=12345, metadata={"help": "seed of every random choice (cuts, order swaps, masks)"})
+
+
+@dataclass
+class PrepareConfig:
+    """What `litebert prepare` reads and writes, and how; the knobs of the examples are InstanceOptions'."""
+
+    inputs: list[str] = field(default_factory=list, metadata={
+        "positional": True,
+        "help": "text (one sentence per line, blank line between documents), JSONL or .gz files, globs or "
+                "directories (default: the bundled Persuasion corpus)"})
+    out: str = field(default="out/data", metadata={"help": "output directory for shards + meta.json",
+                                                   "metavar": "DIR"})
+    tokenizer: str = field(default="out/tokenizer", metadata={
+        "help": "directory with spiece.model (litebert tokenizer)", "metavar": "DIR"})
+    num_workers: int = field(default_factory=lambda: min(2, os.cpu_count() or 1), metadata={
+        "help": "worker processes (1: tokenize in this process)"})
+    shard_size: int = field(default=100_000, metadata={"help": "examples per shard"})
+    chunk_chars: int = field(default=1 << 20, metadata={
+        "help": "characters of documents per unit of work (bounds each worker's memory)"})
+    paragraphs: bool = field(default=False, metadata={
+        "help": "text lines are paragraphs: split them into sentences"})
+    text_field: str = field(default="text", metadata={"help": "JSONL field holding the document text"})
+    progress: bool = field(default=True, metadata={"help": "show a progress bar"})
 
 
 def truncate_pair(a: np.ndarray, b: np.ndarray | None, max_tokens: int, rng: np.random.Generator):
@@ -243,11 +270,11 @@ class _ShardWriter:
 
 
 def check_options(opt: InstanceOptions, shard_size: int) -> None:
-    """A one-line ValueError naming the first option outside its range, before any file is read or written.
+    """A one-line ConfigError naming the first option outside its range, before any file is read or written.
 
     Masking options are checked even without static masking: pretraining reads them from meta.json."""
     if opt.pair_task not in PAIR_TASKS:
-        raise ValueError(f"pair_task must be one of {PAIR_TASKS}, got {opt.pair_task!r}")
+        raise ConfigError(f"pair_task must be one of {PAIR_TASKS}, got {opt.pair_task!r}")
     # [CLS] A [SEP] B [SEP] with one-token A and B; without pairs [CLS] A [SEP] with room for the 2-token
     # minimum of a shortened target (short_seq_prob)
     shortest = 4 if opt.pair_task == "none" else 5
@@ -263,7 +290,7 @@ def check_options(opt: InstanceOptions, shard_size: int) -> None:
     ]
     for name, value, ok, allowed in rules:
         if not ok:  # NaN fails every comparison, so it lands here too
-            raise ValueError(f"{name} must be {allowed}, got {value}")
+            raise ConfigError(f"{name} must be {allowed}, got {value}")
 
 
 DATASET_FILES = ("shard_*.npy", "vocab_*.npy", "meta.json")
@@ -290,27 +317,26 @@ def _staged_dataset(out_dir: str):
     os.rmdir(staging)
 
 
-def prepare(inputs: list[str] | None, out_dir: str, tokenizer_dir: str, max_seq_length: int = 128,
-            short_seq_prob: float = 0.1, pair_task: str = "sop", dupe_factor: int = 1, static_masking: bool = False,
-            seed: int = 12345, num_workers: int = 2, masked_lm_prob: float = 0.15, max_predictions_per_seq: int = 20,
-            max_ngram: int = 3, shard_size: int = 100_000, chunk_chars: int = 1 << 20, paragraphs: bool = False,
-            text_field: str = "text", progress: bool = True) -> dict:
+def prepare(inputs: list[str] | None, out_dir: str, tokenizer_dir: str, options: InstanceOptions | None = None, *,
+            num_workers: int = 2, shard_size: int = 100_000, chunk_chars: int = 1 << 20, paragraphs: bool = False,
+            text_field: str = "text", progress: bool = True, **knobs) -> dict:
     """Stream documents from `inputs` (None: the bundled corpus) into shards in `out_dir`; returns meta.json's dict.
 
-    Work is split into chunks of about `chunk_chars` characters of documents; with num_workers > 1 they are
-    processed by a process pool, at most 2 * num_workers chunks in flight, so memory stays bounded.
+    The examples are made with `options`, or InstanceOptions' defaults, with any of its fields given as keyword
+    arguments on top (`prepare(None, out, tok, max_seq_length=64, dupe_factor=2)`). Work is split into chunks
+    of about `chunk_chars` characters of documents; with num_workers > 1 they are processed by a process pool,
+    at most 2 * num_workers chunks in flight, so memory stays bounded.
     """
     from tqdm import tqdm
 
-    opt = InstanceOptions(max_seq_length, short_seq_prob, pair_task, dupe_factor, static_masking, masked_lm_prob,
-                          max_predictions_per_seq, max_ngram, seed)
+    opt = dataclasses.replace(options or InstanceOptions(), **knobs)
     check_options(opt, shard_size)
     paths = resolve_inputs(inputs)
     tok = Tokenizer.from_pretrained(tokenizer_dir)
     os.makedirs(out_dir, exist_ok=True)
     token_dtype = np.uint16 if tok.vocab_size <= 1 << 16 else np.int32
     with _staged_dataset(out_dir) as staging:
-        writer = _ShardWriter(staging, shard_size, token_dtype, static_masking)
+        writer = _ShardWriter(staging, shard_size, token_dtype, opt.static_masking)
         stats = collections.Counter()
         total = None if any(p.endswith(".gz") for p in paths) else sum(os.path.getsize(p) for p in paths)
         bar = tqdm(total=total, unit="B", unit_scale=True, desc="prepare", disable=not progress)
@@ -343,9 +369,9 @@ def prepare(inputs: list[str] | None, out_dir: str, tokenizer_dir: str, max_seq_
         bar.close()
         n = sum(s["num_instances"] for s in writer.shards)
         if stats["documents"] == 0:
-            raise ValueError(f"no text found in {', '.join(paths)}" + _skips(stats))
+            raise DataError(f"no text found in {', '.join(paths)}" + _skips(stats))
         if n == 0:
-            raise ValueError(f"no pretraining examples from {stats['documents']} documents{_skips(stats)}")
+            raise DataError(f"no pretraining examples from {stats['documents']} documents{_skips(stats)}")
         np.save(os.path.join(staging, "vocab_word_starts.npy"), tok.word_start_table)
         np.save(os.path.join(staging, "vocab_special.npy"), tok.special_table)
         meta = {
@@ -388,11 +414,11 @@ class PretrainDataset:
         with open(meta_file, encoding="utf-8") as f:
             self.meta = json.load(f)
         if self.meta.get("format") != FORMAT:
-            raise ValueError(f"{data_dir}: unknown data format {self.meta.get('format')!r}, expected {FORMAT}")
+            raise DataError(f"{data_dir}: unknown data format {self.meta.get('format')!r}, expected {FORMAT}")
         if isinstance(tokenizer, str):
             tokenizer = Tokenizer.from_pretrained(tokenizer)
         if tokenizer is not None and tokenizer.sha256 != self.meta["tokenizer_sha256"]:
-            raise ValueError(f"{data_dir} was made with another tokenizer (spiece.model sha256 "
+            raise DataError(f"{data_dir} was made with another tokenizer (spiece.model sha256 "
                              f"{self.meta['tokenizer_sha256'][:12]}, given {tokenizer.sha256[:12]}); run prepare again")
         self.data_dir = data_dir
         self.static = bool(self.meta["args"]["static_masking"])
@@ -447,33 +473,17 @@ class PretrainDataset:
 
 
 def cli(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="litebert prepare", description="Turn documents into sharded, memory-mapped "
-                                "sentence-order (or NSP) pretraining examples, as ALBERT's create_pretraining_data.py.")
-    p.add_argument("inputs", nargs="*", help="text (one sentence per line, blank line between documents), JSONL or "
-                   ".gz files, globs or directories (default: the bundled Persuasion corpus)")
-    p.add_argument("--out", default="out/data", help="output directory for shards + meta.json")
-    p.add_argument("--tokenizer", default="out/tokenizer", help="directory with spiece.model (litebert tokenizer)")
-    d = InstanceOptions()
-    p.add_argument("--max-seq-length", type=int, default=d.max_seq_length)
-    p.add_argument("--short-seq-prob", type=float, default=d.short_seq_prob)
-    p.add_argument("--pair-task", choices=PAIR_TASKS, default=d.pair_task, help="sop (ALBERT), nsp (BERT) or none")
-    p.add_argument("--dupe-factor", type=int, default=d.dupe_factor, help="copies of the corpus, each cut differently")
-    p.add_argument("--static-masking", action="store_true", help="mask once here instead of at batch time")
-    p.add_argument("--masked-lm-prob", type=float, default=d.masked_lm_prob)
-    p.add_argument("--max-predictions-per-seq", type=int, default=d.max_predictions_per_seq)
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--num-workers", type=int, default=min(2, os.cpu_count() or 1))
-    p.add_argument("--shard-size", type=int, default=100_000, help="examples per shard")
-    p.add_argument("--paragraphs", action="store_true", help="text lines are paragraphs: split them into sentences")
-    p.add_argument("--text-field", default="text", help="JSONL field holding the document text")
-    p.add_argument("--no-progress", action="store_true")
-    a = p.parse_args(argv)
-    meta = prepare(a.inputs or None, a.out, a.tokenizer, a.max_seq_length, a.short_seq_prob, a.pair_task,
-                   a.dupe_factor, a.static_masking, a.seed, a.num_workers, a.masked_lm_prob,
-                   a.max_predictions_per_seq, shard_size=a.shard_size, paragraphs=a.paragraphs,
-                   text_field=a.text_field, progress=not a.no_progress)
+    from litebert.runconfig import add_config_args, parse_verb, verb_parser
+
+    parser = verb_parser("prepare", __doc__)
+    add_config_args(parser, PrepareConfig, "input and output")
+    add_config_args(parser, InstanceOptions, "examples (stored in meta.json)")
+    run, opt = parse_verb(parser, argv, PrepareConfig, InstanceOptions)
+    meta = prepare(run.inputs or None, run.out, run.tokenizer, opt, num_workers=run.num_workers,
+                   shard_size=run.shard_size, chunk_chars=run.chunk_chars, paragraphs=run.paragraphs,
+                   text_field=run.text_field, progress=run.progress)
     skipped = {k: v for k, v in meta["stats"].items() if k.startswith("skipped") or k == "long_sentences_truncated"}
     print(f"wrote {meta['num_instances']} examples ({meta['num_tokens']} tokens, {len(meta['shards'])} shards) "
-          f"to {a.out} from {meta['stats'].get('documents', 0)} documents"
+          f"to {run.out} from {meta['stats'].get('documents', 0)} documents"
           + (f"; {', '.join(f'{k}={v}' for k, v in skipped.items())}" if skipped else ""))
     return 0

@@ -6,11 +6,11 @@ normalised with the tokenizer's own `preprocess_text` first, so the pieces match
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
 import re
+from dataclasses import dataclass, field
 
 import sentencepiece as spm
 
@@ -100,25 +100,42 @@ def reservoir_sample(items, k: int, seed: int) -> list:
 # ----------------------------------------------------------------------------- CLI
 
 
+@dataclass
+class TokenizerConfig:
+    """The options of `litebert tokenizer` (the [tokenizer] table of --config)."""
+
+    inputs: list[str] = field(default_factory=list, metadata={
+        "positional": True, "help": "text/JSONL/.gz files or globs (default: the bundled Persuasion corpus)"})
+    out: str = field(default="out/tokenizer", metadata={
+        "help": "output directory (spiece.model + HF tokenizer files); with --encode, the tokenizer to use",
+        "metavar": "DIR"})
+    vocab_size: int | None = field(default=None, metadata={
+        "help": "pieces in the vocabulary (default: 30000 as ALBERT; 4000 for the bundled corpus)"})
+    cased: bool = field(default=False, metadata={"help": "keep case (do_lower_case=False)"})
+    keep_accents: bool = field(default=False, metadata={"help": "keep accents (no NFKD accent stripping)"})
+    keep_space: bool = field(default=False, metadata={"help": "do not collapse whitespace (remove_space=False)"})
+    input_sentence_size: int | None = field(default=None, metadata={
+        "help": "sentences sampled for training (default: ALBERT's 10000000)"})
+    encode: str | None = field(default=None, metadata={
+        "help": "encode TEXT with the tokenizer in --out instead of training", "metavar": "TEXT"})
+
+
 def cli(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="litebert tokenizer", description="Train a SentencePiece unigram tokenizer with "
-                                "ALBERT's conventions (<pad>=0 <unk>=1 [CLS]=2 [SEP]=3 [MASK]=4), or encode text.")
-    p.add_argument("inputs", nargs="*", help="text/JSONL/.gz files or globs (default: the bundled Persuasion corpus)")
-    p.add_argument("--out", default="out/tokenizer", help="output directory (spiece.model + HF tokenizer files)")
-    p.add_argument("--vocab-size", type=int, default=None, help="30000 (ALBERT); 4000 for the bundled corpus")
-    p.add_argument("--cased", action="store_true", help="keep case (do_lower_case=False)")
-    p.add_argument("--keep-accents", action="store_true", help="keep accents (no NFKD accent stripping)")
-    p.add_argument("--keep-space", action="store_true", help="do not collapse whitespace (remove_space=False)")
-    p.add_argument("--input-sentence-size", type=int, default=None, help="sentences sampled for training")
-    p.add_argument("--encode", metavar="TEXT", help="encode TEXT with the tokenizer in --out instead of training")
-    args = p.parse_args(argv)
-    if args.encode is not None:
-        tok = Tokenizer.from_pretrained(args.out)
-        ids = tok.encode(args.encode)
+    from litebert.runconfig import add_config_args, parse_verb, verb_parser
+
+    parser = verb_parser("tokenizer", __doc__, epilog=(
+        "ids: <pad>=0 <unk>=1 [CLS]=2 [SEP]=3 [MASK]=4, then the learned pieces (ALBERT's layout)\n"
+        "examples:\n  litebert tokenizer corpus/*.txt --out out/tok --vocab-size 30000\n"
+        "  litebert tokenizer --out out/tok --encode 'Hello world.'"))
+    add_config_args(parser, TokenizerConfig, "training (or encoding)")
+    (cfg,) = parse_verb(parser, argv, TokenizerConfig)
+    if cfg.encode is not None:
+        tok = Tokenizer.from_pretrained(cfg.out)
+        ids = tok.encode(cfg.encode)
         print(json.dumps({"ids": ids, "pieces": [tok.pieces[i] for i in ids]}, ensure_ascii=False))
         return 0
-    extra = {} if args.input_sentence_size is None else {"input_sentence_size": args.input_sentence_size}
-    tok = train_tokenizer(args.inputs or None, args.out, args.vocab_size, do_lower_case=not args.cased,
-                          keep_accents=args.keep_accents, remove_space=not args.keep_space, **extra)
-    print(f"wrote {args.out}/spiece.model: {tok}")
+    extra = {} if cfg.input_sentence_size is None else {"input_sentence_size": cfg.input_sentence_size}
+    tok = train_tokenizer(cfg.inputs or None, cfg.out, cfg.vocab_size, do_lower_case=not cfg.cased,
+                          keep_accents=cfg.keep_accents, remove_space=not cfg.keep_space, **extra)
+    print(f"wrote {cfg.out}/spiece.model: {tok}")
     return 0
