@@ -256,6 +256,22 @@ def test_cli_from_tf_copies_the_sentencepiece_model(tmp_path, capsys):
     assert (out / "spiece.model").read_bytes() == b"stand-in for a SentencePiece model"
 
 
+def test_cli_options_from_a_toml_table_and_albert_config_json_as_before(tmp_path, capsys):
+    """`--config` is a TOML file with a [convert] table, as for every verb; a .json there is still read as the
+    albert_config.json it named before (the test above), and naming that file twice is refused."""
+    directory = copy_fixture(tmp_path)
+    toml = tmp_path / "convert.toml"
+    toml.write_text(f'[convert]\nfrom_tf = "{directory / "model.ckpt-7"}"\nalbert_config = '
+                    f'"{directory / "albert_config.json"}"\nhead = "base"\n')
+    assert litebert_main(["convert", "--config", str(toml), "--out", str(tmp_path / "out")]) == 0
+    assert "not used by this head" in capsys.readouterr().out  # head = "base": the cls/* variables are unused
+    assert AlbertConfig.load(tmp_path / "out").architectures == ["AlbertModel"]
+    with pytest.raises(SystemExit) as exit_:
+        litebert_main(["convert", "--from-tf", str(directory), "--config", str(directory / "albert_config.json"),
+                       "--albert-config", str(directory / "albert_config.json"), "--out", str(tmp_path / "x")])
+    assert exit_.value.code == 2 and "both name the albert_config.json" in capsys.readouterr().err
+
+
 def test_converting_into_the_source_directory(tmp_path, capsys):
     """--out naming the input. From TF it is fine (no TF file is overwritten) and the spiece.model found there
     stays as it is, not copied onto itself; from HF it would overwrite the model being read, so it is refused

@@ -14,7 +14,6 @@ never a silent skip: a silently random-initialised layer is the classic conversi
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shutil
@@ -213,7 +212,7 @@ def convert_tf_checkpoint(ckpt_prefix: str | os.PathLike, albert_config_json: st
     if albert_config_json is None:
         albert_config_json = _find_beside([checkpoint.index_path], ("albert_config.json",))
         if albert_config_json is None:
-            raise FileNotFoundError(f"no albert_config.json beside {checkpoint.prefix}; pass --config")
+            raise FileNotFoundError(f"no albert_config.json beside {checkpoint.prefix}; pass --albert-config")
     config = tf_albert_config(albert_config_json)
     if head == "sequence_classification" and "output_weights" in checkpoint:
         config = config.replace(num_labels=checkpoint.info("output_weights").shape[0])
@@ -253,38 +252,55 @@ def convert_hf(name_or_path: str | os.PathLike, out_dir: str | os.PathLike, hidd
 
 # -- CLI -----------------------------------------------------------------------------------------------------
 
+@dataclass
+class ConvertConfig:
+    """The options of `litebert convert` (the [convert] table of --config): one source, one output."""
+
+    from_tf: str | None = field(default=None, metadata={
+        "help": "original TF checkpoint: the prefix (DIR/model.ckpt-N), its .index file, or its directory",
+        "metavar": "CKPT_PREFIX"})
+    from_hf: str | None = field(default=None, metadata={
+        "help": "a HuggingFace ALBERT directory or Hub id", "metavar": "DIR_OR_HUB_ID"})
+    out: str = field(default="", metadata={"help": "output model directory (required)", "metavar": "DIR",
+                                           "required": True})
+    albert_config: str | None = field(default=None, metadata={
+        "help": "--from-tf: albert_config.json (default: the one beside the checkpoint; `--config FILE.json` "
+                "is read as this option too)", "metavar": "JSON"})
+    head: str = field(default="pretraining", metadata={
+        "help": "--from-tf: which model the checkpoint holds (default: pretraining, as released)",
+        "choices": tuple(TF_HEADS)})
+    hidden_act: str | None = field(default=None, metadata={
+        "help": "--from-hf: override hidden_act; the v1 Hub configs say 'gelu' (erf) but the models were trained "
+                "with TF's tanh form, 'gelu_new'", "metavar": "NAME"})
+
+
 def cli(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="litebert convert",
-        description="Convert an ALBERT checkpoint into a litebert model directory (config.json +\n"
-                    "model.safetensors [+ spiece.model]), which transformers' AlbertFor* classes also load.",
-        epilog="examples:\n"
-               "  litebert convert --from-tf albert_base/model.ckpt-best --out albert-base-v2\n"
-               "      (the original google-research/albert release: albert_config.json and 30k-clean.model are\n"
-               "       found beside the checkpoint; no TensorFlow needed; optimizer slots are skipped)\n"
-               "  litebert convert --from-hf albert/albert-base-v2 --out albert-base-v2\n"
-               "  litebert convert --from-hf ./hf-albert-v1 --hidden-act gelu_new --out albert-v1-fixed\n",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--from-tf", metavar="CKPT_PREFIX",
-                        help="original TF checkpoint: the prefix (DIR/model.ckpt-N), its .index file, or its directory")
-    source.add_argument("--from-hf", metavar="DIR_OR_HUB_ID", help="a HuggingFace ALBERT directory or Hub id")
-    parser.add_argument("--out", required=True, metavar="DIR", help="output model directory")
-    parser.add_argument("--config", metavar="JSON",
-                        help="--from-tf: albert_config.json (default: the one beside the checkpoint)")
-    parser.add_argument("--head", choices=list(TF_HEADS), default="pretraining",
-                        help="--from-tf: which model the checkpoint holds (default: pretraining, as released)")
-    parser.add_argument("--hidden-act", metavar="NAME",
-                        help="--from-hf: override hidden_act; the v1 Hub configs say 'gelu' (erf) but the models "
-                             "were trained with TF's tanh form, 'gelu_new'")
+    from litebert.runconfig import add_config_args, parse_verb, verb_parser
+
+    parser = verb_parser("convert", __doc__, epilog=(
+        "examples:\n"
+        "  litebert convert --from-tf albert_base/model.ckpt-best --out albert-base-v2\n"
+        "      (the original google-research/albert release: albert_config.json and 30k-clean.model are\n"
+        "       found beside the checkpoint; no TensorFlow needed; optimizer slots are skipped)\n"
+        "  litebert convert --from-hf albert/albert-base-v2 --out albert-base-v2\n"
+        "  litebert convert --from-hf ./hf-albert-v1 --hidden-act gelu_new --out albert-v1-fixed\n"))
+    add_config_args(parser, ConvertConfig, "conversion")
     args = parser.parse_args(argv)
-    if args.from_tf:
-        if args.hidden_act:
+    if args.config and args.config.endswith(".json"):
+        # Before every verb took a TOML --config, convert's --config named the TF albert_config.json; it still does.
+        if hasattr(args, "albert_config"):
+            parser.error("--config FILE.json and --albert-config both name the albert_config.json")
+        args.albert_config, args.config = args.config, None
+    (cfg,) = parse_verb(parser, args, ConvertConfig)
+    if bool(cfg.from_tf) == bool(cfg.from_hf):
+        parser.error("give one of --from-tf and --from-hf" + (", not both" if cfg.from_tf else ""))
+    if cfg.from_tf:
+        if cfg.hidden_act:
             parser.error("--hidden-act applies to --from-hf (TF 'gelu' is converted to 'gelu_new' already)")
-        print(convert_tf_checkpoint(args.from_tf, args.config, args.out, head=args.head).summary())
+        print(convert_tf_checkpoint(cfg.from_tf, cfg.albert_config, cfg.out, head=cfg.head).summary())
     else:
-        if args.config or args.head != "pretraining":
-            parser.error("--config and --head apply to --from-tf")
-        name = convert_hf(args.from_hf, args.out, hidden_act=args.hidden_act)
-        print(f"{args.from_hf}: loaded as {name}; wrote {args.out}")
+        if cfg.albert_config or cfg.head != "pretraining":
+            parser.error("--albert-config and --head apply to --from-tf")
+        name = convert_hf(cfg.from_hf, cfg.out, hidden_act=cfg.hidden_act)
+        print(f"{cfg.from_hf}: loaded as {name}; wrote {cfg.out}")
     return 0

@@ -17,11 +17,10 @@ longer inputs fail inside the position-embedding lookup instead of with litebert
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -192,19 +191,27 @@ def _verify(module: InferenceModule, run, config: AlbertConfig, choices: bool, a
     return worst
 
 
+@dataclass
+class ExportConfig:
+    """The options of `litebert export` (the [export] table of --config)."""
+
+    model: str = field(default="", metadata={
+        "help": "model directory (litebert or HF) or Hub id (required)", "metavar": "DIR", "required": True})
+    out: str = field(default="", metadata={"help": "output directory (required)", "metavar": "DIR",
+                                           "required": True})
+    format: str = field(default="onnx", metadata={"help": "what to write: model.onnx or model.pt",
+                                                  "choices": tuple(FORMATS)})
+    verify: bool = field(default=True, metadata={
+        "help": "run the export on batches of other shapes and compare it with PyTorch (--no-verify: skip)"})
+
+
 def cli(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="litebert export",
-        description="Export a model directory for inference (ONNX or TorchScript) with dynamic batch and\n"
-                    "sequence axes, then check the export against PyTorch on batches of other shapes. The model\n"
-                    "class is the one config.json's `architectures` names (AlbertModel if none).",
-        epilog="example:\n  litebert export --model out/sst2/best --out out/sst2-onnx --format onnx\n"
-               "inputs: input_ids, attention_mask, token_type_ids (int64); ONNX verification needs onnxruntime",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, metavar="DIR", help="model directory (litebert or HF) or Hub id")
-    parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
-    parser.add_argument("--format", choices=list(FORMATS), default="onnx", help="default: onnx")
-    parser.add_argument("--no-verify", action="store_true", help="skip the comparison with PyTorch")
-    args = parser.parse_args(argv)
-    print(export_model(args.model, args.out, args.format, verify=not args.no_verify).summary())
+    from litebert.runconfig import add_config_args, parse_verb, verb_parser
+
+    parser = verb_parser("export", __doc__, epilog=(
+        "example:\n  litebert export --model out/sst2/best --out out/sst2-onnx --format onnx\n"
+        "inputs: input_ids, attention_mask, token_type_ids (int64); ONNX verification needs onnxruntime"))
+    add_config_args(parser, ExportConfig, "export")
+    (cfg,) = parse_verb(parser, argv, ExportConfig)
+    print(export_model(cfg.model, cfg.out, cfg.format, verify=cfg.verify).summary())
     return 0
