@@ -17,15 +17,16 @@ Each stage is the same Python API the CLI verbs use; the pretraining recipe is l
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
 import time
+from dataclasses import dataclass, field
 
+from litebert.errors import ConfigError
 from litebert.finetune import FinetuneConfig, finetune
 from litebert.pretrain import PretrainConfig, format_summary, pretrain
-from litebert.runconfig import BUNDLED_CONFIGS, load_toml, resolve_config
+from litebert.runconfig import BUNDLED_CONFIGS, add_config_args, load_toml, parse_verb, resolve_config, verb_parser
 from litebert.training.loop import TrainConfig
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
@@ -55,13 +56,13 @@ def start_clean(out_dir: str) -> None:
     of a previous demo run (known by its marker, or by its summary for demos older than the marker), never the
     directory itself, and nothing at all if anything else has been put there (`--out .` in a project)."""
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise ValueError(f"{out_dir} is a file, not a directory")
+        raise ConfigError(f"{out_dir} is a file, not a directory")
     entries = set(os.listdir(out_dir)) if os.path.isdir(out_dir) else set()
     foreign = sorted(entries - DEMO_ENTRIES)
     if foreign or (entries and not entries & {DEMO_MARKER, "summary.json"}):
         what = f"it holds {', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}" if foreign else \
             "it is not a previous demo run"
-        raise ValueError(f"{out_dir}: {what}; choose another --out (a demo replaces only its own earlier run)")
+        raise ConfigError(f"{out_dir}: {what}; choose another --out (a demo replaces only its own earlier run)")
     for name in entries:
         path = os.path.join(out_dir, name)
         if os.path.isdir(path) and not os.path.islink(path):
@@ -148,15 +149,21 @@ def format_demo(summary: dict) -> str:
     return "\n".join(lines)
 
 
+@dataclass
+class DemoConfig:
+    """The options of `litebert demo` (the [demo] table of --config)."""
+
+    out: str = field(default="out/demo", metadata={
+        "help": "run directory (a previous demo run there is replaced; anything else is refused)", "metavar": "DIR"})
+    quick: bool = field(default=False, metadata={"help": "a one-minute smoke run of every stage"})
+    seed: int = field(default=12345, metadata={"help": "seed of data preparation, pretraining and fine-tuning"})
+
+
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="litebert demo", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="out/demo",
-                        help="run directory (a previous demo run there is replaced; anything else is refused)")
-    parser.add_argument("--quick", action="store_true", help="a one-minute smoke run of every stage")
-    parser.add_argument("--seed", type=int, default=12345)
-    args = parser.parse_args(argv)
-    summary = run(args.out, args.quick, args.seed)
+    parser = verb_parser("demo", __doc__)
+    add_config_args(parser, DemoConfig, "demo")
+    (cfg,) = parse_verb(parser, argv, DemoConfig)
+    summary = run(cfg.out, cfg.quick, cfg.seed)
     print(format_demo(summary))
     return 0
 

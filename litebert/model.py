@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from litebert.config import IGNORE_INDEX, AlbertConfig
+from litebert.errors import ConfigError
 from litebert.weights import PretrainedMixin
 
 
@@ -50,7 +51,7 @@ class AlbertEmbeddings(nn.Module):
                 position_ids: torch.Tensor | None = None) -> torch.Tensor:
         T = input_ids.shape[1]
         if T > self.position_embeddings.num_embeddings:
-            raise ValueError(f"sequence length {T} exceeds max_position_embeddings "
+            raise ConfigError(f"sequence length {T} exceeds max_position_embeddings "
                              f"{self.position_embeddings.num_embeddings}; truncate the input")
         if position_ids is None:
             position_ids = torch.arange(T, device=input_ids.device)[None]

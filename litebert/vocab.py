@@ -22,17 +22,17 @@ AlbertTokenizer / AlbertTokenizerFast / AlbertFor* and in litebert, with the sam
 
 from __future__ import annotations
 
-import argparse
 import logging
 import math
 import os
 import random
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
+from litebert.errors import CheckpointError, ConfigError
 from litebert.tokenizer import SPECIALS, SPIECE_UNDERLINE, Tokenizer, preprocess_text
 from litebert.corpus.tokenizer_training import train_tokenizer
 
@@ -230,16 +230,16 @@ def extend_vocab(model_dir: str, out_dir: str, words: list[str] | None = None, c
     from litebert.weights import resolve_model_dir
 
     if not words and not corpus:
-        raise ValueError("nothing to add: give words and/or a domain corpus")
+        raise ConfigError("nothing to add: give words and/or a domain corpus")
     if max_pieces < 1:
-        raise ValueError(f"max_pieces must be >= 1, got {max_pieces}")
+        raise ConfigError(f"max_pieces must be >= 1, got {max_pieces}")
     model_dir = resolve_model_dir(model_dir)
     if same_path(model_dir, out_dir):
-        raise ValueError(f"{out_dir}: write the extended model to a new directory, not over {model_dir}")
+        raise ConfigError(f"{out_dir}: write the extended model to a new directory, not over {model_dir}")
     tokenizer = Tokenizer.from_pretrained(model_dir)
     config = AlbertConfig.load(model_dir)
     if config.vocab_size != tokenizer.vocab_size:
-        raise ValueError(f"{model_dir}: config.json has vocab_size {config.vocab_size} but spiece.model "
+        raise CheckpointError(f"{model_dir}: config.json has vocab_size {config.vocab_size} but spiece.model "
                          f"{tokenizer.vocab_size} pieces")
     pieces = pieces_from_words(tokenizer, words or [])
     if corpus:
@@ -253,25 +253,37 @@ def extend_vocab(model_dir: str, out_dir: str, words: list[str] | None = None, c
     return extension
 
 
+@dataclass
+class ExtendVocabConfig:
+    """The options of `litebert extend-vocab` (the [extend-vocab] table of --config)."""
+
+    model: str = field(default="", metadata={
+        "help": "model directory with spiece.model (litebert or HF) (required)", "metavar": "DIR", "required": True})
+    out: str = field(default="", metadata={
+        "help": "new directory for the extended tokenizer and model (required)", "metavar": "DIR", "required": True})
+    words: str | None = field(default=None, metadata={"help": "file of words to add, one per line",
+                                                      "metavar": "FILE"})
+    corpus: list[str] = field(default_factory=list, metadata={
+        "help": "domain text files to learn new pieces from", "metavar": "FILE"})
+    max_pieces: int = field(default=1000, metadata={"help": "at most this many learned pieces, >= 1"})
+    domain_vocab_size: int = field(default=8000, metadata={
+        "help": "vocabulary of the SentencePiece model trained on the corpus"})
+
+
 def cli(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="litebert extend-vocab", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True, help="model directory with spiece.model (litebert or HF)")
-    p.add_argument("--out", required=True, help="new directory for the extended tokenizer and model")
-    p.add_argument("--words", help="file of words to add, one per line")
-    p.add_argument("--corpus", nargs="*", default=[], help="domain text files to learn new pieces from")
-    p.add_argument("--max-pieces", type=int, default=1000, help="at most this many learned pieces, >= 1 (default 1000)")
-    p.add_argument("--domain-vocab-size", type=int, default=8000,
-                   help="vocabulary of the SentencePiece model trained on the corpus (default 8000)")
-    a = p.parse_args(argv)
+    from litebert.runconfig import add_config_args, parse_verb, verb_parser
+
+    parser = verb_parser("extend-vocab", __doc__)
+    add_config_args(parser, ExtendVocabConfig, "extension")
+    (cfg,) = parse_verb(parser, argv, ExtendVocabConfig)
     words = None
-    if a.words:
-        with open(a.words, encoding="utf-8") as f:
+    if cfg.words:
+        with open(cfg.words, encoding="utf-8") as f:
             words = [line.strip() for line in f if line.strip()]
-    ext = extend_vocab(a.model, a.out, words, a.corpus, a.max_pieces, a.domain_vocab_size)
+    ext = extend_vocab(cfg.model, cfg.out, words, cfg.corpus, cfg.max_pieces, cfg.domain_vocab_size)
     old = ext.tokenizer.vocab_size - len(ext.pieces)
     ids = f" (ids {old}..{ext.tokenizer.vocab_size - 1})" if ext.pieces else ""
-    print(f"added {len(ext.pieces)} pieces{ids}, vocabulary {old} -> {ext.tokenizer.vocab_size}; wrote {a.out}")
+    print(f"added {len(ext.pieces)} pieces{ids}, vocabulary {old} -> {ext.tokenizer.vocab_size}; wrote {cfg.out}")
     if ext.pieces:
         print("  first: " + " ".join(ext.pieces[:20]))
     for piece, why in list(ext.skipped.items())[:10]:

@@ -7,6 +7,7 @@ import pytest
 
 from litebert.cli import main as litebert_main
 from litebert.demo import DEMO_MARKER, start_clean
+from litebert.errors import ConfigError
 from litebert.pretrain import PretrainConfig, pretrain
 from litebert.corpus.pairs import prepare
 from litebert.corpus.tokenizer_training import train_tokenizer
@@ -56,7 +57,7 @@ def test_the_demo_replaces_only_a_previous_demo_run(tmp_path, capsys, monkeypatc
     assert litebert_main(["demo", "--quick", "--out", str(tmp_path / "runs")]) == 2
     assert "it holds mine" in capsys.readouterr().err and precious.read_text() == "x"
     (tmp_path / "file").write_text("y")
-    with pytest.raises(ValueError, match="is a file"):
+    with pytest.raises(ConfigError, match="is a file"):
         start_clean(str(tmp_path / "file"))
 
     demo = tmp_path / "demo"
@@ -71,7 +72,7 @@ def test_the_demo_replaces_only_a_previous_demo_run(tmp_path, capsys, monkeypatc
     assert sorted(p.name for p in legacy.iterdir()) == [DEMO_MARKER]
     (legacy / "pretrain").mkdir()  # demo-like entries without marker or summary: not known to be a demo's
     os.remove(legacy / DEMO_MARKER)
-    with pytest.raises(ValueError, match="not a previous demo run"):
+    with pytest.raises(ConfigError, match="not a previous demo run"):
         start_clean(str(legacy))
 
     # A demo run once into a project directory (--out .) marks it; later work put there is never deleted.
@@ -81,7 +82,7 @@ def test_the_demo_replaces_only_a_previous_demo_run(tmp_path, capsys, monkeypatc
     start_clean(".")
     (project / "pretrain").mkdir()
     (project / "thesis.tex").write_text("z")
-    with pytest.raises(ValueError, match="it holds thesis.tex"):
+    with pytest.raises(ConfigError, match="it holds thesis.tex"):
         start_clean(".")
     assert (project / "thesis.tex").read_text() == "z" and (project / "pretrain").is_dir()
     os.remove(project / "thesis.tex")

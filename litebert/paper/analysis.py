@@ -7,13 +7,15 @@ layer fires its hook once per application, in order.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import os
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+
+from litebert.errors import ConfigError, DataError
 
 
 @torch.no_grad()
@@ -63,33 +65,44 @@ def plot_transitions(results: dict[str, dict[str, list[float]]], path: str) -> s
     return path
 
 
+@dataclass
+class AnalyzeConfig:
+    """The options of `litebert analyze` (the [analyze] table of --config)."""
+
+    models: list[str] = field(default_factory=list, metadata={
+        "positional": True, "required": True, "help": "model directories (litebert or HF) to compare"})
+    text: str | None = field(default=None, metadata={
+        "help": "a text file, one sentence per line (default: the bundled corpus)", "metavar": "FILE"})
+    max_sentences: int = field(default=64, metadata={"help": "sentences of the text fed to every model"})
+    max_length: int | None = field(default=None, metadata={
+        "help": "tokens per sentence (default: each model's max_position_embeddings)"})
+    out: str = field(default="transitions.png", metadata={
+        "help": "where to write the plot (a .json goes beside)", "metavar": "FILE"})
+
+
 def cli(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="litebert analyze", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("models", nargs="+", help="model directories (litebert or HF) to compare")
-    parser.add_argument("--text", help="a text file, one sentence per line (default: the bundled corpus)")
-    parser.add_argument("--max-sentences", type=int, default=64)
-    parser.add_argument("--max-length", type=int, default=None,
-                        help="tokens per sentence (default: each model's max_position_embeddings)")
-    parser.add_argument("--out", default="transitions.png", help="where to write the plot (a .json goes beside)")
-    args = parser.parse_args(argv)
+    from litebert.runconfig import add_config_args, parse_verb, verb_parser
+
+    parser = verb_parser("analyze", __doc__)
+    add_config_args(parser, AnalyzeConfig, "models and text")
+    (cfg,) = parse_verb(parser, argv, AnalyzeConfig)
     from litebert.model import AlbertModel
     from litebert.tokenizer import Tokenizer
     results = {}
-    sentences = read_sentences(args.text, args.max_sentences)  # the same text for every model
-    for name, directory in zip(model_names(args.models), args.models):
+    sentences = read_sentences(cfg.text, cfg.max_sentences)  # the same text for every model
+    for name, directory in zip(model_names(cfg.models), cfg.models):
         tokenizer = Tokenizer.from_pretrained(directory)
         model = AlbertModel.from_pretrained(directory)
-        batch = tokenizer(sentences, max_length=args.max_length or model.config.max_position_embeddings)
+        batch = tokenizer(sentences, max_length=cfg.max_length or model.config.max_position_embeddings)
         results[name] = layer_transitions(
             model, batch["input_ids"], batch["attention_mask"])
-    plot_transitions(results, args.out)
-    with open(os.path.splitext(args.out)[0] + ".json", "w") as f:
+    plot_transitions(results, cfg.out)
+    with open(os.path.splitext(cfg.out)[0] + ".json", "w") as f:
         json.dump(results, f, indent=1)
     for name, r in results.items():
         print(f"{name}: L2 {' '.join(f'{x:.2f}' for x in r['l2'])}")
         print(f"{'':{len(name)}}  cos {' '.join(f'{x:.2f}' for x in r['cosine'])}")
-    print(f"plot: {args.out}")
+    print(f"plot: {cfg.out}")
     return 0
 
 
@@ -99,7 +112,7 @@ def model_names(directories: list[str]) -> list[str]:
     paths = [os.path.normpath(os.path.abspath(d)) for d in directories]
     twice = sorted({p for p in paths if paths.count(p) > 1})
     if twice:
-        raise ValueError(f"{twice[0]} is given twice; compare different models")
+        raise ConfigError(f"{twice[0]} is given twice; compare different models")
     names = [os.path.basename(p) for p in paths]
     if len(set(names)) == len(names):
         return names
@@ -113,5 +126,5 @@ def read_sentences(path: str | None, limit: int) -> list[str]:
     files = resolve_inputs(path)
     sentences = list(itertools.islice((s for doc in iter_documents(files) for s in doc), limit))
     if not sentences:
-        raise ValueError(f"{path or files[0]}: no sentences")
+        raise DataError(f"{path or files[0]}: no sentences")
     return sentences

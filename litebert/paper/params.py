@@ -8,9 +8,8 @@ also without the pooler. The verdict names the count that rounds to the paper's 
 
 from __future__ import annotations
 
-import argparse
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -83,13 +82,21 @@ def table() -> list[dict]:
     return out
 
 
+@dataclass
+class ParamsConfig:
+    """The options of `litebert params` (the [params] table of --config)."""
+
+    json: bool = field(default=False, metadata={"help": "print JSON lines instead of a table"})
+
+
 def cli(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="litebert params", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
-    args = parser.parse_args(argv)
+    from litebert.runconfig import add_config_args, parse_verb, verb_parser
+
+    parser = verb_parser("params", __doc__)
+    add_config_args(parser, ParamsConfig, "output")
+    (cfg,) = parse_verb(parser, argv, ParamsConfig)
     rows = table()
-    if args.json:
+    if cfg.json:
         for r in rows:
             print(json.dumps(r))
         return 0
