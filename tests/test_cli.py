@@ -39,3 +39,117 @@ def test_a_reader_that_goes_away_ends_the_output_quietly(argv):
     finally:
         os.close(write_end)
     assert (proc.returncode, proc.stderr) == (1, "")
+
+
+# -- one CLI style: every verb's flags come from its config dataclass, and --config FILE.toml sets them too ------
+
+from litebert.cli import VERBS  # noqa: E402
+
+# verb -> (its TOML table, a line of that table naming SENTINEL, flags the run needs besides, what shows SENTINEL
+# was used). Each run stops at its first use of SENTINEL, a path that does not exist (params sets json instead).
+SENTINEL = "no-such-thing-sentinel"
+TOML_RUNS = {
+    "demo": ("demo", f'out = "{SENTINEL}"', [], "is a file, not a directory"),
+    "tokenizer": ("tokenizer", f'inputs = ["{SENTINEL}"]', [], "no input files match"),
+    "prepare": ("prepare", f'inputs = ["{SENTINEL}"]', ["--no-progress"], "no input files match"),
+    "pretrain": ("pretrain", f'data = "{SENTINEL}"', [], "has no meta.json"),
+    "finetune": ("finetune", f'model = "{SENTINEL}"', ["--data-dir", "."], "no such directory"),
+    "evaluate": ("finetune", f'model = "{SENTINEL}"', [], "no such directory"),
+    "predict": ("finetune", f'model = "{SENTINEL}"', ["--out", "predictions.jsonl"], "no such directory"),
+    "embed": ("embed", f'model = "{SENTINEL}"', ["--input", "sentences.txt", "--out", "e.npy"], "no such directory"),
+    "convert": ("convert", f'from_hf = "{SENTINEL}"', ["--out", "converted"], "no such directory"),
+    "export": ("export", f'model = "{SENTINEL}"', ["--out", "exported"], "no such directory"),
+    "analyze": ("analyze", f'models = ["{SENTINEL}"]', [], "no such directory"),
+    "extend-vocab": ("extend-vocab", f'model = "{SENTINEL}"', ["--out", "extended", "--corpus", "c.txt"],
+                     "no such directory"),
+    "params": ("params", "json = true", [], None),
+}
+NOT_YET = {"embed": "embed.py builds no --config yet (issue 16: converted separately)"}
+
+
+def _verbs_with(table):
+    return [pytest.param(verb, marks=pytest.mark.xfail(reason=NOT_YET[verb], strict=True)) if verb in NOT_YET
+            else verb for verb in table]
+
+
+def test_every_verb_has_a_toml_run():
+    assert sorted(TOML_RUNS) == sorted(VERBS)
+
+
+@pytest.mark.parametrize("verb", sorted(VERBS))
+def test_every_verb_explains_itself_and_shows_each_default_once(verb, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        litebert_main([verb, "--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: litebert {verb} ")
+    description = out.split("\n\n")[1]  # after the usage: what the verb does, from its module docstring
+    assert len(description.split()) >= 8, description
+    help_text = " ".join(out.split())  # argparse wraps lines
+    options = help_text.split(" --")[1:]
+    assert options and all(option.count("(default:") <= 1 for option in options), \
+        [option for option in options if option.count("(default:") > 1]
+    assert "(default: )" not in help_text and "(default: None)" not in help_text and "(default: [])" not in help_text
+
+
+def _run(argv, capsys) -> tuple[int, str, str]:
+    code = litebert_main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("verb", _verbs_with(TOML_RUNS))
+def test_every_verb_takes_its_options_from_a_toml_table(verb, tmp_path, monkeypatch, capsys):
+    """A TOML that sets one option is honoured; an unknown key, or an unknown table, is refused with one line
+    naming it, before any work."""
+    monkeypatch.chdir(tmp_path)  # whatever a verb would write by default lands here
+    (tmp_path / SENTINEL).write_text("")  # demo: --out names a file; the other verbs look for a directory
+    if verb != "demo":
+        (tmp_path / SENTINEL).unlink()
+    section, line, extra, expected = TOML_RUNS[verb]
+    toml = tmp_path / "run.toml"
+    toml.write_text(f"[{section}]\n{line}\n")
+    code, out, err = _run([verb, "--config", str(toml), *extra], capsys)
+    if expected is None:  # params: json = true
+        assert code == 0 and json.loads(out.splitlines()[0])["table"] == "Table 1"
+    else:
+        assert code == 2 and err.count("\n") == 1 and SENTINEL in err and expected in err, err
+
+    toml.write_text(f"[{section}]\nno_such_option = 1\n")
+    code, out, err = _run([verb, "--config", str(toml), *extra], capsys)
+    assert code == 2 and err.count("\n") == 1 and "unknown key 'no_such_option'" in err, err
+    assert err.startswith(f"litebert {verb}: error: {toml}")
+
+    toml.write_text("[no_such_table]\nseed = 1\n")
+    code, out, err = _run([verb, "--config", str(toml), *extra], capsys)
+    assert code == 2 and err.count("\n") == 1 and "unknown section(s) ['no_such_table']" in err, err
+
+
+def test_flags_override_the_toml_and_positional_lists_too(tmp_path, capsys):
+    toml = tmp_path / "run.toml"
+    toml.write_text("[params]\njson = true\n")
+    code, out, _ = _run(["params", "--config", str(toml), "--no-json"], capsys)
+    assert code == 0 and out.split()[:2] == ["model", "as"]  # the table, not JSON lines
+    toml.write_text('[tokenizer]\ninputs = ["from-the-toml.txt"]\nvocab_size = 50\n')
+    code, _, err = _run(["tokenizer", str(tmp_path / "from-the-command-line.txt"), "--config", str(toml)], capsys)
+    assert code == 2 and "from-the-command-line.txt" in err and "from-the-toml" not in err
+
+
+def test_toml_values_are_checked_like_flags(tmp_path, capsys):
+    toml = tmp_path / "run.toml"
+    for body, message in [('[prepare]\nmax_seq_length = "long"\n', "max_seq_length must be int, got 'long'"),
+                          ("[prepare]\ninputs = [3]\n", "inputs[0] must be str, got 3"),
+                          ("seed = 3\n", "['seed'] outside any section; put them under one of [prepare]")]:
+        toml.write_text(body)
+        code, _, err = _run(["prepare", "--config", str(toml)], capsys)
+        assert code == 2 and err.count("\n") == 1 and message in err, err
+
+
+def test_a_required_option_may_come_from_the_toml(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        litebert_main(["export", "--out", str(tmp_path / "x")])
+    assert exit_.value.code == 2 and "the following arguments are required: --model" in capsys.readouterr().err
+    toml = tmp_path / "run.toml"
+    toml.write_text(f'[export]\nmodel = "{tmp_path / "nothing"}"\n')
+    code, _, err = _run(["export", "--config", str(toml), "--out", str(tmp_path / "x")], capsys)
+    assert code == 2 and f"no such directory: {tmp_path / 'nothing'}" in err
