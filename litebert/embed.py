@@ -241,7 +241,7 @@ def read_pairs(path: str, cfg: SentenceConfig, limit: int | None = None
 def train_sentence_encoder(cfg: SentenceConfig, train_cfg) -> dict:
     """S-ALBERT training through the one loop; returns the summary also written to <out_dir>/summary.json."""
     from litebert.tokenizer import Tokenizer
-    from litebert.training.loop import shuffled_batches, train, world_size
+    from litebert.training.loop import ShuffledData, train
 
     if not cfg.train:
         raise ValueError("no training pairs: pass --train FILE")
@@ -273,12 +273,11 @@ def train_sentence_encoder(cfg: SentenceConfig, train_cfg) -> dict:
     def evaluate(m: SentenceEncoder) -> dict[str, float]:
         return evaluate_pairs(m, tokenizer, eval_pairs, eval_labels, m.pooling, cfg.eval_batch_size, m.max_length)
 
-    micro, _ = train_cfg.accumulation(world_size())
-    batch_fn = shuffled_batches(len(pairs), train_cfg.batch_size, micro, train_cfg.seed, collate)
     tokenizer_dir = os.path.join(train_cfg.out_dir, "tokenizer")  # only the tokenizer's files go into checkpoints
     tokenizer.save_pretrained(tokenizer_dir)
     before = evaluate(model) if cfg.eval else {}
-    result = train(model, batch_fn, train_cfg, evaluate if cfg.eval else None, tokenizer=tokenizer_dir,
+    result = train(model, ShuffledData(len(pairs), collate), train_cfg, evaluate if cfg.eval else None,
+                   tokenizer=tokenizer_dir,
                    configs={"sentence": {k: v for k, v in dataclasses.asdict(cfg).items() if v is not None}})
     summary = {"objective": cfg.objective, "pooling": model.pooling, "train_pairs": len(pairs), "steps": result.step,
                "before": before, "after": dict(result.eval), "checkpoint": str(result.checkpoint)}

@@ -27,7 +27,9 @@ from litebert.model import AlbertForPreTraining
 from litebert.corpus.batches import make_batch
 from litebert.corpus.pairs import PretrainDataset
 from litebert.runconfig import add_config_args, load_toml, resolve_config
-from litebert.training.loop import REFERENCES_NAME, TrainConfig, is_main_process, shuffled_batches, train, world_size
+from litebert.training.distributed import is_main_process
+from litebert.training.loop import ShuffledData, TrainConfig, train
+from litebert.training.metrics_log import REFERENCES_NAME
 
 # Independent masking streams (make_batch's `rank` slot): training, the held-out set (fixed for the whole run,
 # so evaluations compare like with like) and the sample the baselines are estimated from.
@@ -210,9 +212,7 @@ def pretrain(cfg: PretrainConfig, train_cfg: TrainConfig, model_overrides: dict[
     batches = Batches(dataset, train_cfg.seed, task)
     torch.manual_seed(train_cfg.seed)
     model = build_model(cfg, model_overrides, dataset.meta["vocab_size"], dataset.max_seq_length)
-    micro, _ = train_cfg.accumulation(world_size())
-    train_view = _Subset(batches, train_indices)
-    batch_fn = shuffled_batches(len(train_indices), train_cfg.batch_size, micro, train_cfg.seed, train_view)
+    train_data = ShuffledData(len(train_indices), _Subset(batches, train_indices))
 
     extra_eval = []
     for directory in cfg.eval_data:
@@ -239,7 +239,7 @@ def pretrain(cfg: PretrainConfig, train_cfg: TrainConfig, model_overrides: dict[
         with open(path + ".tmp", "w") as f:
             json.dump(references, f, indent=1)
         os.replace(path + ".tmp", path)
-    result = train(model, batch_fn, train_cfg, evaluate, tokenizer=tokenizer_dir,
+    result = train(model, train_data, train_cfg, evaluate, tokenizer=tokenizer_dir,
                    configs={"model": model.config.to_dict(), "pretrain": dataclasses.asdict(cfg)})
     # A resume of a finished run trains (and evaluates) nothing: score the final weights here instead.
     final = dict(result.eval) or (evaluate(model.eval()) if is_main_process() else {})

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from litebert.training import checkpoint as ckpt
-from litebert.training.loop import read_metrics, train
+from litebert.training.loop import train
+from litebert.training.metrics_log import read_metrics
 from test_train import ToyModel, make_toy, toy_batches, toy_config
 
 torch.set_num_threads(1)
@@ -169,3 +170,86 @@ def test_real_tiny_albert_checkpoint_is_a_model_dir_and_resumes_exactly(tmp_path
     assert (last / "spiece.model").is_file() and (last / "config.json").is_file()
     loaded = model_mod.AlbertForPreTraining.from_pretrained(last)
     assert_same_params(reference, loaded)
+
+
+class CountingBatches:
+    """A batch_fn with state of its own (as a streaming dataset would have): the micro-batches it served."""
+
+    def __init__(self):
+        self.served = 0
+        self.batches = toy_batches(8, 8)
+
+    def __call__(self, step, micro, rank, world_size):
+        self.served += 1
+        return self.batches(step, micro, rank, world_size)
+
+    def state_dict(self):
+        return {"served": self.served}
+
+    def load_state_dict(self, state):
+        self.served = state["served"]
+
+
+def assert_same_state(a, b, where=""):
+    """Equal nested dicts/lists/tuples of tensors and primitives, compared exactly."""
+    assert type(a) is type(b), where
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for k in a:
+            assert_same_state(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same_state(x, y, f"{where}[{i}]")
+    elif isinstance(a, torch.Tensor):
+        assert torch.equal(a, b), where
+    else:
+        assert a == b, where
+
+
+def make_train_state(seed):
+    from litebert.training.distributed import Dist
+    from litebert.training.optim import make_optimizer, make_schedule
+    from litebert.training.state import TrainState
+    torch.manual_seed(seed)
+    model = ToyModel()
+    optimizer = make_optimizer(model, "lamb", lr=0.01)
+    schedule = make_schedule(optimizer, warmup_steps=2, total_steps=10)
+    return TrainState(model, optimizer, schedule, CountingBatches(), Dist(0, 1, 0, torch.device("cpu"), False),
+                      accumulation_steps=1)
+
+
+def test_save_then_restore_round_trips_every_named_state_object(tmp_path):
+    a = make_train_state(0)
+    assert set(a.objects) == {"optimizer", "schedule", "data", "progress"}
+    for _ in range(3):  # optimizer moments, schedule position, data state and step all away from a fresh start
+        optimizer, schedule, data = a.objects["optimizer"], a.objects["schedule"], a.objects["data"]
+        a.model(**data.batch_fn(a.progress.step, 0, 0, 1)).loss.backward()
+        optimizer.step(), schedule.step(), optimizer.zero_grad()
+        a.progress.step += 1
+    random.seed(5), np.random.seed(6), torch.rand(7)  # RNG streams away from the seed
+    path = a.save(tmp_path)
+    assert path.name == "step_3"
+    saved = {name: obj.state_dict() for name, obj in a.objects.items()}
+    assert saved["data"] == {"step": 3, "state": {"served": 3}} and saved["progress"]["step"] == 3
+    expected_draws = (random.random(), np.random.rand(), torch.rand(3))
+
+    b = make_train_state(1)  # a fresh process: other weights, no moments, step 0, other RNG state
+    random.seed(0), np.random.seed(0), torch.manual_seed(0)
+    b.restore(path)
+    assert_same_state(b.model.state_dict(), a.model.state_dict(), "model")
+    for name, obj in b.objects.items():
+        assert_same_state(obj.state_dict(), saved[name], name)
+    draws = (random.random(), np.random.rand(), torch.rand(3))
+    assert draws[:2] == expected_draws[:2] and torch.equal(draws[2], expected_draws[2])
+
+
+def test_train_state_file_keeps_the_layout_of_every_checkpoint_so_far(tmp_path):
+    """train_state.pt keys as the first checkpoints wrote them, so a run saved before the state objects resumes
+    (and a checkpoint written now resumes in an older litebert)."""
+    train(make_toy(), CountingBatches(), toy_config(tmp_path, max_steps=2))
+    state = ckpt.load_train_state(tmp_path / "run" / "step_2")
+    assert set(state) == {"step", "rng", "world_size", "accumulation_steps", "optimizer", "schedule", "data", "config"}
+    assert (state["step"], state["world_size"], state["accumulation_steps"]) == (2, 1, 1)
+    assert state["data"] == {"step": 2, "state": {"served": 2}} and len(state["rng"]) == 1
+    assert set(state["optimizer"]) == {"state", "param_groups"} and state["config"]["max_steps"] == 2

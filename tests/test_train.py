@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from litebert.runconfig import add_config_args, dump_toml, load_toml, resolve_config
-from litebert.training.loop import NonFiniteLossError, TrainConfig, read_metrics, shuffled_batches, train
+from litebert.training.loop import NonFiniteLossError, TrainConfig, shuffled_batches, train
+from litebert.training.metrics_log import read_metrics
 
 torch.set_num_threads(1)
 
@@ -215,6 +216,39 @@ def test_shuffled_batches_cover_epochs_independently_of_world_size():
     flat = torch.cat(seen_one)
     assert sorted(flat[:10].tolist()) == list(range(10)) and sorted(flat[10:20].tolist()) == list(range(10))
     assert not torch.equal(flat[:10], flat[10:20])  # a new permutation each epoch
+
+
+def test_shuffled_data_is_shuffled_batches_sized_by_the_loop(tmp_path):
+    """The data argument verbs pass: the loop builds the batch_fn they used to build themselves."""
+    from litebert.errors import ConfigError
+    from litebert.training.loop import ShuffledData
+    examples = [toy_example(i) for i in range(20)]
+
+    def collate(indices, position):
+        ids, labels = zip(*(examples[i] for i in indices))
+        return {"input_ids": torch.stack(ids), "labels": torch.stack(labels)}
+
+    a = train(make_toy(), ShuffledData(20, collate), toy_config(tmp_path / "a", micro_batch_size=4, max_steps=5))
+    b = train(make_toy(), shuffled_batches(20, 8, 4, 3, collate),
+              toy_config(tmp_path / "b", micro_batch_size=4, max_steps=5))
+    assert a.losses == b.losses and len(a.losses) == 5
+    with pytest.raises(ConfigError, match="no examples"):
+        ShuffledData(0, collate)
+    with pytest.raises(TypeError, match="ShuffledData or a batch_fn"):
+        train(make_toy(), [1, 2, 3], toy_config(tmp_path / "c"))
+
+
+def test_rank_and_world_size_come_from_one_place(monkeypatch):
+    """Before the process group exists (a verb sizing its data) the numbers are torchrun's; setup agrees."""
+    from litebert.training import distributed, loop
+    assert loop.world_size is distributed.world_size and loop.is_main_process is distributed.is_main_process
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("RANK", "2")
+    assert (distributed.world_size(), distributed.is_main_process()) == (4, False)
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    env = distributed.setup_distributed("cpu")  # alone: no group is made, rank 0 whatever RANK says
+    assert (env.rank, env.world_size, env.owns_group) == (0, 1, False)
+    assert distributed.rank_and_size() == (0, 1) and distributed.is_main_process()
 
 
 DDP_WORKER = textwrap.dedent("""

@@ -1,1 +1,10 @@
-"""The one training loop and what it owns: the run's config, optimizers (LAMB), checkpoints, the process group."""
+"""The one training loop and what it owns.
+
+    loop          TrainConfig and train(): the cadence (step, maybe log, maybe save, maybe evaluate) and train_step
+    data          what the loop trains on: ShuffledData(num_examples, collate) or a batch_fn
+    state         what a checkpoint holds, as named objects with state_dict/load_state_dict
+    checkpoint    the checkpoint directory on disk (atomic writes, the COMPLETE marker, train_state.pt)
+    distributed   rank, world size and device, from one place; the process group
+    metrics_log   metrics.jsonl and its plot
+    optim         LAMB, the parameter groups, the learning-rate schedule, gradient clipping
+"""

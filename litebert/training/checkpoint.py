@@ -2,7 +2,7 @@
 
     step_N/config.json, model.safetensors   model.save_pretrained(dir): loads in litebert and transformers
     step_N/spiece.model, ...                tokenizer files, when the run was given a tokenizer
-    step_N/train_state.pt                   optimizer, scheduler, step, data position, RNG states
+    step_N/train_state.pt                   optimizer, scheduler, step, data position, RNG states (state.py)
     step_N/COMPLETE                         written last: only directories holding it are checkpoints
 
 A checkpoint is written into `out_dir/.tmp-step_N`, the marker added, every file fsync'ed, and the directory

@@ -1,0 +1,115 @@
+"""Rank, world size and device, from one place.
+
+Before `train` joins the process group a verb already needs the world size (to size its micro-batches) and
+whether it is rank 0 (to write summaries); after `train` returns the group is gone again. `rank_and_size`
+answers for all three moments: the process group's own numbers while it exists, torchrun's environment
+(RANK, WORLD_SIZE) otherwise, which are the numbers the group is, or will be, built from.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from litebert.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Dist:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    owns_group: bool  # we initialised the process group, so we tear it down
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def _group_exists() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def rank_and_size() -> tuple[int, int]:
+    """(rank, world size): the process group's, or torchrun's environment before and after it ((0, 1) alone)."""
+    if _group_exists():
+        return dist.get_rank(), dist.get_world_size()
+    size = int(os.environ.get("WORLD_SIZE", "1"))
+    return (int(os.environ.get("RANK", "0")) if size > 1 else 0), size
+
+
+def world_size() -> int:
+    """Processes in the run (1 without torchrun)."""
+    return rank_and_size()[1]
+
+
+def is_main_process() -> bool:
+    """Rank 0 (or no torchrun): the process that writes summaries and prints."""
+    return rank_and_size()[0] == 0
+
+
+def setup_distributed(device: str = "auto") -> Dist:
+    """Join the process group that torchrun describes (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT), or use
+    one the caller already initialised; single process otherwise. NCCL on GPU, gloo on CPU."""
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    dev = resolve_device(device, local_rank)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    owns_group = not _group_exists() and world_size() > 1
+    if owns_group:
+        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
+    return Dist(*rank_and_size(), local_rank, dev, owns_group)
+
+
+def teardown_distributed(env: Dist) -> None:
+    """Leave the process group if `setup_distributed` created it (one the caller made stays theirs)."""
+    if env.owns_group and _group_exists():
+        dist.destroy_process_group()
+
+
+def resolve_device(device: str, local_rank: int = 0) -> torch.device:
+    """TrainConfig.device as a torch.device ("cuda" means this rank's GPU). A name torch does not parse, a device
+    type other than cpu/cuda, or a GPU this machine lacks, is a one-line ConfigError here; otherwise torch fails
+    later, inside set_device or the first .to(), with a traceback (an AttributeError on CPU-only builds)."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(f"cuda:{local_rank}" if device == "cuda" else device)
+    except RuntimeError:
+        dev = None
+    if dev is None or dev.type not in ("cpu", "cuda"):
+        raise ConfigError(f"device {device!r} is not one litebert trains on (use auto, cpu, cuda or cuda:N)")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device {device!r}: no CUDA GPU is available to this torch "
+                              f"({torch.__version__}); use cpu or auto")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ConfigError(f"device {device!r}: there is no {dev} ({torch.cuda.device_count()} CUDA devices)")
+    return dev
+
+
+def barrier() -> None:
+    """Wait for every rank (nothing to wait for alone)."""
+    if _group_exists() and dist.get_world_size() > 1:
+        dist.barrier()
+
+
+def all_gather(obj: Any) -> list[Any]:
+    """Every rank's `obj`, in rank order (a collective: all ranks call it)."""
+    if not _group_exists() or dist.get_world_size() == 1:
+        return [obj]
+    gathered = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, obj)
+    return gathered
+
+
+def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
+    """Sum `tensor` over ranks, in place (a collective)."""
+    if _group_exists() and dist.get_world_size() > 1:
+        dist.all_reduce(tensor)
+    return tensor

@@ -1,0 +1,122 @@
+"""A run's metrics: `metrics.jsonl` (one JSON record per logged step or evaluation) and `metrics.png`.
+
+Records are appended as the run goes, so a kill loses at most the line being written; a resumed run first
+drops the records after the step it resumes from, so each step is logged once. Baselines a verb wants drawn
+beside its curves go in `references.json` ({metric: {label: value}}) in the same directory.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+METRICS_NAME, PLOT_NAME, REFERENCES_NAME = "metrics.jsonl", "metrics.png", "references.json"
+
+
+class MetricsLog:
+    """The metrics file of one run, with the steps seen since the last record (for averages and tokens/s).
+
+    Only the main process writes: on other ranks `write` and `plot` do nothing, so callers need not ask."""
+
+    def __init__(self, out_dir: str | os.PathLike, writes: bool):
+        self.path = Path(out_dir) / METRICS_NAME
+        self.writes = writes
+        self._window = _Window()
+
+    def restart_at(self, step: int) -> None:
+        """Keep the records up to `step`: what a crashed run logged after its last checkpoint is redone."""
+        if self.writes:
+            records = [r for r in read_metrics(self.path) if r["step"] <= step]
+            self.path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+    def add_step(self, loss: float, tokens: float, seconds: float) -> None:
+        self._window.add(loss, tokens, seconds)
+
+    def log_steps(self, step: int, **extra: float) -> dict[str, Any]:
+        """Write the mean loss and tokens/s of the steps since the last call, with `extra`; returns the record."""
+        record = {"step": step, "loss": self._window.mean_loss(), **extra,
+                  "tokens_per_s": self._window.tokens_per_s()}
+        self._window = _Window()
+        self.write(record)
+        return record
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self.writes:
+            with open(self.path, "a") as fh:
+                fh.write(json.dumps(record) + "\n")
+
+    def plot(self) -> None:
+        if self.writes:
+            plot_metrics(self.path, self.path.with_name(PLOT_NAME))
+
+
+class _Window:
+    def __init__(self) -> None:
+        self.loss, self.steps, self.tokens, self.seconds = 0.0, 0, 0.0, 0.0
+
+    def add(self, loss: float, tokens: float, seconds: float) -> None:
+        self.loss, self.steps = self.loss + loss, self.steps + 1
+        self.tokens, self.seconds = self.tokens + tokens, self.seconds + seconds
+
+    def mean_loss(self) -> float:
+        return self.loss / self.steps
+
+    def tokens_per_s(self) -> float:
+        return self.tokens / max(self.seconds, 1e-9)
+
+
+def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The records of metrics.jsonl; a line torn by a kill mid-append is dropped, not fatal to a resume."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+def plot_metrics(metrics_path: str | os.PathLike, png_path: str | os.PathLike) -> None:
+    """Loss, lr and every eval metric against step, one panel each, as a PNG (Agg canvas: no display, no
+    pyplot global state). Baselines in references.json beside the metrics are drawn as labelled dashed lines."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    records = read_metrics(metrics_path)
+    references = _read_references(Path(metrics_path).with_name(REFERENCES_NAME))
+    keys = ["loss", "lr"] + sorted({k for r in records for k in r if k.startswith("eval_")})
+    series = {k: [(r["step"], r[k]) for r in records if isinstance(r.get(k), (int, float))] for k in keys}
+    series = {k: v for k, v in series.items() if v}
+    if not series:
+        return
+    cols = min(3, len(series))
+    rows = math.ceil(len(series) / cols)
+    fig = Figure(figsize=(4.5 * cols, 3.2 * rows), layout="constrained")
+    FigureCanvasAgg(fig)
+    for i, (key, points) in enumerate(series.items()):
+        ax = fig.add_subplot(rows, cols, i + 1)
+        xs, ys = zip(*points)
+        ax.plot(xs, ys, marker="o" if key.startswith("eval_") else None, markersize=3)
+        for j, (label, value) in enumerate(references.get(key, {}).items()):
+            ax.axhline(value, linestyle="--", linewidth=1, color=f"C{j + 1}", label=label)
+        if references.get(key):
+            ax.legend(fontsize=7)
+        ax.set_title(key)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    tmp = Path(png_path).with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=90)
+    os.replace(tmp, png_path)
+
+
+def _read_references(path: Path) -> dict[str, dict[str, float]]:
+    try:
+        return json.loads(path.read_text()) if path.is_file() else {}
+    except json.JSONDecodeError:  # torn by a kill mid-write: the plot goes without its baselines
+        return {}
