@@ -1,0 +1,441 @@
+"""`litebert serve`: an HTTP JSON server for a model directory, with dynamic batching of concurrent requests.
+
+    GET  /health    {"status", "model", "task", "backend", "precision", "batching", ..., "queued_requests", "served"}
+    POST /predict   {"inputs": X} -> {"outputs": Y}
+
+X is one input in the pipeline's shapes (a string; a pair; {"question": ..., "context": ...}; ...) or a JSON
+array of them. A JSON array is a list of inputs (as in transformers' pipelines), unless its elements are not
+inputs while the whole array is one (e.g. a single sentence pair); a list answers with a list, one input with
+one output. Errors answer {"error": "<one line>"}: 400 malformed JSON, 413 a body over --max-body-bytes, 422 an
+input the model cannot take (wrong type, empty, over --max-text-chars, more than --max-inputs), 404/405 unknown
+routes and methods, 500 a model failure, 503 while shutting down. After any of them the server keeps serving.
+
+Batching: handlers put their inputs on one queue; one worker takes the oldest request, gathers the requests
+behind it until --max-batch-size inputs or --max-wait-ms have passed, runs the model once in its own thread (the
+event loop keeps accepting and parsing), and hands each request its slice of the outputs. While the model runs,
+new requests queue up, so under load batches fill without waiting. If a batch fails, each of its requests is
+run again alone, so one bad request gets the 500 and the others their answers. --no-batching runs one request
+per model call through the same worker (the baseline of bench/serve_load.py).
+
+Shutdown (SIGTERM or Ctrl-C): uvicorn stops accepting connections and waits for the requests in flight; the
+worker keeps answering until they are done, then drains anything still queued and stops. The exit code is 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import functools
+import json
+import logging
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from litebert.errors import ConfigError
+
+log = logging.getLogger("litebert.serve")
+
+
+class Predictor(Protocol):
+    """What the server needs of a model: a pipeline (litebert.serving.pipeline) or a fake in tests."""
+
+    task: str  # a transformers task name, e.g. "text-classification"
+    name: str  # what /health calls the model
+
+    def __call__(self, inputs: list, batch_size: int) -> list:
+        """One JSON-serialisable output per input, in order."""
+
+    def validate(self, raw_input: Any) -> None:
+        """Raise ConfigError (one line) if `raw_input` is not one input of this task."""
+
+
+@dataclass
+class ServeConfig:
+    model: str = field(default="", metadata={"help": "model directory (its config.json names the task)",
+                                             "required": True, "metavar": "DIR"})
+    task: str | None = field(default=None, metadata={
+        "help": "pipeline task, e.g. text-classification (default: the checkpoint's)"})
+    backend: str = field(default="torch", metadata={"help": "pipeline backend"})
+    precision: str = field(default="fp32", metadata={"help": "pipeline precision"})
+    host: str = field(default="127.0.0.1", metadata={"help": "address to listen on (0.0.0.0: every interface)"})
+    port: int = field(default=8000, metadata={"help": "port to listen on (0: any free port, printed at start)"})
+    max_batch_size: int = field(default=32, metadata={"help": "most inputs in one model call"})
+    max_wait_ms: float = field(default=5.0, metadata={
+        "help": "longest a request waits for others to share its model call"})
+    batching: bool = field(default=True, metadata={
+        "help": "gather concurrent requests into one model call (--no-batching: one request per call)"})
+    max_body_bytes: int = field(default=1 << 20, metadata={"help": "largest request body (413 beyond)"})
+    max_inputs: int = field(default=256, metadata={"help": "most inputs in one request"})
+    max_text_chars: int = field(default=20_000, metadata={
+        "help": "most characters of text in one input (all its strings together)"})
+    shutdown_timeout_s: float = field(default=30.0, metadata={
+        "help": "on SIGTERM, how long requests in flight may take before they are cancelled"})
+    access_log: bool = field(default=False, metadata={"help": "log every request"})
+
+    def check(self) -> ServeConfig:
+        for name in ("max_batch_size", "max_body_bytes", "max_inputs", "max_text_chars"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        for name in ("max_wait_ms", "shutdown_timeout_s"):
+            if not getattr(self, name) >= 0:
+                raise ConfigError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"--port must be in 0..65535, got {self.port}")
+        return self
+
+
+# -- requests ------------------------------------------------------------------------------------------------
+
+class RequestError(Exception):
+    """A request the server refuses: an HTTP status and a one-line message for {"error": ...}."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def one_line(text: object, limit: int = 300) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _text_chars(value: Any) -> int:
+    """Characters of text in one input: its strings, however nested (dict keys are field names, not text).
+    A loop, not recursion: JSON nested nearly as deep as the parser allows must not overflow here."""
+    total, stack = 0, [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            total += len(v)
+        elif isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return total
+
+
+def _check_input(value: Any, validate: Callable[[Any], None], max_text_chars: int, where: str) -> Any:
+    chars = _text_chars(value)  # before validate: no tokenizing of a megabyte to refuse it
+    if chars > max_text_chars:
+        raise RequestError(422, f"{where} has {chars} characters of text; the limit is {max_text_chars}")
+    if isinstance(value, str) and not value.strip():
+        raise RequestError(422, f"{where} is empty")
+    try:
+        validate(value)
+    except (ValueError, TypeError) as e:  # ConfigError is a ValueError
+        raise RequestError(422, f"{where}: {one_line(e)}") from None
+    return value
+
+
+def parse_inputs(payload: Any, validate: Callable[[Any], None], max_inputs: int,
+                 max_text_chars: int) -> tuple[list, bool]:
+    """The body's inputs as a list, and whether the request sent one input (answered with one output)."""
+    if not isinstance(payload, dict) or "inputs" not in payload:
+        raise RequestError(422, 'the body must be a JSON object {"inputs": ...}')
+    unknown = sorted(set(payload) - {"inputs"})
+    if unknown:
+        raise RequestError(422, f"unknown field(s) {', '.join(map(repr, unknown))}; the body is {{\"inputs\": ...}}")
+    raw = payload["inputs"]
+    if not isinstance(raw, list):
+        return [_check_input(raw, validate, max_text_chars, "inputs")], True
+    if not raw:
+        raise RequestError(422, "'inputs' is an empty list")
+    try:
+        if len(raw) > max_inputs:
+            raise RequestError(422, f"{len(raw)} inputs in one request; the limit is {max_inputs}")
+        return [_check_input(x, validate, max_text_chars, f"inputs[{i}]") for i, x in enumerate(raw)], False
+    except RequestError as as_list:
+        try:  # not a list of inputs, but maybe one input whose own shape is a list (e.g. [question, choices])
+            return [_check_input(raw, validate, max_text_chars, "inputs")], True
+        except RequestError:
+            raise as_list from None
+
+
+async def read_body(request, limit: int) -> bytes:
+    """The request body, refused with 413 as soon as it is known to exceed `limit` (declared or streamed)."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise RequestError(400, f"bad Content-Length {declared!r}")
+        if int(declared) > limit:
+            raise RequestError(413, f"body of {declared} bytes; the limit is {limit}")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise RequestError(413, f"body over {limit} bytes")
+    return bytes(body)
+
+
+# -- batching ------------------------------------------------------------------------------------------------
+
+class ModelError(Exception):
+    """The model failed on a batch: the request gets a 500 with this one-line message."""
+
+
+class ShuttingDown(Exception):
+    pass
+
+
+@dataclass
+class _Job:
+    inputs: list
+    future: asyncio.Future
+
+
+_STOP = object()
+
+
+class Batcher:
+    """One queue, one worker, one model thread. `submit` from request handlers; `start`/`close` from the
+    app's lifespan (in the event loop that serves the requests)."""
+
+    def __init__(self, predictor: Predictor, max_batch_size: int, max_wait_ms: float, batching: bool = True):
+        self.predictor = predictor
+        self.max_batch_size = max_batch_size
+        self.max_wait_s = max_wait_ms / 1000
+        self.batching = batching
+        self.served = {"requests": 0, "inputs": 0, "model_calls": 0, "failed_requests": 0}
+
+    async def start(self) -> None:
+        self._queue: asyncio.Queue = asyncio.Queue()
+        self._closing = False
+        # One thread: model calls never overlap (they would only fight over the same cores), and whatever a
+        # backend keeps per thread stays in one place.
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="litebert-model")
+        self._worker = asyncio.create_task(self._work(), name="litebert-batcher")
+
+    async def submit(self, inputs: list) -> list:
+        if self._closing:
+            raise ShuttingDown()
+        job = _Job(inputs, asyncio.get_running_loop().create_future())
+        self._queue.put_nowait(job)
+        return await job.future
+
+    def queued(self) -> int:
+        """Requests waiting for the model (not those in the call running now)."""
+        return sum(1 for job in self._queue._queue if job is not _STOP)
+
+    async def close(self) -> None:
+        """Refuse new work, answer everything queued, stop the worker and the model thread."""
+        if self._closing:
+            return
+        self._closing = True
+        self._queue.put_nowait(_STOP)  # FIFO: behind every job already queued
+        await self._worker
+        self._executor.shutdown(wait=True)
+
+    async def _work(self) -> None:
+        loop = asyncio.get_running_loop()
+        carry = None
+        while True:
+            job, carry = (carry if carry is not None else await self._queue.get()), None
+            if job is _STOP:
+                return
+            jobs, n = [job], len(job.inputs)
+            deadline = loop.time() + self.max_wait_s
+            while self.batching and n < self.max_batch_size:
+                try:
+                    nxt = self._queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    remaining = deadline - loop.time()
+                    if remaining <= 0:
+                        break
+                    try:
+                        nxt = await asyncio.wait_for(self._queue.get(), remaining)
+                    except TimeoutError:
+                        break
+                if nxt is _STOP or n + len(nxt.inputs) > self.max_batch_size:
+                    carry = nxt  # first in line for the next batch
+                    break
+                jobs.append(nxt)
+                n += len(nxt.inputs)
+            try:
+                await self._run(jobs)
+            except Exception:  # never let the worker die: every later request would hang
+                log.exception("batch worker")
+                for j in jobs:
+                    if not j.future.done():
+                        j.future.set_exception(ModelError("internal error in the batch worker"))
+
+    async def _run(self, jobs: list[_Job]) -> None:
+        jobs = [j for j in jobs if not j.future.done()]  # a request cancelled while it queued
+        if not jobs:
+            return
+        inputs = [x for j in jobs for x in j.inputs]
+        try:
+            outputs = await asyncio.get_running_loop().run_in_executor(
+                self._executor, functools.partial(self._predict, inputs))
+        except Exception as e:
+            if len(jobs) > 1:  # find the request that broke the batch: each on its own
+                for j in jobs:
+                    await self._run([j])
+                return
+            log.error("model failed on a request of %d input(s)", len(inputs), exc_info=e)
+            self.served["failed_requests"] += 1
+            jobs[0].future.set_exception(ModelError(f"model failed: {type(e).__name__}: {one_line(e)}"))
+            return
+        start = 0
+        for j in jobs:
+            part, start = outputs[start:start + len(j.inputs)], start + len(j.inputs)
+            if not j.future.done():
+                j.future.set_result(part)
+        self.served["requests"] += len(jobs)
+        self.served["inputs"] += len(inputs)
+
+    def _predict(self, inputs: list) -> list:
+        self.served["model_calls"] += 1
+        outputs = self.predictor(inputs, batch_size=self.max_batch_size)
+        if not isinstance(outputs, list) or len(outputs) != len(inputs):
+            got = f"{len(outputs)} outputs" if isinstance(outputs, list) else type(outputs).__name__
+            raise RuntimeError(f"the pipeline returned {got} for {len(inputs)} inputs")
+        return outputs
+
+
+# -- the application -----------------------------------------------------------------------------------------
+
+def create_app(predictor: Predictor, cfg: ServeConfig):
+    """The Starlette app. The batcher lives in its lifespan: started before the first request, drained at
+    shutdown after the requests in flight (uvicorn waits for those first)."""
+    from starlette.applications import Starlette
+    from starlette.exceptions import HTTPException
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    cfg.check()
+    batcher = Batcher(predictor, cfg.max_batch_size, cfg.max_wait_ms, cfg.batching)
+    info = {"model": getattr(predictor, "name", None) or cfg.model, "task": predictor.task,
+            "backend": getattr(predictor, "backend", None) or cfg.backend,
+            "precision": getattr(predictor, "precision", None) or cfg.precision}
+
+    def error(status: int, message: str, headers: dict | None = None) -> JSONResponse:
+        return JSONResponse({"error": one_line(message)}, status, headers=headers)
+
+    async def health(request) -> JSONResponse:
+        return JSONResponse({"status": "shutting down" if batcher._closing else "ok", **info,
+                             "batching": cfg.batching, "max_batch_size": cfg.max_batch_size,
+                             "max_wait_ms": cfg.max_wait_ms, "queued_requests": batcher.queued(),
+                             "served": dict(batcher.served)})
+
+    async def predict(request) -> Response:
+        body = await read_body(request, cfg.max_body_bytes)
+        try:
+            payload = json.loads(body)
+        except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            raise RequestError(400, f"malformed JSON: {e}") from None
+        inputs, single = parse_inputs(payload, predictor.validate, cfg.max_inputs, cfg.max_text_chars)
+        try:
+            outputs = await batcher.submit(inputs)
+        except ShuttingDown:
+            return error(503, "the server is shutting down")
+        except ModelError as e:
+            return error(500, str(e))
+        try:
+            content = json.dumps({"outputs": outputs[0] if single else outputs}, ensure_ascii=False,
+                                 allow_nan=False, separators=(",", ":"))
+        except (TypeError, ValueError) as e:
+            log.error("outputs not serialisable as JSON", exc_info=e)
+            return error(500, f"model outputs are not JSON: {e}")
+        return Response(content, media_type="application/json")
+
+    async def on_request_error(request, exc: RequestError) -> JSONResponse:
+        return error(exc.status, str(exc))
+
+    async def on_http_error(request, exc: HTTPException) -> JSONResponse:
+        message = {404: f"no route {request.url.path}; the routes are GET /health and POST /predict",
+                   405: f"{request.method} not allowed on {request.url.path}"}.get(exc.status_code, exc.detail)
+        return error(exc.status_code, message, exc.headers)
+
+    async def on_bug(request, exc: Exception) -> JSONResponse:
+        log.error("unhandled error", exc_info=exc)
+        return error(500, f"internal error: {type(exc).__name__}: {exc}")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        await batcher.start()
+        try:
+            yield
+        finally:
+            await batcher.close()
+
+    app = Starlette(routes=[Route("/health", health, methods=["GET"]), Route("/predict", predict, methods=["POST"])],
+                    exception_handlers={RequestError: on_request_error, HTTPException: on_http_error,
+                                        Exception: on_bug},
+                    lifespan=lifespan)
+    app.state.batcher, app.state.info = batcher, info
+    return app
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket (IPv4 or IPv6 by the host's address), so port 0 can be resolved before serving."""
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                         flags=socket.AI_PASSIVE)[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as e:
+        sock.close()
+        raise OSError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def uvicorn_server(app, cfg: ServeConfig, log_level: str = "info"):
+    import uvicorn
+    return uvicorn.Server(uvicorn.Config(app, log_level=log_level, access_log=cfg.access_log, lifespan="on",
+                                         timeout_graceful_shutdown=cfg.shutdown_timeout_s))
+
+
+def serve(predictor: Predictor, cfg: ServeConfig) -> dict:
+    """Serve until SIGTERM or Ctrl-C; return what was served. Prints the address (port 0 resolved) first."""
+    app = create_app(predictor, cfg)
+    sock = bind(cfg.host, cfg.port)
+    host, port = sock.getsockname()[:2]
+    url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    info = app.state.info
+    print(f"litebert serve: {info['model']} ({info['task']}, {info['backend']} {info['precision']}) on {url} "
+          f"(POST /predict, GET /health)", flush=True)
+    server = uvicorn_server(app, cfg)
+    # uvicorn re-raises the signal it caught once it has shut down gracefully; with SIGTERM's default action
+    # that kills the process. A no-op handler while it serves makes a graceful stop an ordinary exit.
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, lambda *_: None) if main else None
+    started = time.monotonic()
+    try:
+        server.run(sockets=[sock])
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
+        sock.close()
+    served = dict(app.state.batcher.served, seconds=round(time.monotonic() - started, 1))
+    print(f"litebert serve: stopped after {served['requests']} requests ({served['inputs']} inputs in "
+          f"{served['model_calls']} model calls)", flush=True)
+    return served
+
+
+def cli(argv: list[str]) -> int:
+    from litebert.runconfig import add_config_args, parse_verb, verb_parser
+
+    parser = verb_parser("serve", __doc__, epilog=(
+        "example:\n  litebert serve --model out/novel_authorship/best --port 8000\n"
+        "  curl -s localhost:8000/predict -d '{\"inputs\": [\"a first text\", \"a second\"]}'"))
+    add_config_args(parser, ServeConfig, "server")
+    (cfg,) = parse_verb(parser, argv, ServeConfig)
+    cfg.check()  # before the model is loaded
+
+    from litebert.serving.pipeline import pipeline
+    pipe = pipeline(task=cfg.task, model=cfg.model, backend=cfg.backend, precision=cfg.precision)
+    serve(pipe, cfg)
+    return 0
+
+
+__all__ = ["Predictor", "ServeConfig", "Batcher", "RequestError", "parse_inputs", "create_app", "serve", "cli"]
