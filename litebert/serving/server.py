@@ -203,17 +203,17 @@ class Batcher:
         self.max_wait_s = max_wait_ms / 1000
         self.batching = batching
         self.served = {"requests": 0, "inputs": 0, "model_calls": 0, "failed_requests": 0}
+        self.closing = False  # set by close(): new requests get a 503
 
     async def start(self) -> None:
         self._queue: asyncio.Queue = asyncio.Queue()
-        self._closing = False
         # One thread: model calls never overlap (they would only fight over the same cores), and whatever a
         # backend keeps per thread stays in one place.
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="litebert-model")
         self._worker = asyncio.create_task(self._work(), name="litebert-batcher")
 
     async def submit(self, inputs: list) -> list:
-        if self._closing:
+        if self.closing:
             raise ShuttingDown()
         job = _Job(inputs, asyncio.get_running_loop().create_future())
         self._queue.put_nowait(job)
@@ -221,13 +221,13 @@ class Batcher:
 
     def queued(self) -> int:
         """Requests waiting for the model (not those in the call running now)."""
-        return sum(1 for job in self._queue._queue if job is not _STOP)
+        return self._queue.qsize()
 
     async def close(self) -> None:
         """Refuse new work, answer everything queued, stop the worker and the model thread."""
-        if self._closing:
+        if self.closing:
             return
-        self._closing = True
+        self.closing = True
         self._queue.put_nowait(_STOP)  # FIFO: behind every job already queued
         await self._worker
         self._executor.shutdown(wait=True)
@@ -301,6 +301,26 @@ class Batcher:
 
 # -- the application -----------------------------------------------------------------------------------------
 
+def _error(status: int, message: str, headers: dict | None = None):
+    from starlette.responses import JSONResponse
+    return JSONResponse({"error": one_line(message)}, status, headers=headers)
+
+
+async def _on_request_error(request, exc: RequestError):
+    return _error(exc.status, str(exc))
+
+
+async def _on_http_error(request, exc):  # starlette's HTTPException: no route (404), wrong method (405)
+    message = {404: f"no route {request.url.path}; the routes are GET /health and POST /predict",
+               405: f"{request.method} not allowed on {request.url.path}"}.get(exc.status_code, exc.detail)
+    return _error(exc.status_code, message, exc.headers)
+
+
+async def _on_bug(request, exc: Exception):
+    log.error("unhandled error", exc_info=exc)
+    return _error(500, f"internal error: {type(exc).__name__}: {exc}")
+
+
 def create_app(predictor: Predictor, cfg: ServeConfig):
     """The Starlette app. The batcher lives in its lifespan: started before the first request, drained at
     shutdown after the requests in flight (uvicorn waits for those first)."""
@@ -315,11 +335,8 @@ def create_app(predictor: Predictor, cfg: ServeConfig):
             "backend": getattr(predictor, "backend", None) or cfg.backend,
             "precision": getattr(predictor, "precision", None) or cfg.precision}
 
-    def error(status: int, message: str, headers: dict | None = None) -> JSONResponse:
-        return JSONResponse({"error": one_line(message)}, status, headers=headers)
-
     async def health(request) -> JSONResponse:
-        return JSONResponse({"status": "shutting down" if batcher._closing else "ok", **info,
+        return JSONResponse({"status": "shutting down" if batcher.closing else "ok", **info,
                              "batching": cfg.batching, "max_batch_size": cfg.max_batch_size,
                              "max_wait_ms": cfg.max_wait_ms, "queued_requests": batcher.queued(),
                              "served": dict(batcher.served)})
@@ -334,28 +351,16 @@ def create_app(predictor: Predictor, cfg: ServeConfig):
         try:
             outputs = await batcher.submit(inputs)
         except ShuttingDown:
-            return error(503, "the server is shutting down")
+            return _error(503, "the server is shutting down")
         except ModelError as e:
-            return error(500, str(e))
+            return _error(500, str(e))
         try:
             content = json.dumps({"outputs": outputs[0] if single else outputs}, ensure_ascii=False,
                                  allow_nan=False, separators=(",", ":"))
         except (TypeError, ValueError) as e:
             log.error("outputs not serialisable as JSON", exc_info=e)
-            return error(500, f"model outputs are not JSON: {e}")
+            return _error(500, f"model outputs are not JSON: {e}")
         return Response(content, media_type="application/json")
-
-    async def on_request_error(request, exc: RequestError) -> JSONResponse:
-        return error(exc.status, str(exc))
-
-    async def on_http_error(request, exc: HTTPException) -> JSONResponse:
-        message = {404: f"no route {request.url.path}; the routes are GET /health and POST /predict",
-                   405: f"{request.method} not allowed on {request.url.path}"}.get(exc.status_code, exc.detail)
-        return error(exc.status_code, message, exc.headers)
-
-    async def on_bug(request, exc: Exception) -> JSONResponse:
-        log.error("unhandled error", exc_info=exc)
-        return error(500, f"internal error: {type(exc).__name__}: {exc}")
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -366,8 +371,8 @@ def create_app(predictor: Predictor, cfg: ServeConfig):
             await batcher.close()
 
     app = Starlette(routes=[Route("/health", health, methods=["GET"]), Route("/predict", predict, methods=["POST"])],
-                    exception_handlers={RequestError: on_request_error, HTTPException: on_http_error,
-                                        Exception: on_bug},
+                    exception_handlers={RequestError: _on_request_error, HTTPException: _on_http_error,
+                                        Exception: _on_bug},
                     lifespan=lifespan)
     app.state.batcher, app.state.info = batcher, info
     return app
