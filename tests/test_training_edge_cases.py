@@ -16,6 +16,7 @@ from litebert.config import AlbertConfig
 from litebert.model import AlbertForPreTraining
 from litebert.training.optim import make_schedule
 from litebert.pretrain import PretrainConfig
+from litebert.tasks.families import FAMILIES
 from litebert.training.loop import TrainConfig, train
 
 HUB_ID = "someone/tiny-albert"
@@ -39,13 +40,14 @@ def ft_train_config(tmp_path, **kw) -> TrainConfig:
 
 def scripted_accuracy(monkeypatch, values):
     """Make each evaluation report the next of `values` as its accuracy, whatever the model predicts."""
-    values, real = iter(values), F.score
+    family = FAMILIES["classification"]
+    values, real = iter(values), family.score
 
     def score(*args, **kwargs):
-        metrics, preds = real(*args, **kwargs)
-        return {**metrics, "accuracy": next(values)}, preds
+        scored = real(*args, **kwargs)
+        return scored._replace(metrics={**scored.metrics, "accuracy": next(values)})
 
-    monkeypatch.setattr(F, "score", score)
+    monkeypatch.setattr(family, "score", score)
 
 
 def test_resume_keeps_the_best_model_unless_beaten(model_dir, tmp_path, monkeypatch):

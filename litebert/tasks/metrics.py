@@ -101,14 +101,18 @@ def _pair(preds, labels, dtype=None) -> tuple[np.ndarray, np.ndarray]:
 
 def multi_label_scores(gold: np.ndarray, pred: np.ndarray) -> dict[str, float]:
     """Micro-F1 (over all example x label decisions), macro-F1 (the mean of per-label F1 over every label,
-    0 for a label neither predicted nor present) and the exact-match ratio (every label of an example right)."""
-    from sklearn.metrics import f1_score
-
+    0 for a label neither predicted nor present) and the exact-match ratio (every label of an example right).
+    Counted here rather than by scikit-learn, which reads a one-label indicator matrix as a binary task."""
     gold, pred = np.asarray(gold, dtype=bool), np.asarray(pred, dtype=bool)
     if gold.shape != pred.shape or gold.ndim != 2:
         raise ValueError(f"gold {gold.shape} and predictions {pred.shape} should be equal (examples, labels)")
-    return {"micro_f1": float(f1_score(gold, pred, average="micro", zero_division=0)),
-            "macro_f1": float(f1_score(gold, pred, average="macro", zero_division=0)),
+    tp, fp, fn = ((gold & pred).sum(0), (~gold & pred).sum(0), (gold & ~pred).sum(0))  # per label
+
+    def f1(t, p, n):
+        return np.divide(2 * t, 2 * t + p + n, out=np.zeros(np.shape(t)), where=(2 * t + p + n) > 0)
+
+    return {"micro_f1": float(f1(tp.sum(), fp.sum(), fn.sum())),
+            "macro_f1": float(f1(tp, fp, fn).mean()) if gold.shape[1] else 0.0,
             "exact_match": float((gold == pred).all(axis=1).mean()) if len(gold) else 0.0}
 
 
