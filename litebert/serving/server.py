@@ -321,6 +321,12 @@ async def _on_bug(request, exc: Exception):
     return _error(500, f"internal error: {type(exc).__name__}: {exc}")
 
 
+def _name(value: Any, default: str) -> str:
+    """A predictor's backend or precision as /health shows it: a string, or an object's .name."""
+    value = value if isinstance(value, str) else getattr(value, "name", None)
+    return value if isinstance(value, str) and value else default
+
+
 def create_app(predictor: Predictor, cfg: ServeConfig):
     """The Starlette app. The batcher lives in its lifespan: started before the first request, drained at
     shutdown after the requests in flight (uvicorn waits for those first)."""
@@ -332,8 +338,8 @@ def create_app(predictor: Predictor, cfg: ServeConfig):
     cfg.check()
     batcher = Batcher(predictor, cfg.max_batch_size, cfg.max_wait_ms, cfg.batching)
     info = {"model": getattr(predictor, "name", None) or cfg.model, "task": predictor.task,
-            "backend": getattr(predictor, "backend", None) or cfg.backend,
-            "precision": getattr(predictor, "precision", None) or cfg.precision}
+            "backend": _name(getattr(predictor, "backend", None), cfg.backend),
+            "precision": _name(getattr(predictor, "precision", None), cfg.precision)}
 
     async def health(request) -> JSONResponse:
         return JSONResponse({"status": "shutting down" if batcher.closing else "ok", **info,
