@@ -236,7 +236,10 @@ class Batcher:
         loop = asyncio.get_running_loop()
         carry = None
         while True:
-            job, carry = (carry if carry is not None else await self._queue.get()), None
+            if carry is None:
+                job = await self._queue.get()
+            else:
+                job, carry = carry, None
             if job is _STOP:
                 return
             jobs, n = [job], len(job.inputs)
