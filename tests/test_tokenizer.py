@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from paths import SHARED_DATA
+from litebert.errors import ConfigError
 from litebert.tokenizer import Tokenizer, preprocess_text
 from litebert.corpus.tokenizer_training import train_tokenizer
 
@@ -88,6 +89,10 @@ def test_cases_equal_recorded_slow_albert_tokenizer(albert_tok, golden):
 
 
 def test_pairs_and_truncation_equal_recorded(albert_tok, golden):
+    """Pairs as the slow tokenizer cut them, but where its longest_first and transformers' current one part: cutting
+    both texts to an odd budget, it gave the odd token to the first, `tokenizers` (transformers 5, and every fast
+    tokenizer of 4) gives it to the longer. We follow the latter; test_call_equals_transformers checks it live."""
+    parted = 0
     for case in golden["pairs"]:
         tr = case["truncation"] or "longest_first"
         try:
@@ -95,9 +100,16 @@ def test_pairs_and_truncation_equal_recorded(albert_tok, golden):
         except ValueError:  # HF logs an error and returns the pair untruncated; we refuse instead
             assert len(case["ids"]) > case["max_length"]
             continue
+        a, b = (albert_tok.encode(t, add_special_tokens=False) for t in (case["a"], case["b"]))
+        if case["truncation"] == "longest_first" and min(len(a), len(b)) > (case["max_length"] - 3) / 2:
+            parted += 1  # 6 + 10 tokens into 7: the slow tokenizer kept 4 + 3, tokenizers keeps 3 + 4
+            assert (len(a), len(b), case["max_length"]) == (6, 10, 10)
+            assert ids == [2] + a[:3] + [3] + b[:4] + [3] and len(case["ids"]) == len(ids)
+            continue
         assert ids == case["ids"], case
         batch = albert_tok([case["a"]], [case["b"]], max_length=case["max_length"] or 512, truncation=tr)
         assert batch["token_type_ids"][0].tolist() == case["token_type_ids"]
+    assert parted == 1
 
 
 @needs_hf
@@ -145,6 +157,142 @@ def test_hf_loads_our_directory(bundled_tok, tmp_path):
         assert hf("Anne Elliot was there.", "She smiled.")["input_ids"] == bundled_tok.encode("Anne Elliot was there.", "She smiled.")
 
 
+# ----------------------------------------------------------------------------- transformers' AutoTokenizer
+
+# One sentence per script, and the forms of text that tripped transformers: accents, final capital sigma, Indic and
+# Thai vowel signs, niqqud and harakat, kana with voiced marks (also halfwidth), Hangul, emoji with a selector.
+SCRIPTS = [
+    "Café déjà vu, naïve façade. Über schön. Ñandú in Łódź. Việt Nam có nhiều tỉnh.",
+    "Η ΟΔΟΣ είναι μακριά. Καλημέρα κόσμε, ὁ λόγος.",
+    "Ёлка и йогурт. Привет, мир!",
+    "हिन्दी भारत की राजभाषा है।",
+    "বাংলা ভাষা বাংলাদেশের রাষ্ট্রভাষা।",
+    "தமிழ் மொழி மிகவும் பழமையானது.",
+    "ภาษาไทยเป็นภาษาราชการของประเทศไทย",
+    "اللُّغَةُ العَرَبِيَّةُ جميلة جدا.",
+    "שָׁלוֹם עוֹלָם, זה משפט בעברית.",
+    "がっこうへ行きます。ガギグゲゴ、パピプペポ。ｶﾞｷﾞｸﾞ",
+    "中文文本，全角ＡＢＣ１２３。繁體中文與簡體中文。",
+    "대한민국은 민주공화국이다. 모든 국민은 법 앞에 평등하다.",
+    "Emoji 😀👍🏽 ❤️ and symbols ① ™ ½ ﬁ.",
+]
+
+
+@pytest.fixture(scope="module")
+def ko_lines():
+    path = f"{DATA}/pretrain/ko_small.txt"
+    if not os.path.isfile(path):
+        pytest.skip(f"{path} not available")
+    with open(path, encoding="utf-8") as f:
+        return [line.strip() for line in f if line.strip()]
+
+
+def _auto_tokenizer(tok, path):
+    """transformers' AutoTokenizer on the directory litebert writes, and the class named there."""
+    from transformers import AutoTokenizer
+
+    tok.save_pretrained(str(path))
+    with open(path / "tokenizer_config.json", encoding="utf-8") as f:
+        return AutoTokenizer.from_pretrained(str(path)), json.load(f)["tokenizer_class"]
+
+
+@needs_hf
+def test_korean_through_auto_tokenizer(ko_lines, tmp_path):
+    """A Korean tokenizer trained with the defaults (ALBERT's keep_accents=False) gives our ids in AutoTokenizer.
+    transformers 5's AlbertTokenizer rebuilds its normaliser and splits every syllable into jamo (on ko_small.txt
+    12,622 <unk> against our 0), so the directory names the class that runs our tokenizer.json."""
+    (tmp_path / "slice.txt").write_text("\n".join(ko_lines[:700]) + "\n", encoding="utf-8")
+    tok = train_tokenizer([str(tmp_path / "slice.txt")], str(tmp_path / "tok"), vocab_size=1000)
+    hf, cls = _auto_tokenizer(tok, tmp_path / "tok")
+    assert not tok.options.keep_accents and cls == "PreTrainedTokenizerFast" and not tok.hf_albert_agrees()
+    nfd = [unicodedata.normalize("NFD", line) for line in ko_lines[:300]]  # decomposed, as macOS writes Hangul
+    for lines in (ko_lines, nfd):
+        ours = tok.encode_batch(lines)
+        theirs = hf(lines, add_special_tokens=False)["input_ids"]
+        differ = [lines[i] for i in range(len(lines)) if ours[i] != theirs[i]]
+        # the digit-comma rule ("21,185" re-split after sentencepiece) has no exact form in tokenizers (to_hf_fast):
+        # 10 of 1528 lines, tables of numbers, part there
+        assert len(differ) <= 12 and all(re.search(r"\d,\d", line) for line in differ), differ
+    assert sum(ids.count(tok.unk_id) for ids in tok.encode_batch(ko_lines[:700])) == 0
+    assert hf("대한민국 [MASK] 헌법", "국회")["input_ids"] == tok.encode("대한민국 [MASK] 헌법", "국회")
+    assert hf("대한민국", "국회")["token_type_ids"] == tok("대한민국", "국회", return_tensors=None)["token_type_ids"]
+
+
+@needs_hf
+@pytest.mark.parametrize("keep_accents", [False, True])
+def test_every_script_through_auto_tokenizer(ko_lines, tmp_path, keep_accents):
+    """Each line of SCRIPTS, as written and decomposed (NFD), gets our ids from AutoTokenizer, with either setting."""
+    text = "\n\n".join(["\n".join(ko_lines[:300])] + ["\n".join(SCRIPTS)] * 20)
+    (tmp_path / "mixed.txt").write_text(text + "\n", encoding="utf-8")
+    tok = train_tokenizer([str(tmp_path / "mixed.txt")], str(tmp_path / "tok"), vocab_size=1000,
+                          keep_accents=keep_accents)
+    hf, cls = _auto_tokenizer(tok, tmp_path / "tok")
+    assert cls == "PreTrainedTokenizerFast"  # Hangul, Indic vowel signs (stripped) or NFD input (kept) need it
+    for line in SCRIPTS + [unicodedata.normalize("NFD", line) for line in SCRIPTS]:
+        assert hf(line)["input_ids"] == tok.encode(line), line
+        assert tok.unk_id not in tok.encode(line)
+
+
+@needs_hf
+def test_english_keeps_the_albert_tokenizer_class(bundled_tok, tmp_path):
+    """Where transformers' own AlbertTokenizer agrees (stripped accents, a vocabulary it can produce), the directory
+    names it, and it returns token_type_ids (transformers 5 leaves them out unless model_input_names says so)."""
+    hf, cls = _auto_tokenizer(bundled_tok, tmp_path)
+    assert cls == "AlbertTokenizer" == type(hf).__name__ and bundled_tok.hf_albert_agrees()
+    types = hf("Anne Elliot.", "Yes.")["token_type_ids"]
+    assert types == bundled_tok("Anne Elliot.", "Yes.", return_tensors=None)["token_type_ids"] and 1 in types
+    texts = [unicodedata.normalize(form, "Café déjà vu, “naïve” ΟΔΟΣ — 1,000 ﬁsh") for form in ("NFC", "NFD")]
+    assert hf(texts)["input_ids"] == [bundled_tok.encode(t) for t in texts]
+
+
+@needs_hf
+@pytest.mark.filterwarnings("ignore:`max_length` is ignored")
+def test_call_equals_transformers(bundled_tok, tmp_path):
+    """tok(texts, pairs, truncation=..., padding=..., max_length=...) gives what transformers' AlbertTokenizer gives
+    with the same arguments, for every strategy; where transformers raises, we raise a ConfigError."""
+    hf, _ = _auto_tokenizer(bundled_tok, tmp_path)
+    texts = ["Anne Elliot was there at last, with everyone.", "Yes.", "Captain Wentworth came in.", "a b c d e f g h"]
+    pairs = ["She smiled.", "No, he did not come to the house today.", "Mary", "i j k l m n o p q r s"]
+    compared = raised = 0
+    for truncation in (True, False, "longest_first", "only_first", "only_second", "do_not_truncate"):
+        for padding in (True, "longest", "max_length", False, "do_not_pad"):
+            for max_length in (5, 6, 7, 12, 40):
+                for b in (None, pairs):
+                    kw = dict(truncation=truncation, padding=padding, max_length=max_length)
+                    try:
+                        expected = dict(hf(texts, b, **kw))
+                    except Exception:  # "Truncation error: Sequence to truncate too short ..."
+                        with pytest.raises(ConfigError):
+                            bundled_tok(texts, b, return_tensors=None, **kw)
+                        raised += 1
+                        continue
+                    assert bundled_tok(texts, b, return_tensors=None, **kw) == expected, kw
+                    compared += 1
+    assert compared > 200 and raised > 0
+    kw = dict(truncation=True, padding="max_length", max_length=12)
+    ours, theirs = bundled_tok(texts, pairs, **kw), hf(texts, pairs, return_tensors="pt", **kw)
+    assert {k: v.tolist() for k, v in ours.items()} == {k: v.tolist() for k, v in theirs.items()}
+    assert ours["input_ids"].dtype == __import__("torch").int64 and ours["input_ids"].shape == (4, 12)
+    assert bundled_tok(texts[0], pairs[0], return_tensors=None, **kw) == dict(hf(texts[0], pairs[0], **kw))
+    assert bundled_tok(texts, return_tensors="np", **kw)["attention_mask"].tolist() == hf(texts, **kw)["attention_mask"]
+
+
+def test_call_argument_errors(bundled_tok):
+    texts = ["Anne.", "Captain Wentworth came in at last."]
+    for kw, message in [(dict(truncation="longest"), "truncation must be True, False or one of"),
+                        (dict(padding="max"), "padding must be True, False or one of"),
+                        (dict(return_tensors="tf"), "return_tensors must be"),
+                        (dict(padding=False), "rows have different lengths"),
+                        (dict(max_length=1), "max_length=1 leaves no room for the 2 special tokens")]:
+        with pytest.raises(ConfigError, match=message):
+            bundled_tok(texts, **kw)
+    with pytest.raises(ConfigError, match="needs a pair"):
+        bundled_tok("Anne Elliot was there.", truncation="only_second", max_length=4)
+    assert bundled_tok(texts, padding=False, return_tensors=None)["input_ids"][0] == bundled_tok.encode("Anne.")
+    assert bundled_tok.encode("a b c d e", max_length=4, truncation=True) == bundled_tok.encode("a b", max_length=4)
+    assert len(bundled_tok.encode("a b c d e", max_length=4, truncation=False)) > 4
+
+
 # ----------------------------------------------------------------------------- training and conventions
 
 
@@ -185,6 +333,7 @@ def test_normalisation_options(tmp_path):
     again = Tokenizer.from_pretrained(str(tmp_path))  # options come back from tokenizer_config.json
     assert again.options == cased.options and not again.options.do_lower_case
     assert preprocess_text("Déjà  ``vu''", lower=True) == 'deja "vu"'
+    assert preprocess_text("Η ΟΔΟΣ") == "η οδοσ"  # one character at a time, as transformers (str.lower(): "οδος")
     assert preprocess_text("Déjà  vu", lower=False, keep_accents=True, remove_space=False) == "Déjà  vu"
 
 
@@ -196,7 +345,8 @@ def test_digit_comma_rule(albert_tok):
 
 def test_offsets_point_into_original_text(albert_tok, bundled_tok):
     for tok in (albert_tok, bundled_tok):
-        for text in ["Héllo  wörld, 1,000 “quoted” [MASK] people.", "대한민국은 민주공화국이다.", "  ``Yes,'' said Anne  "]:
+        for text in ["Héllo  wörld, 1,000 “quoted” [MASK] people.", "대한민국은 민주공화국이다.", "  ``Yes,'' said Anne  ",
+                     "Η ΟΔΟΣ"]:
             ids, spans = tok.encode_with_offsets(text)
             assert ids == tok.encode(text, add_special_tokens=False)
             assert len(spans) == len(ids)
