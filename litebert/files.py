@@ -85,6 +85,11 @@ def write_dir_atomically(final: str | os.PathLike, fill: Callable[[Path], None])
 
 
 
+def data_suffix(path: str | os.PathLike) -> str:
+    """The suffix that says a file's format, under any .gz: "train.jsonl.gz" -> ".jsonl"."""
+    return Path(Path(path).name.lower().removesuffix(".gz")).suffix
+
+
 def same_path(a: str | os.PathLike, b: str | os.PathLike) -> bool:
     """Whether a and b are one existing file or directory, however spelled ("x" / "./x/", symlinks)."""
     return os.path.exists(a) and os.path.exists(b) and os.path.samefile(a, b)

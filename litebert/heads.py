@@ -101,8 +101,9 @@ class AlbertForQuestionAnswering(PretrainedMixin, nn.Module):
 
     def __init__(self, config: AlbertConfig):
         super().__init__()
-        self.config = config = config if config.num_labels == 2 else config.replace(num_labels=2)  # HF: num_labels
-        self.albert = AlbertModel(config, add_pooling_layer=False)                               # sizes qa_outputs
+        # qa_outputs has two outputs whatever num_labels says, and HF's config says num_labels=2 for it too
+        self.config = config = config if config.num_labels == 2 else config.replace(num_labels=2)
+        self.albert = AlbertModel(config, add_pooling_layer=False)
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.init_weights()
 

@@ -303,6 +303,10 @@ class Tokenizer:
             out.append(ids)
         return out
 
+    def preprocess(self, text: str) -> str:
+        """ALBERT's normalisation of raw text with this tokenizer's options, before sentencepiece sees it."""
+        return preprocess_text(text, **self._pp)
+
     @property
     def _pp(self) -> dict:
         o = self.options

@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from litebert.errors import CheckpointError, ConfigError
-from litebert.tokenizer import SPECIALS, SPIECE_UNDERLINE, Tokenizer, preprocess_text
+from litebert.tokenizer import SPECIALS, SPIECE_UNDERLINE, Tokenizer
 from litebert.corpus.tokenizer_training import train_tokenizer
 
 log = logging.getLogger("litebert")
@@ -66,7 +66,7 @@ def pieces_from_words(tokenizer: Tokenizer, words: list[str]) -> list[str]:
         if any(special in word for special in SPECIALS.values()):
             out.append(SPIECE_UNDERLINE + word)  # kept as typed, for extend_tokenizer to refuse (and report)
             continue
-        text = preprocess_text(word, **tokenizer._pp)
+        text = tokenizer.preprocess(word)
         if text:
             out.append(tokenizer.sp.normalize(text))  # NFKC + the dummy-prefix "▁", as encoding will see it
     return out

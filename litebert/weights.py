@@ -73,10 +73,14 @@ class PretrainedMixin:
     tied_weights: dict[str, str] = {}  # key -> the key it is the same tensor as (not stored twice)
 
     def init_weights(self) -> None:
-        self.apply(lambda m: init_module_weights(m, self.config.initializer_range))
+        """Initialise every module once: a head skips the encoder it wraps, which initialised itself."""
+        done = {id(m) for child in self.children() if isinstance(child, PretrainedMixin) for m in child.modules()}
+        for module in self.modules():
+            if id(module) not in done:
+                init_module_weights(module, self.config.initializer_range)
 
     def num_parameters(self) -> int:
-        return sum(p.numel() for p in self.parameters())
+        return parameter_count(self)
 
     # -- save --------------------------------------------------------------------------------------
     def save_pretrained(self, directory: str | os.PathLike, *, config_only: bool = False) -> None:
@@ -186,3 +190,8 @@ def init_module_weights(module: nn.Module, std: float) -> None:
         nn.init.zeros_(module.bias)
     elif hasattr(module, "init_own_parameters"):
         module.init_own_parameters()
+
+
+def parameter_count(module: nn.Module) -> int:
+    """Distinct parameters: a shared layer or a tied embedding counts once (parameters() deduplicates them)."""
+    return sum(p.numel() for p in module.parameters())

@@ -203,3 +203,18 @@ def test_parameter_counts_match_the_paper():
         ["albert-xlarge-v2", "albert-xxlarge-v2"]
     assert round(rows["albert-base-v2"]["counts"]["as built"] / 1e6, 2) == 11.68
     assert rows["base E=128 sharing=all"]["counts"] == rows["albert-base-v2"]["counts"]
+
+
+def test_a_head_initialises_the_encoder_it_wraps_once(monkeypatch):
+    """AlbertModel initialises itself; the head around it initialises only its own modules (an xxlarge
+    encoder was drawn twice)."""
+    import litebert.weights
+    from litebert.heads import AlbertForSequenceClassification
+
+    seen = []
+    real = litebert.weights.init_module_weights
+    monkeypatch.setattr(litebert.weights, "init_module_weights", lambda m, std: (seen.append(id(m)), real(m, std)))
+    model = AlbertForSequenceClassification(AlbertConfig(vocab_size=50, embedding_size=8, hidden_size=16,
+                                                         num_hidden_layers=2, num_attention_heads=2,
+                                                         intermediate_size=32, num_labels=3))
+    assert len(seen) == len(set(seen)) == len(list(model.modules()))

@@ -18,6 +18,7 @@ import re
 from typing import Iterator
 
 from litebert.errors import DataError
+from litebert.files import data_suffix
 
 BUNDLED_CORPUS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "en_small.txt.gz")
 
@@ -88,7 +89,7 @@ def iter_documents(paths: list[str], paragraphs: bool = False, text_field: str =
     is a wrong --text-field, which would otherwise read as a corpus of bad lines."""
     stats = stats if stats is not None else collections.Counter()
     for path in paths:
-        is_jsonl = path.removesuffix(".gz").endswith((".jsonl", ".json"))
+        is_jsonl = data_suffix(path) in (".jsonl", ".json")
         doc: list[str] = []
         found, other_keys = False, None  # does any record of this file have the field; keys of the first without
         for line, nbytes in _lines(path, stats):

@@ -83,7 +83,7 @@ class PrepareConfig:
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
 
 
-def truncate_pair(a: np.ndarray, b: np.ndarray | None, max_tokens: int, rng: np.random.Generator):
+def trim_segments_randomly(a: np.ndarray, b: np.ndarray | None, max_tokens: int, rng: np.random.Generator):
     """Trim the longer segment one token at a time, from the front or back at random (the original recipe)."""
     la, lb = len(a), 0 if b is None else len(b)
     cut = {"a": [0, 0], "b": [0, 0]}  # tokens removed at [front, back]
@@ -121,7 +121,7 @@ def create_instances(doc: list[np.ndarray], doc_index: int, chunk_docs: list[lis
                     i -= label[1]  # NSP: sentences not used by a random B go back to the document
                     if any(len(s) > max_tokens for s in chunk):
                         stats["long_sentences_truncated"] += 1
-                    a, b = truncate_pair(a, b, max_tokens, rng)
+                    a, b = trim_segments_randomly(a, b, max_tokens, rng)
                     if len(a) > 0 and (b is None or len(b) > 0):
                         out.append((a, b, label[0]))
             chunk, length = [], 0

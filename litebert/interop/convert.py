@@ -53,9 +53,10 @@ TF_RENAMES: list[tuple[str, str, str]] = [
     ("cls/predictions/transform/dense", "predictions.dense", "dense"),
     ("cls/predictions/transform/LayerNorm", "predictions.LayerNorm", "layer_norm"),
     ("cls/predictions/output_bias", "predictions.bias", "tensor"),  # the decoder weight is the word embedding
-    ("cls/seq_relationship/output_weights", "sop_classifier.classifier.weight", "tensor"),  # (2, H): used with
-    ("cls/seq_relationship/output_bias", "sop_classifier.classifier.bias", "tensor"),       # transpose_b, so
-    ("output_weights", "classifier.weight", "tensor"),  # run_classifier's head    # already torch's (out, in)
+    # The SOP and run_classifier heads store (out, in) and multiply with transpose_b: already torch's layout.
+    ("cls/seq_relationship/output_weights", "sop_classifier.classifier.weight", "tensor"),
+    ("cls/seq_relationship/output_bias", "sop_classifier.classifier.bias", "tensor"),
+    ("output_weights", "classifier.weight", "tensor"),  # run_classifier's head
     ("output_bias", "classifier.bias", "tensor"),
 ]
 # kind -> [(TF suffix, litebert suffix, transpose)]. TF dense kernels are (in, out); torch Linear is (out, in).

@@ -50,13 +50,14 @@ COUNTS = ("as built", "no E=H projection", "no projection, no pooler")
 def counts(config: AlbertConfig) -> dict[str, int]:
     """The three counts of COUNTS for one config."""
     from litebert.model import AlbertModel
+    from litebert.weights import parameter_count
     with torch.device("meta"):
         model = AlbertModel(config)
     total = model.num_parameters()
     projection = 0
     if config.embedding_size == config.hidden_size:
-        projection = sum(p.numel() for p in model.encoder.embedding_hidden_mapping_in.parameters())
-    pooler = sum(p.numel() for p in model.pooler.parameters())
+        projection = parameter_count(model.encoder.embedding_hidden_mapping_in)
+    pooler = parameter_count(model.pooler)
     return dict(zip(COUNTS, (total, total - projection, total - projection - pooler)))
 
 

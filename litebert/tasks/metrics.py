@@ -16,6 +16,8 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from litebert.config import IGNORE_INDEX
+
 log = logging.getLogger(__name__)
 
 
@@ -66,7 +68,7 @@ def spearman(preds: Sequence, labels: Sequence) -> float:
     return float(spearmanr(preds, labels)[0])
 
 
-def masked_accuracy(preds: Sequence, labels: Sequence, ignore_index: int = -100) -> float:
+def masked_accuracy(preds: Sequence, labels: Sequence, ignore_index: int = IGNORE_INDEX) -> float:
     """MLM accuracy: mean over positions whose label is not `ignore_index` (the unmasked ones)."""
     preds, labels = _pair(preds, labels)
     keep = labels != ignore_index

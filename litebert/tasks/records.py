@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from litebert.errors import DataError
+from litebert.files import data_suffix
 
 log = logging.getLogger(__name__)
 
@@ -158,11 +159,6 @@ def json_record(line: str) -> dict:
     if not isinstance(record, dict):
         raise BadRecord(f"expected a JSON object, got {type(record).__name__}")
     return record
-
-
-def data_suffix(path: Path) -> str:
-    """The suffix that says a file's format, under any .gz: "train.jsonl.gz" -> ".jsonl"."""
-    return Path(path.name.lower().removesuffix(".gz")).suffix
 
 
 def table_format(path: Path) -> str:
