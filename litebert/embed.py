@@ -41,6 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from litebert.errors import ConfigError, DataError
 from litebert.model import AlbertModel
 from litebert.weights import PretrainedMixin
 
@@ -54,7 +55,7 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> to
     if pooling == "cls":
         return hidden[:, 0]
     if pooling != "mean":
-        raise ValueError(f"pooling must be one of {POOLING}, got {pooling!r}")
+        raise ConfigError(f"pooling must be one of {POOLING}, got {pooling!r}")
     mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
     return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
 
@@ -144,7 +145,7 @@ class SentenceEncoder(PretrainedMixin, nn.Module):
                  scale: float = 20.0, max_length: int = 128):
         super().__init__()
         if pooling not in POOLING or objective not in OBJECTIVES:
-            raise ValueError(f"pooling must be one of {POOLING} and objective one of {OBJECTIVES}, got "
+            raise ConfigError(f"pooling must be one of {POOLING} and objective one of {OBJECTIVES}, got "
                              f"{pooling!r} and {objective!r}")
         self.albert, self.config = albert, albert.config
         self.pooling, self.objective, self.scale = pooling, objective, scale
@@ -233,7 +234,7 @@ def read_pairs(path: str, cfg: SentenceConfig, limit: int | None = None
     examples = read_table(path, cfg.text_columns, cfg.label_column or None, regression=bool(cfg.label_column))
     examples = examples[:limit] if limit is not None else examples
     if not examples:
-        raise ValueError(f"{path}: no sentence pairs")
+        raise DataError(f"{path}: no sentence pairs")
     pairs = [(e.text_a, e.text_b) for e in examples]
     return pairs, ([float(e.label) for e in examples] if cfg.label_column else None)
 
@@ -244,7 +245,7 @@ def train_sentence_encoder(cfg: SentenceConfig, train_cfg) -> dict:
     from litebert.training.loop import ShuffledData, train
 
     if not cfg.train:
-        raise ValueError("no training pairs: pass --train FILE")
+        raise ConfigError("no training pairs: pass --train FILE")
     tokenizer = Tokenizer.from_pretrained(cfg.model)
     model = SentenceEncoder.from_pretrained(cfg.model, pooling=cfg.pooling, objective=cfg.objective,
                                             scale=cfg.scale, max_length=cfg.max_length)
@@ -253,12 +254,12 @@ def train_sentence_encoder(cfg: SentenceConfig, train_cfg) -> dict:
         keep = [i for i in range(len(pairs)) if labels is None or labels[i] > 0]
         pairs, labels = [pairs[i] for i in keep], None
     elif labels is None:
-        raise ValueError("the cosine objective needs scored pairs: set --label-column")
+        raise ConfigError("the cosine objective needs scored pairs: set --label-column")
     else:
         top = max(labels)
         labels = [x / top for x in labels] if top > 1 else labels  # STS 0-5 -> 0-1, the range of a cosine
     if len(pairs) < train_cfg.batch_size:
-        raise ValueError(f"{cfg.train}: {len(pairs)} usable pairs, fewer than batch_size {train_cfg.batch_size}")
+        raise DataError(f"{cfg.train}: {len(pairs)} usable pairs, fewer than batch_size {train_cfg.batch_size}")
     eval_pairs, eval_labels = read_pairs(cfg.eval, cfg, cfg.max_eval_examples) if cfg.eval else (None, None)
 
     def collate(indices: list[int], position: int) -> dict[str, torch.Tensor]:
@@ -305,43 +306,56 @@ def _write_json(path: str, obj) -> None:
 # ----------------------------------------------------------------------------- CLI
 
 
+@dataclass
+class EmbedFiles:
+    """What `litebert embed` reads and writes when it is not training (one mode per call)."""
+
+    input: str = field(default="", metadata={"help": "embed: a text file, one sentence per line"})
+    out: str = field(default="", metadata={"help": "embed: where to write the (N, H) float32 .npy array"})
+    evaluate: str = field(default="", metadata={"help": "score --model on a pairs file (recall@1, Spearman)"})
+
+
 def cli(argv: list[str]) -> int:
+    from litebert.runconfig import add_config_args, load_toml, resolve_config, resolve_configs
     from litebert.tokenizer import Tokenizer
-    from litebert.runconfig import add_config_args, resolve_config
     from litebert.training.loop import TrainConfig
 
     p = argparse.ArgumentParser(prog="litebert embed", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--input", help="embed: a text file, one sentence per line")
-    p.add_argument("--out", help="embed: where to write the (N, H) float32 .npy array")
-    p.add_argument("--evaluate", metavar="PAIRS", help="score --model on a pairs file (recall@1, Spearman)")
+    p.add_argument("--config", metavar="FILE.toml", help="TOML recipe: its [embed] table sets the options of the "
+                   "first two groups, [train] the training ones (flags given here override it)")
+    add_config_args(p, EmbedFiles, "files")
     add_config_args(p, SentenceConfig, "model, data and pooling")
     add_config_args(p, TrainConfig, "training (with --train)")
     args = p.parse_args(argv)
-    cfg = resolve_config(SentenceConfig, None, args)
+    toml = load_toml(args.config, ("embed", "train")) if args.config else {}
+    files, cfg = resolve_configs((EmbedFiles, SentenceConfig), toml.get("embed"), args,
+                                 source=f"{args.config} [embed]")
     if not cfg.model:
-        raise ValueError("--model is required: an ALBERT model directory with its tokenizer (see --help)")
-    modes = [name for name in ("input", "evaluate", "train") if getattr(args, name, None)]
+        raise ConfigError("--model is required: an ALBERT model directory with its tokenizer (see --help)")
+    modes = [name for name, value in (("input", files.input), ("evaluate", files.evaluate), ("train", cfg.train))
+             if value]
     if len(modes) != 1:
-        raise ValueError("give exactly one of --input (embed), --evaluate PAIRS or --train PAIRS")
+        raise ConfigError("give exactly one of --input (embed), --evaluate PAIRS or --train PAIRS")
     if cfg.train:
-        summary = train_sentence_encoder(cfg, resolve_config(TrainConfig, None, args))
+        summary = train_sentence_encoder(cfg, resolve_config(TrainConfig, toml.get("train"), args,
+                                                             source=f"{args.config} [train]"))
         print(json.dumps(summary, indent=2))
         return 0
     tokenizer = Tokenizer.from_pretrained(cfg.model)
     model = SentenceEncoder.from_pretrained(cfg.model, pooling=cfg.pooling, max_length=cfg.max_length)
     batch_size = cfg.eval_batch_size
-    if args.evaluate:
-        pairs, labels = read_pairs(args.evaluate, cfg, cfg.max_eval_examples)
+    if files.evaluate:
+        pairs, labels = read_pairs(files.evaluate, cfg, cfg.max_eval_examples)
         print(json.dumps(evaluate_pairs(model, tokenizer, pairs, labels, model.pooling, batch_size, cfg.max_length)))
         return 0
-    if not args.out:
-        raise ValueError("--input needs --out FILE.npy")
-    with open(args.input, encoding="utf-8") as f:
+    if not files.out:
+        raise ConfigError("--input needs --out FILE.npy")
+    with open(files.input, encoding="utf-8") as f:
         sentences = [line.rstrip("\n") for line in f if line.strip()]
     if not sentences:
-        raise ValueError(f"{args.input}: no sentences")
+        raise DataError(f"{files.input}: no sentences")
     vectors = embed(model, tokenizer, sentences, model.pooling, batch_size, cfg.max_length)
-    np.save(args.out, vectors)
-    print(f"wrote {args.out}: {vectors.shape[0]} x {vectors.shape[1]} ({model.pooling} pooling)")
+    np.save(files.out, vectors)
+    print(f"wrote {files.out}: {vectors.shape[0]} x {vectors.shape[1]} ({model.pooling} pooling)")
     return 0
