@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from litebert.errors import ConfigError, DataError
-from litebert.model import AlbertModel
+from litebert.model import AlbertModel, encoder_of
 from litebert.weights import PretrainedMixin
 
 POOLING = ("mean", "cls")
@@ -58,11 +58,6 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> to
         raise ConfigError(f"pooling must be one of {POOLING}, got {pooling!r}")
     mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
     return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
-
-
-def encoder_of(model: nn.Module) -> AlbertModel:
-    """The AlbertModel inside any litebert model (a head, AlbertForPreTraining, SentenceEncoder) or itself."""
-    return model.albert if hasattr(model, "albert") else model
 
 
 @torch.no_grad()

@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from litebert.errors import CheckpointError, ConfigError
+from litebert.model import encoder_of
 from litebert.tokenizer import SPECIALS, SPIECE_UNDERLINE, Tokenizer
 from litebert.corpus.tokenizer_training import train_tokenizer
 
@@ -195,7 +196,7 @@ def piece_ids_in(tokenizer: Tokenizer, piece: str, scores: dict[str, float], unk
 def extend_embeddings(model: nn.Module, old_ids: list[list[int]]) -> None:
     """Grow the word embeddings by one row per entry of `old_ids`, in place: row V + i is the mean of the old
     rows `old_ids[i]`. An MLM head's bias grows the same way, and its decoder stays tied to the embeddings."""
-    encoder = model.albert if hasattr(model, "albert") else model
+    encoder = encoder_of(model)
     old = encoder.embeddings.word_embeddings
     V, E = old.weight.shape
     if not old_ids:

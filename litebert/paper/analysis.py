@@ -23,8 +23,8 @@ def layer_transitions(model: nn.Module, input_ids: torch.Tensor, attention_mask:
                       ) -> dict[str, list[float]]:
     """For each of the L (x inner_group_num) block applications: mean L2 distance and mean cosine similarity
     between its input and output token embeddings, over non-padding tokens."""
-    from litebert.model import AlbertLayer, AlbertModel
-    albert = model if isinstance(model, AlbertModel) else model.albert
+    from litebert.model import AlbertLayer, encoder_of
+    albert = encoder_of(model)
     states: list[torch.Tensor] = []
     hooks = [albert.encoder.embedding_hidden_mapping_in.register_forward_hook(lambda m, i, o: states.append(o))]
     hooks += [m.register_forward_hook(lambda m, i, o: states.append(o))
