@@ -386,5 +386,10 @@ class AlbertForMaskedLM(PretrainedMixin, nn.Module):
         return MaskedLMOutput(*masked_lm(self.predictions, h, labels))
 
 
-__all__ = ["AlbertModel", "AlbertForPreTraining", "AlbertForMaskedLM", "activation_fn",
+def encoder_of(model: nn.Module) -> AlbertModel:
+    """The AlbertModel inside any litebert model (every head keeps it as `.albert`), or the model itself."""
+    return model if isinstance(model, AlbertModel) else model.albert
+
+
+__all__ = ["AlbertModel", "encoder_of", "AlbertForPreTraining", "AlbertForMaskedLM", "activation_fn",
            "cls_position", "loss_positions", "masked_lm"]
