@@ -21,6 +21,7 @@ _EXPORTS = {
     "AlbertForMultipleChoice": "litebert.heads",
     "Tokenizer": "litebert.tokenizer",
     "Lamb": "litebert.training.optim",
+    "pipeline": "litebert.serving.pipeline",
 }
 
 __all__ = list(_EXPORTS)

@@ -349,12 +349,32 @@ def cli_evaluate(argv: list[str]) -> int:
 
 
 def cli_predict(argv: list[str]) -> int:
-    parser = _parser("litebert predict", "Write predictions of a fine-tuned checkpoint (--model) for a split: "
-                     "JSONL (id, prediction), or the GLUE submission format for GLUE tasks.", False)
-    parser.add_argument("--split", default="test", help="which of the task's files to predict: test, dev, ...")
-    parser.add_argument("--out", required=True, help="output file (a directory for GLUE submissions)")
+    parser = _parser("litebert predict", "Predict with a checkpoint (--model). Raw inputs (--text, --input FILE, "
+                     "or standard input, one per line) go through the pipeline of the checkpoint's task (or "
+                     "--task: fill-mask, text-classification, ...) and come out as JSON Lines {input, output}. "
+                     "With --task and --data-dir, a split of a task is predicted instead: JSONL (id, prediction), "
+                     "or the GLUE submission format for GLUE tasks.", False)
+    parser.add_argument("--split", default="test", help="with --data-dir: which of the task's files to predict")
+    parser.add_argument("--out", help="output file (a directory for GLUE submissions); raw inputs default to "
+                        "standard output")
+    raw = parser.add_argument_group("raw inputs (without --data-dir)")
+    raw.add_argument("--text", action="append", help="one input (repeatable); a JSON object for pairs, "
+                     'question answering, ...: \'{"question": "...", "context": "..."}\'')
+    raw.add_argument("--input", metavar="FILE", help="inputs, one per line: text (or JSON objects), .jsonl or "
+                     ".csv/.tsv with a header (default: standard input, read as it comes)")
+    raw.add_argument("--backend", default="torch", choices=("torch", "onnxruntime"), help="default: torch")
+    raw.add_argument("--precision", default="fp32", help="fp32 or bf16 (torch); default: fp32")
+    raw.add_argument("--top-k", type=int, help="fill-mask, text-classification, multiple-choice: answers per input")
+    raw.add_argument("--aggregation-strategy", help="token-classification: none, simple, first, average, max")
     args = parser.parse_args(argv)
-    cfg, _ = _finetune_config(args, ("finetune", "train"))
+    cfg, toml = _finetune_config(args, ("finetune", "train"))
+    if not cfg.data_dir:
+        return predict_inputs(cfg, args, args.task if "task" in vars(args) else toml.get("finetune", {}).get("task"))
+    if args.text or args.input:
+        raise ConfigError("--text/--input are raw inputs for the checkpoint's task; --data-dir predicts a split of "
+                          "a task from its files: give one or the other")
+    if not args.out:
+        raise ConfigError("--out is required to predict a split (--data-dir)")
     scored, task, examples = evaluate_checkpoint(cfg.model, cfg, args.split)
     preds = scored.predictions
     if task.submission:
@@ -365,4 +385,62 @@ def cli_predict(argv: list[str]) -> int:
             for ex, p in zip(examples, preds):
                 f.write(json.dumps({"id": ex.id, "prediction": p}, ensure_ascii=False) + "\n")
     print(f"wrote {len(preds)} predictions to {path}")
+    return 0
+
+
+def predict_inputs(cfg: FinetuneConfig, args: argparse.Namespace, task: str | None) -> int:
+    """`litebert predict` on raw inputs: each batch of inputs through the pipeline, written (and flushed) as one
+    JSON line per input, {"id" (a JSONL/CSV row's), "input", "output"}, as soon as it is done."""
+    import itertools
+    import sys
+    from pathlib import Path
+
+    from litebert.serving.pipeline import input_format, pipeline, read_inputs
+    from litebert.tasks.records import open_text
+    from litebert.weights import resolve_model_dir
+
+    if not cfg.model:
+        raise ConfigError("--model is required: a fine-tuned or pretrained model directory")
+    if task in T.TASKS or task == "table":  # a registered task names the checkpoint's own (pipeline) task
+        family = family_for_config(AlbertConfig.load(resolve_model_dir(cfg.model)))
+        if task != "table" and family_of(T.TASKS[task]) is not family:
+            raise ConfigError(f"{cfg.model} is not fine-tuned for {task}")
+        task = None
+    options = {k: getattr(args, k) for k in ("top_k", "aggregation_strategy") if getattr(args, k) is not None}
+    pipe = pipeline(task, cfg.model, backend=args.backend, precision=args.precision, batch_size=cfg.eval_batch_size,
+                    max_length=cfg.max_length, max_query_length=cfg.max_query_length,
+                    doc_stride=cfg.doc_stride if "doc_stride" in vars(args) else None,  # else the pipeline's
+                    max_answer_length=cfg.max_answer_length or 30, **options)
+    chunk, stream = cfg.eval_batch_size, None
+    if args.text:
+        if not all(t.strip() for t in args.text):
+            raise ConfigError("--text is empty")
+        records = read_inputs(args.text, "--text")
+    elif args.input:
+        fmt = input_format(args.input)
+        stream = open_text(Path(args.input), newline="" if fmt in ("csv", "tsv") else "\n")
+        records = read_inputs(stream, args.input, fmt)
+    else:
+        chunk = 1 if sys.stdin.isatty() else chunk  # typed by hand: answer each line at once
+        records = read_inputs(sys.stdin, "stdin")
+    out = open(args.out, "w", encoding="utf-8") if args.out else sys.stdout
+    written = 0
+    try:
+        while batch := list(itertools.islice(records, chunk)):
+            for r in batch:
+                try:
+                    pipe.validate(r.input)
+                except ConfigError as e:
+                    raise ConfigError(f"{r.where}: {e}") from None
+            for r, output in zip(batch, pipe([r.input for r in batch])):
+                line = ({} if r.id is None else {"id": r.id}) | {"input": r.input, "output": output}
+                out.write(json.dumps(line, ensure_ascii=False) + "\n")
+            out.flush()
+            written += len(batch)
+    finally:
+        for f in (stream, out if args.out else None):
+            if f is not None:
+                f.close()
+    if args.out:
+        print(f"wrote {written} {pipe.task} outputs to {args.out}")
     return 0

@@ -6,6 +6,12 @@ scores become predictions and metrics, the trivial baseline a model must beat, a
 `finetune`, `evaluate`, `predict`, pipelines and ensembles call these methods and never ask what kind a task is:
 adding a family is adding one class here and one entry in FAMILIES.
 
+Pipelines (litebert.serving) use three more methods: `example` builds an unlabelled example from one raw
+input, `load` the model a checkpoint directory holds for the family, and `answers` turns scores into one
+structured answer per input (the pipeline presents it in transformers' output shapes). Two families exist for
+pipelines only, on models that were not fine-tuned: MaskedLanguageModel (fill-mask) and Encoder (feature
+extraction and sentence embeddings).
+
 Calibration: a family may tune something on a split it is scored on (SQuAD v2.0's no-answer threshold, the
 multi-label per-label thresholds). `score` returns what it tuned; fine-tuning saves it beside the best checkpoint
 (`calibration.json`) and later scoring of another split (test) applies it instead of tuning on that split.
@@ -13,9 +19,13 @@ multi-label per-label thresholds). `score` returns what it tuned; fine-tuning sa
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
+import json
+import os
 import re
-from dataclasses import dataclass
-from typing import Any, NamedTuple, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -23,10 +33,12 @@ import torch
 from litebert.config import AlbertConfig
 from litebert.errors import ConfigError
 from litebert.heads import (AlbertForMultipleChoice, AlbertForQuestionAnswering, AlbertForSequenceClassification,
-                            AlbertForTokenClassification)
-from litebert.tasks import metrics as M
-from litebert.tasks.features import (collate, featurize_choices, featurize_classification, featurize_tags,
+                            AlbertForTokenClassification, model_class)
+from litebert.model import AlbertForMaskedLM, AlbertForPreTraining, AlbertModel, encoder_of
+import litebert.tasks.metrics as M  # not "from litebert.tasks import": that names the package, a cycle
+from litebert.tasks.features import (Feature, collate, featurize_choices, featurize_classification, featurize_tags,
                                      word_predictions)
+from litebert.tokenizer import SPECIALS
 from litebert.tasks.records import ChoiceExample, TagExample, TextExample, label_list
 from litebert.tasks.squad import (QAExample, apply_null_threshold, decode_squad, evaluate_squad,
                                   featurize_squad)
@@ -48,8 +60,56 @@ class Scored(NamedTuple):
     calibration: dict[str, Any]  # what was tuned on this split ({} when nothing was)
 
 
+# What `Family.answers` gives pipelines, one per input.
+
+class LabelScore(NamedTuple):
+    label: str | int  # a class name; an option's index for multiple choice
+    score: float  # probability (sigmoid per label for multi-label), or the value for regression
+
+
+class Ranked(NamedTuple):
+    """A classifier's answer: every class best first, and the ones the family predicts."""
+
+    ranked: list[LabelScore]
+    predicted: list[LabelScore]  # the top class; for multi-label, every label over its threshold
+    one: bool  # exactly one class is always predicted (then a pipeline shows it alone by default)
+
+
+class Span(NamedTuple):
+    """An extractive answer: context[start:end] == answer; "" with start = end = 0 for no answer."""
+
+    answer: str
+    start: int
+    end: int
+    score: float  # p(start) * p(end) in its window; for no answer, p([CLS]) * p([CLS])
+
+
+class TokenScores(NamedTuple):
+    """One token of a tagged text (special tokens left out)."""
+
+    index: int  # position in the model's input ([CLS] is 0)
+    id: int
+    start: int  # characters of the text it covers; a bare "▁" piece covers its word's first character, as
+    end: int  # fast tokenizers report it
+    word: int | None  # which whitespace-separated word of the text (None: a bare "▁", which covers none)
+    probs: np.ndarray  # (num_labels,)
+
+
+class MaskFill(NamedTuple):
+    input_ids: list[int]
+    positions: list[int]  # where the [MASK] tokens are
+    probs: np.ndarray  # (num_masks, vocab_size)
+
+
 def _softmax(x: torch.Tensor) -> np.ndarray:
     return torch.softmax(x.float(), -1).cpu().numpy()
+
+
+def _ranked(names: Sequence, scores: np.ndarray, predicted: Sequence[int], one: bool = True) -> Ranked:
+    order = sorted(range(len(scores)), key=lambda j: -scores[j])  # stable: ties keep the class order
+    pick = sorted(predicted, key=lambda j: -scores[j])
+    return Ranked([LabelScore(names[j], float(scores[j])) for j in order],
+                  [LabelScore(names[j], float(scores[j])) for j in pick], one)
 
 
 class Family:
@@ -87,7 +147,18 @@ class Family:
         return {}
 
     def example(self, raw: Any, index: int):
-        """An unlabelled example from one raw input (pipelines, `predict --text`)."""
+        """An unlabelled example from one raw input (pipelines, `predict --text`); ConfigError (one line, without
+        the input's position, which the caller knows) for a malformed or empty one."""
+        raise NotImplementedError
+
+    def load(self, directory: str):
+        """The model a checkpoint directory holds for this family (the head, on the fine-tuned weights)."""
+        return self.head.from_pretrained(directory)
+
+    def answers(self, examples: Sequence, features: Sequence, scores: Sequence[np.ndarray],
+                labels: list[str] | None, settings: FeatureSettings, calibration: dict | None = None) -> list:
+        """One structured answer per example for pipelines (Ranked, Span, ...), what `calibration` tuned
+        applied; presenting it (transformers' dict shapes) is the pipeline's."""
         raise NotImplementedError
 
 
@@ -95,19 +166,28 @@ def _labelled(gold: Sequence) -> bool:
     return bool(gold) and all(g is not None for g in gold)
 
 
+def _nonblank(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"{what} should be a string, got {type(value).__name__}")
+    if not value.strip():
+        raise ConfigError(f"{what} is empty")
+    return value
+
+
 def _text_example(raw: Any, index: int) -> TextExample:
     """A string, a (text, text_pair) pair, or {"text": ..., "text_pair": ...} as transformers' pipelines take."""
     if isinstance(raw, str):
-        return TextExample(str(index), raw)
-    if isinstance(raw, dict) and isinstance(raw.get("text"), str):
+        return TextExample(str(index), _nonblank(raw, "the text"))
+    if isinstance(raw, dict) and "text" in raw:
+        unknown = sorted(set(raw) - {"text", "text_pair"})
+        if unknown:
+            raise ConfigError(f"unexpected key(s) {unknown}: a text pair is {{'text', 'text_pair'}}")
         pair = raw.get("text_pair")
-        if pair is not None and not isinstance(pair, str):
-            raise ConfigError(f"input {index}: text_pair should be a string, got {type(pair).__name__}")
-        return TextExample(str(index), raw["text"], pair)
+        return TextExample(str(index), _nonblank(raw["text"], "text"),
+                           None if pair is None else _nonblank(pair, "text_pair"))
     if isinstance(raw, (list, tuple)) and len(raw) == 2 and all(isinstance(x, str) for x in raw):
-        return TextExample(str(index), raw[0], raw[1])
-    raise ConfigError(f"input {index}: expected a string, a pair of strings or {{'text', 'text_pair'}}, "
-                      f"got {type(raw).__name__}")
+        return TextExample(str(index), _nonblank(raw[0], "the text"), _nonblank(raw[1], "the text pair"))
+    raise ConfigError(f"expected a string, a pair of strings or {{'text', 'text_pair'}}, got {type(raw).__name__}")
 
 
 class SequenceClassification(Family):
@@ -139,6 +219,9 @@ class SequenceClassification(Family):
     def example(self, raw, index):
         return _text_example(raw, index)
 
+    def answers(self, examples, features, scores, labels, settings, calibration=None):
+        return [_ranked(labels, s, [int(s.argmax())]) for s in scores]
+
 
 class Regression(SequenceClassification):
     kind, label_type = "regression", "value"
@@ -156,6 +239,10 @@ class Regression(SequenceClassification):
         preds = [float(s[0]) for s in scores]
         gold = [ex.label for ex in examples]
         return Scored(M.compute_metrics(task.metrics, preds, gold) if _labelled(gold) else {}, preds, {})
+
+    def answers(self, examples, features, scores, labels, settings, calibration=None):
+        name = labels[0] if labels else "LABEL_0"  # what transformers calls a regression head's one output
+        return [_ranked([name], s, [0]) for s in scores]
 
     def baseline(self, task, train_examples, eval_examples):
         mean = float(np.mean([ex.label for ex in train_examples]))
@@ -198,6 +285,11 @@ class MultiLabelClassification(SequenceClassification):
                                               .items() if k == "micro_f1"}}
         return Scored(metrics, [[labels[j] for j in np.flatnonzero(row)] for row in pred], tuned)
 
+    def answers(self, examples, features, scores, labels, settings, calibration=None):
+        """Every label's sigmoid, and the labels at or over their thresholds (dev-tuned, else 0.5)."""
+        thresholds = np.asarray((calibration or {}).get("thresholds") or [0.5] * len(labels), dtype=np.float64)
+        return [_ranked(labels, s, np.flatnonzero(s >= thresholds), one=False) for s in scores]
+
     def baseline(self, task, train_examples, eval_examples):
         labels = label_list(train_examples)
         gold = np.array([[name in ex.label for name in labels] for ex in eval_examples], dtype=bool)
@@ -223,11 +315,19 @@ class MultipleChoice(Family):
         return {"method": "chance", "accuracy": float(np.mean([1 / len(ex.options) for ex in eval_examples]))}
 
     def example(self, raw, index):
-        if not (isinstance(raw, dict) and isinstance(raw.get("question"), str) and isinstance(raw.get("options"), list)
-                and len(raw["options"]) >= 2 and all(isinstance(o, str) for o in raw["options"])):
-            raise ConfigError(f"input {index}: expected {{'question': str, 'options': [at least two strings], "
-                              "'context': optional str}")
-        return ChoiceExample(str(index), raw.get("context") or "", raw["question"], list(raw["options"]))
+        shape = "{'question': str, 'options': [at least two strings], 'context': optional str}"
+        if not (isinstance(raw, dict) and isinstance(raw.get("options"), list) and len(raw["options"]) >= 2):
+            raise ConfigError(f"expected {shape}, got {_describe(raw)}")
+        unknown = sorted(set(raw) - {"question", "options", "context"})
+        if unknown:
+            raise ConfigError(f"unexpected key(s) {unknown}: expected {shape}")
+        context = raw.get("context")
+        return ChoiceExample(str(index), "" if context is None else _nonblank(context, "context"),
+                             _nonblank(raw.get("question"), "question"),
+                             [_nonblank(o, f"option {j}") for j, o in enumerate(raw["options"])])
+
+    def answers(self, examples, features, scores, labels, settings, calibration=None):
+        return [_ranked(range(len(s)), s, [int(s.argmax())]) for s in scores]
 
 
 class ExtractiveQA(Family):
@@ -273,10 +373,34 @@ class ExtractiveQA(Family):
         return {"method": method, "exact": scores[method]["exact"], "f1": scores[method]["f1"]}
 
     def example(self, raw, index):
-        if not (isinstance(raw, dict) and isinstance(raw.get("question"), str)
-                and isinstance(raw.get("context"), str)):
-            raise ConfigError(f"input {index}: expected {{'question': str, 'context': str}}")
-        return QAExample(str(index), raw["question"], raw["context"], [])
+        if not (isinstance(raw, dict) and "question" in raw and "context" in raw):
+            raise ConfigError(f"expected {{'question': str, 'context': str}}, got {_describe(raw)}")
+        unknown = sorted(set(raw) - {"question", "context"})
+        if unknown:
+            raise ConfigError(f"unexpected key(s) {unknown}: expected {{'question': str, 'context': str}}")
+        return QAExample(str(index), _nonblank(raw["question"], "question"), _nonblank(raw["context"], "context"),
+                         [])
+
+    def answers(self, examples, features, scores, labels, settings, calibration=None):
+        """The best span of each context (every valid span scored); no answer ("") where a calibrated v2.0
+        null threshold says so. Offsets follow fast tokenizers: a bare "▁" covers its word's first character."""
+        features = [dataclasses.replace(f, offsets=[o if o is None else covering(o, examples[f.example_index].context)
+                                                    for o in f.offsets]) for f in features]
+        decoded = decode_squad(examples, features, [s[0] for s in scores], [s[1] for s in scores],
+                               max_answer_length=settings.max_answer_length, exhaustive=True)
+        threshold = (calibration or {}).get("null_threshold")
+        out = []
+        for ex in examples:
+            p = decoded[ex.id]
+            if threshold is not None and p.null_diff > float(threshold) or not p.text:
+                out.append(Span("", 0, 0, p.null_probability))
+            else:
+                out.append(Span(p.text, p.start, p.end, p.probability))
+        return out
+
+
+def _describe(raw: Any) -> str:
+    return f"an object with keys {sorted(raw)}" if isinstance(raw, dict) else type(raw).__name__
 
 
 _WORD = re.compile(r"\w+(?:[-'\u2019]\w+)*")
@@ -294,6 +418,45 @@ def rarest_word_answers(train_examples: Sequence[QAExample], eval_examples: Sequ
             for ex in eval_examples}
 
 
+def covering(span: tuple[int, int], text: str) -> tuple[int, int]:
+    """A token's characters as fast tokenizers report them: the empty span of a bare "▁" piece (litebert's
+    tokenizer gives it the start of the next word) covers that word's first character."""
+    s, e = span
+    return (s, e) if e > s else (s, min(s + 1, len(text)))
+
+
+@dataclass
+class TextTagExample(TagExample):
+    """A sentence to tag as it was typed: its words are its whitespace-separated spans."""
+
+    text: str = ""
+
+
+@dataclass
+class TextTagFeature(Feature):
+    offsets: list = field(default_factory=list, repr=False)  # token -> (start, end) in the text; None: special
+
+
+def featurize_text_tags(examples: Sequence[TextTagExample], tok, max_length: int) -> list[TextTagFeature]:
+    """[CLS] text [SEP] with each token's characters in the text and its word (the same ids as featurize_tags
+    gives the words joined by spaces: ALBERT's normalisation collapses whitespace)."""
+    specials = set(SPECIALS.values())
+    features = []
+    for i, ex in enumerate(examples):
+        ids, spans = tok.encode_with_offsets(ex.text)
+        words = [m.span() for m in re.finditer(r"\S+", ex.text)]
+        ends = [e for _, e in words]
+        offsets, word_ids = [], []
+        for s, e in spans[: max_length - 2]:
+            j = bisect.bisect_right(ends, s)  # the first word ending after the token starts; as featurize_tags
+            word_ids.append(j if j < len(words) and words[j][0] < e else None)  # a bare "▁" is in no word
+            offsets.append(None if ex.text[s:e] in specials else covering((s, e), ex.text))  # "[MASK]" typed
+        ids = [tok.cls_id, *ids[: max_length - 2], tok.sep_id]
+        features.append(TextTagFeature(ids, [0] * len(ids), None, i, [None, *word_ids, None],
+                                       [None, *offsets, None]))
+    return features
+
+
 class TokenTagging(Family):
     """Word-level tags (BIO NER): each word is tagged by its first sub-token; scored by entity-level F1."""
 
@@ -309,6 +472,8 @@ class TokenTagging(Family):
         return "f1"
 
     def featurize(self, examples, tok, labels, settings):
+        if examples and all(isinstance(ex, TextTagExample) for ex in examples):  # raw text, from a pipeline
+            return featurize_text_tags(examples, tok, settings.max_length)
         return featurize_tags(examples, tok, settings.max_length, labels)
 
     def scores(self, output, features):
@@ -326,29 +491,139 @@ class TokenTagging(Family):
         return {"method": "every word O", **M.entity_f1([ex.tags for ex in eval_examples], outside)}
 
     def example(self, raw, index):
-        if isinstance(raw, str):
-            return TagExample(str(index), raw.split())
-        if isinstance(raw, list) and all(isinstance(w, str) for w in raw):
-            return TagExample(str(index), list(raw))
-        raise ConfigError(f"input {index}: expected a string or a list of words, got {type(raw).__name__}")
+        if isinstance(raw, list) and raw and all(isinstance(w, str) and w and not re.search(r"\s", w) for w in raw):
+            raw = " ".join(raw)
+        elif not isinstance(raw, str):
+            raise ConfigError(f"expected a string or a list of words (non-empty, without spaces), got "
+                              f"{_describe(raw)}")
+        text = _nonblank(raw, "the text")
+        return TextTagExample(str(index), text.split(), text=text)
+
+    def answers(self, examples, features, scores, labels, settings, calibration=None):
+        return [[TokenScores(t, f.input_ids[t], *f.offsets[t], f.word_ids[t], s[t])
+                 for t in range(len(f.input_ids)) if f.offsets[t] is not None]
+                for f, s in zip(features, scores)]
+
+
+@dataclass
+class MaskFeature(Feature):
+    mask_positions: list[int] = field(default_factory=list)
+
+
+class MaskedLanguageModel(Family):
+    """Fill-mask on a pretrained model: the MLM head's distribution at each [MASK] of a text. For pipelines
+    only: nothing is fine-tuned or scored."""
+
+    kind, head = "masked_lm", AlbertForMaskedLM
+    mask = SPECIALS["mask_token"]
+
+    def example(self, raw, index):
+        text = _nonblank(raw, "the text")
+        if self.mask not in text:
+            raise ConfigError(f"no {self.mask} in the text: fill-mask predicts the tokens at {self.mask}")
+        return TextExample(str(index), text)
+
+    def load(self, directory):
+        """The checkpoint's own class when it has the MLM head (pretraining checkpoints are AlbertForPreTraining),
+        so that nothing is reported unused; a fine-tuned head has no MLM weights left."""
+        config = AlbertConfig.load(directory)
+        cls = model_class(config)
+        if cls not in (AlbertForMaskedLM, AlbertForPreTraining):
+            raise ConfigError(f"{directory} holds an {cls.__name__}, without the masked-LM head fill-mask needs; "
+                              "use a pretrained checkpoint (AlbertForPreTraining or AlbertForMaskedLM)")
+        return cls.from_pretrained(directory)
+
+    def featurize(self, examples, tok, labels, settings):
+        features = []
+        for i, ex in enumerate(examples):
+            ids = tok.encode(ex.text_a, max_length=settings.max_length)
+            positions = [t for t, token in enumerate(ids) if token == tok.mask_id]
+            if not positions:
+                raise ConfigError(f"input {i}: its {self.mask} is cut off by max_length {settings.max_length}")
+            features.append(MaskFeature(ids, [0] * len(ids), None, i, None, positions))
+        return features
+
+    def scores(self, output, features):
+        logits = output.logits if hasattr(output, "logits") else output.prediction_logits  # AlbertForPreTraining
+        return [_softmax(logits[j, f.mask_positions]) for j, f in enumerate(features)]  # (num_masks, V) each
+
+    def answers(self, examples, features, scores, labels, settings, calibration=None):
+        return [MaskFill(f.input_ids, f.mask_positions, s) for f, s in zip(features, scores)]
+
+
+class Encoder(Family):
+    """The encoder's last hidden states: every token's vector (pooling None), or one vector per text, the mean
+    over its tokens ([CLS] and [SEP] included, as sentence-transformers does) or the [CLS] vector. For
+    pipelines only."""
+
+    kind, head = "encoding", AlbertModel
+    POOLING = ("mean", "cls")
+
+    def __init__(self, pooling: str | None = None):
+        if pooling is not None and pooling not in self.POOLING:
+            raise ConfigError(f"pooling must be one of {self.POOLING}, got {pooling!r}")
+        self.pooling = pooling
+
+    def example(self, raw, index):
+        return _text_example(raw, index)
+
+    def load(self, directory):
+        """The encoder of whatever the checkpoint holds (a head's `albert`), loaded without unused weights."""
+        return encoder_of(model_class(AlbertConfig.load(directory)).from_pretrained(directory))
+
+    def featurize(self, examples, tok, labels, settings):
+        return featurize_classification(examples, tok, settings.max_length, None)
+
+    def scores(self, output, features):
+        hidden = output.last_hidden_state.float().cpu().numpy()  # (B, T, H)
+        return [hidden[j, :len(f.input_ids)] for j, f in enumerate(features)]  # (T, H) each, without padding
+
+    def answers(self, examples, features, scores, labels, settings, calibration=None):
+        if self.pooling is None:
+            return list(scores)
+        return [s.mean(0) if self.pooling == "mean" else s[0] for s in scores]  # (H,)
+
+
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 @torch.no_grad()
 def model_scores(model, family: Family, features: Sequence, batch_size: int, pad_id: int) -> list[np.ndarray]:
-    """The family's per-feature scores of `model`, in the features' order. Batches are cut from the features
-    sorted by length, so each pads to near its own length rather than to the longest of a random handful."""
+    """The family's per-feature scores of a PyTorch `model`, in the features' order (see batched_scores)."""
     model.eval()
     device = next(model.parameters()).device  # during fine-tuning: the training device
+    return batched_scores(lambda batch: model(**{k: batch[k].to(device) for k in MODEL_INPUTS}), family,
+                          features, batch_size, pad_id)
+
+
+def batched_scores(run: Callable[[dict[str, torch.Tensor]], Any], family: Family, features: Sequence,
+                   batch_size: int, pad_id: int) -> list[np.ndarray]:
+    """The family's per-feature scores, in the features' order, where `run` maps one padded batch (collate's
+    tensors) to the model's output: a PyTorch forward, an ONNX Runtime session, ..."""
     scores: list[np.ndarray | None] = [None] * len(features)
-    order = sorted(range(len(features)), key=lambda i: feature_length(features[i].input_ids))
-    for start in range(0, len(order), batch_size):
-        index = order[start:start + batch_size]
+    for index in length_batches(features, batch_size):
         chunk = [features[i] for i in index]
-        batch = collate(chunk, pad_id)
-        output = model(**{k: batch[k].to(device) for k in ("input_ids", "attention_mask", "token_type_ids")})
-        for i, row in zip(index, family.scores(output, chunk)):
+        for i, row in zip(index, family.scores(run(collate(chunk, pad_id)), chunk)):
             scores[i] = row
     return scores
+
+
+def length_batches(features: Sequence, batch_size: int) -> Iterator[list[int]]:
+    """Feature indices in batches of at most batch_size, cut from the features sorted by length, so each pads
+    to near its own length rather than to the longest of a random handful. Multiple-choice features are
+    grouped by their number of options first: a batch is one (B, C, T) block."""
+    def options(i: int) -> int:
+        ids = features[i].input_ids
+        return len(ids) if ids and isinstance(ids[0], list) else 0
+
+    batch: list[int] = []
+    for i in sorted(range(len(features)), key=lambda i: (options(i), feature_length(features[i].input_ids))):
+        if batch and (len(batch) == batch_size or options(i) != options(batch[0])):
+            yield batch
+            batch = []
+        batch.append(i)
+    if batch:
+        yield batch
 
 
 def feature_length(input_ids: list) -> int:
@@ -359,6 +634,18 @@ def feature_length(input_ids: list) -> int:
 FAMILIES: dict[str, Family] = {f.kind: f for f in (SequenceClassification(), Regression(),
                                                    MultiLabelClassification(), MultipleChoice(), ExtractiveQA(),
                                                    TokenTagging())}
+
+
+CALIBRATION_FILE = "calibration.json"  # beside a fine-tuned checkpoint: what its family tuned on dev
+
+
+def read_calibration(directory: str) -> dict[str, Any] | None:
+    """What the family calibrated on dev when the checkpoint was fine-tuned (thresholds), or None."""
+    path = os.path.join(directory, CALIBRATION_FILE)
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
 
 
 def family_of(task) -> Family:

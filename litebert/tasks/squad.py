@@ -189,16 +189,26 @@ class QAPrediction:
     text: str  # the best non-null span ("" when no valid span exists)
     null_diff: float  # null score (min over windows of start[0] + end[0]) minus the best span's score
     nbest: list[tuple[str, float]]  # the best distinct span texts with their start + end logit scores
+    start: int = 0  # the best span's character offsets in the context: text == context[start:end]
+    end: int = 0
+    probability: float = 0.0  # p(start) * p(end) in the best span's window (softmax over its context and [CLS])
+    null_probability: float = 1.0  # p([CLS]) * p([CLS]) in the window giving the null score
 
 
 def decode_squad(examples: Sequence[QAExample], features: Sequence[QAFeature], start_logits: Sequence,
-                 end_logits: Sequence, n_best: int = 20, max_answer_length: int = 30) -> dict[str, QAPrediction]:
+                 end_logits: Sequence, n_best: int = 20, max_answer_length: int = 30,
+                 exhaustive: bool = False) -> dict[str, QAPrediction]:
     """Best answer spans from per-window start/end logits ((num_features, T) or one ragged row per feature).
 
     A span is (start, end) with start <= end, both on context tokens, at most max_answer_length tokens, starting
     where its window gives it the most context; its score is start_logit + end_logit, and its text is the
     original context between the tokens' character offsets. The null score is [CLS]'s start + end; the
     difference null - best feeds the v2.0 threshold (predict "no answer" when it exceeds the threshold).
+    Candidates are the spans between the n_best highest start and end logits of each window (BERT's
+    run_squad shortcut, kept for its scores); `exhaustive` scores every valid span instead, so the best span
+    is the best one, as pipelines answer. Pipelines also read the best span's character offsets and its
+    probability in its window, as transformers' question-answering pipeline scored answers: softmax over the
+    window's context tokens and [CLS].
     """
     if not len(features) == len(start_logits) == len(end_logits):
         raise ValueError(f"{len(features)} features but {len(start_logits)}/{len(end_logits)} logit rows")
@@ -207,28 +217,54 @@ def decode_squad(examples: Sequence[QAExample], features: Sequence[QAFeature], s
         by_example.setdefault(feature.example_index, []).append(f)
     predictions = {}
     for i, ex in enumerate(examples):
-        candidates, null = {}, math.inf
+        candidates, null, null_probability = {}, math.inf, 1.0
+        spans = {}  # text -> (start char, end char, probability) of its best-scoring occurrence
         for f in by_example.get(i, []):
             feature, n = features[f], len(features[f].input_ids)
             start = np.asarray(start_logits[f], dtype=np.float64)[:n]  # (T,) without the batch's padding
             end = np.asarray(end_logits[f], dtype=np.float64)[:n]
-            null = min(null, start[0] + end[0])
-            top_starts = np.argsort(-start, kind="stable")[:n_best]
-            top_ends = np.argsort(-end, kind="stable")[:n_best]
-            for s in top_starts:
-                if feature.offsets[s] is None or not feature.max_context[s]:
-                    continue
-                for e in top_ends:
-                    if feature.offsets[e] is None or not 0 <= e - s < max_answer_length:
-                        continue
-                    text = ex.context[feature.offsets[s][0]: feature.offsets[e][1]]
-                    score = float(start[s] + end[e])
-                    if score > candidates.get(text, -math.inf):
-                        candidates[text] = score
+            p_start, p_end = _window_softmax(start, feature.offsets), _window_softmax(end, feature.offsets)
+            if start[0] + end[0] < null:
+                null, null_probability = start[0] + end[0], float(p_start[0] * p_end[0])
+            for s, e in _candidate_spans(feature, start, end, n_best, max_answer_length, exhaustive):
+                text = ex.context[feature.offsets[s][0]: feature.offsets[e][1]]
+                score = float(start[s] + end[e])
+                if score > candidates.get(text, -math.inf):
+                    candidates[text] = score
+                    spans[text] = (feature.offsets[s][0], feature.offsets[e][1], float(p_start[s] * p_end[e]))
         nbest = sorted(candidates.items(), key=lambda kv: -kv[1])[:n_best]
         best_text, best_score = nbest[0] if nbest else ("", -math.inf)
-        predictions[ex.id] = QAPrediction(best_text, float(null - best_score), nbest)
+        char_start, char_end, probability = spans.get(best_text, (0, 0, 0.0))
+        predictions[ex.id] = QAPrediction(best_text, float(null - best_score), nbest, char_start, char_end,
+                                          probability, null_probability)
     return predictions
+
+
+def _candidate_spans(feature: QAFeature, start: np.ndarray, end: np.ndarray, n_best: int, max_answer_length: int,
+                     exhaustive: bool) -> list[tuple[int, int]]:
+    """(start, end) token pairs of one window worth scoring: both on context tokens, start where the window gives
+    it the most context, 0 <= end - start < max_answer_length. Exhaustive: the n_best best-scoring of all such
+    pairs (which holds the best span); else the valid pairs among the n_best best starts and ends."""
+    if not exhaustive:
+        return [(s, e) for s in np.argsort(-start, kind="stable")[:n_best]
+                if feature.offsets[s] is not None and feature.max_context[s]
+                for e in np.argsort(-end, kind="stable")[:n_best]
+                if feature.offsets[e] is not None and 0 <= e - s < max_answer_length]
+    context = np.array([o is not None for o in feature.offsets[: len(start)]])
+    can_start = context & np.array(feature.max_context[: len(start)], dtype=bool)
+    length = np.arange(len(end))[None, :] - np.arange(len(start))[:, None]  # (T, T): end - start
+    valid = can_start[:, None] & context[None, :] & (length >= 0) & (length < max_answer_length)
+    s_idx, e_idx = np.nonzero(valid)
+    best = np.argsort(-(start[s_idx] + end[e_idx]), kind="stable")[:n_best]
+    return list(zip(s_idx[best].tolist(), e_idx[best].tolist()))
+
+
+def _window_softmax(logits: np.ndarray, offsets: Sequence) -> np.ndarray:
+    """(T,) probabilities over the tokens a window can answer with: its context tokens and [CLS] (position 0)."""
+    allowed = np.array([t == 0 or o is not None for t, o in enumerate(offsets[: len(logits)])])
+    shifted = np.where(allowed, logits - logits[allowed].max(), -np.inf)
+    weights = np.exp(shifted)
+    return weights / weights.sum()
 
 
 def apply_null_threshold(predictions: Mapping[str, QAPrediction], threshold: float | None) -> dict[str, str]:
