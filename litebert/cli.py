@@ -18,9 +18,11 @@ VERBS: dict[str, tuple[str, str]] = {
     "tokenizer": ("litebert.corpus.tokenizer_training:cli", "train a SentencePiece tokenizer with ALBERT's conventions"),
     "prepare": ("litebert.corpus.pairs:cli", "turn raw documents into sharded sentence-order pretraining pairs"),
     "pretrain": ("litebert.pretrain:cli", "pretrain AlbertForPreTraining with MLM + SOP (or NSP) and LAMB"),
-    "finetune": ("litebert.finetune:cli", "fine-tune on a classification, QA, multiple-choice or tagging task"),
+    "finetune": ("litebert.sweep:cli", "fine-tune on a classification, QA, multiple-choice or tagging task; "
+                 "--seeds/swept flags: a grid"),
     "evaluate": ("litebert.finetune:cli_evaluate", "score a fine-tuned checkpoint on a task's dev/test file"),
     "predict": ("litebert.finetune:cli_predict", "write predictions of a fine-tuned checkpoint"),
+    "ensemble": ("litebert.ensemble:cli", "average fine-tuned models' scores, members chosen greedily on dev"),
     "embed": ("litebert.embed:cli", "sentence embeddings for a file of sentences; S-ALBERT training"),
     "convert": ("litebert.interop.convert:cli", "convert HF or original TF ALBERT checkpoints to a litebert/HF directory"),
     "export": ("litebert.interop.export:cli", "export a checkpoint for inference (TorchScript / ONNX)"),

@@ -28,7 +28,8 @@ from litebert.files import write_dir_atomically, write_json
 from litebert.runconfig import add_config_args, load_toml, resolve_config
 from litebert.tasks.families import FeatureSettings, Family, Scored, family_for_config, family_of, model_scores
 from litebert.tasks.features import collate
-from litebert.training.loop import TrainConfig, is_main_process, shuffled_batches, train, world_size
+from litebert.training.loop import (TrainConfig, TrainResult, is_main_process, shuffled_batches, train,
+                                    world_size)
 
 BEST_SCORE_NAME = "best_score.json"  # in best/, written with it: what it scored, so --resume keeps it unless beaten
 CALIBRATION_NAME = "calibration.json"  # in best/: what the family tuned on dev (thresholds), applied on test
@@ -95,11 +96,26 @@ class FinetuneConfig:
     dropout: float | None = field(default=None, metadata={
         "help": "hidden and attention dropout while fine-tuning (default: the model's; ALBERT v2 pretrains "
                 "without dropout, and a small model fine-tuned on a few thousand examples may want 0.1)"})
+    early_stopping_patience: int = field(default=0, metadata={
+        "help": "stop after N evaluations (--eval-every) without a better dev score; best/ keeps the best "
+                "(0: train all --max-steps)"})
 
     def __post_init__(self) -> None:
         # Refused here, before training: otherwise the first evaluation fails with range()'s own message.
         if self.eval_batch_size < 1:
             raise ConfigError(f"invalid FinetuneConfig: eval_batch_size must be >= 1, got {self.eval_batch_size}")
+        if self.early_stopping_patience < 0:
+            raise ConfigError("invalid FinetuneConfig: early_stopping_patience must be >= 0, got "
+                              f"{self.early_stopping_patience}")
+
+
+class EarlyStopped(Exception):
+    """Raised by the batch of the step after the evaluation that used up the patience: the loop ends before
+    that step changes a weight, with the evaluation logged and the best model already in best/."""
+
+    def __init__(self, step: int):
+        super().__init__(f"early stop after step {step}")
+        self.step = step  # the last step trained
 
 
 def resolve_task(cfg: FinetuneConfig) -> T.Task:
@@ -226,6 +242,10 @@ def finetune(cfg: FinetuneConfig, train_cfg: TrainConfig) -> dict[str, Any]:
     primary = run.family.primary_metric(run.task)
     best_dir = os.path.join(train_cfg.out_dir, "best")
     best = previous_best(best_dir, primary, train_cfg.resume)
+    patience = {"stale": 0, "eval": {}}  # evaluations since best/ improved; the last evaluation's metrics
+    if cfg.early_stopping_patience and (train_cfg.eval_every == 0 or world_size() > 1):
+        raise ConfigError("early stopping needs --eval-every N (it counts evaluations), in one process "
+                          "(rank 0 alone evaluates)")
 
     def write_best(m, scored: Scored, directory: str) -> None:
         m.save_pretrained(directory)
@@ -239,23 +259,36 @@ def finetune(cfg: FinetuneConfig, train_cfg: TrainConfig) -> dict[str, Any]:
                                   model_scores(m, run.family, run.eval_features, cfg.eval_batch_size,
                                                run.tokenizer.pad_id), run.labels, run.settings)
         value = scored.metrics.get(primary, -float("inf"))
-        if value > best["metric"]:  # replaced whole or not at all: a kill mid-write keeps the previous best
+        improved = value > best["metric"]
+        if improved:  # replaced whole or not at all: a kill mid-write keeps the previous best
             write_dir_atomically(best_dir, lambda tmp: write_best(m, scored, tmp))
             best.update(metric=value, metrics=scored.metrics)
-        return {k: v for k, v in scored.metrics.items() if isinstance(v, (int, float))}
+        patience["stale"] = 0 if improved else patience["stale"] + 1
+        patience["eval"] = {k: v for k, v in scored.metrics.items() if isinstance(v, (int, float))}
+        return patience["eval"]
 
     pad_id, features = run.tokenizer.pad_id, run.train_features
     micro, _ = train_cfg.accumulation(world_size())
     batch_fn = shuffled_batches(len(features), train_cfg.batch_size, micro, train_cfg.seed,
                                 lambda idx, _position: collate([features[i] for i in idx], pad_id))
-    result = train(model, batch_fn, train_cfg, evaluate, tokenizer=cfg.tokenizer or run.model_dir,
-                   configs={"finetune": dataclasses.asdict(cfg)})
+
+    def batch_or_stop(step: int, *where: int):
+        if cfg.early_stopping_patience and patience["stale"] >= cfg.early_stopping_patience:
+            raise EarlyStopped(step)
+        return batch_fn(step, *where)
+
+    try:
+        result = train(model, batch_or_stop, train_cfg, evaluate, tokenizer=cfg.tokenizer or run.model_dir,
+                       configs={"finetune": dataclasses.asdict(cfg)})
+    except EarlyStopped as stop:
+        result = TrainResult(stop.step, {}, patience["eval"], None)
     summary = {"task": run.task.name, "kind": run.task.kind, "from_scratch": cfg.from_scratch, "model": cfg.model,
                "examples": {"train": len(run.train_examples), cfg.eval_split: len(run.eval_examples),
                             "skipped_train": len(run.train_examples.skipped),
                             f"skipped_{cfg.eval_split}": len(run.eval_examples.skipped)},
                "primary_metric": primary, "final": dict(result.eval), "best": best["metrics"],
                "baseline": run.family.baseline(run.task, run.train_examples, run.eval_examples), "steps": result.step,
+               "early_stopped": result.step < train_cfg.max_steps,
                "best_dir": best_dir, "out_dir": train_cfg.out_dir}
     if is_main_process():
         write_json(os.path.join(train_cfg.out_dir, "summary.json"), summary)
@@ -319,13 +352,25 @@ def recipe_defaults(task_name: str, train_table: dict[str, Any]) -> dict[str, An
             "warmup_steps": recipe.warmup_steps, "weight_decay": 0.01, **train_table}
 
 
-def cli(argv: list[str]) -> int:
+GRID_HELP = """grids of runs (litebert.sweep):
+  --seeds 1 2 3            one run per seed, in --out-dir/<values>/ (resumable; grid.json, grid.md)
+  --lr 1e-5 2e-5 ...       any numeric option given several values is swept: seeds x values
+  --score-test             score the selected configuration's runs on test, once each"""
+
+
+def parse_args(argv: list[str]) -> tuple[FinetuneConfig, TrainConfig]:
+    """A single run's configs from its flags: defaults < the task's recipe < --config's TOML < flags."""
     parser = _parser("litebert finetune", __doc__, train_args=True)
+    parser.epilog = GRID_HELP
     args = parser.parse_args(argv)
     cfg, toml = _finetune_config(args, ("finetune", "train"))
     train_table = recipe_defaults(cfg.task, toml.get("train", {}))
-    train_cfg = resolve_config(TrainConfig, train_table, args, source=f"{args.config} [train]")
-    summary = finetune(cfg, train_cfg)
+    return cfg, resolve_config(TrainConfig, train_table, args, source=f"{args.config} [train]")
+
+
+def cli(argv: list[str]) -> int:
+    """One run; `litebert finetune` reaches it through litebert.sweep, which runs grids (--seeds, swept flags)."""
+    summary = finetune(*parse_args(argv))
     print(json.dumps({"task": summary["task"], "best": summary["best"], "baseline": summary["baseline"],
                       "best_dir": summary["best_dir"]}, indent=1))
     return 0

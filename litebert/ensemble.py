@@ -1,0 +1,337 @@
+"""Ensembles of fine-tuned models: the average of their family scores, members chosen greedily on dev.
+
+    litebert ensemble --task T --data-dir D --models run1/best run2/best ... --out out/ens
+    litebert ensemble --task T --data-dir D --from-grid out/grid --top 8 --out out/ens
+    litebert ensemble --task T --data-dir D --models out/run --average-last 3 --out out/avg
+
+What is averaged is what the task's family scores per feature (litebert.tasks.families: `scores`): class
+probabilities, regression values, label probabilities (multi-label), option probabilities, QA start/end logits
+before span decoding (as the paper averaged them), tag probabilities. The average is then scored by the family
+exactly as one model's scores are, so an ensemble of one model is that model.
+
+Selection, as the paper's ensembles (Tables 9-10: checkpoints "selected based on development set performance"):
+start from the best single member on dev, add the candidate that most improves the dev metric of the average,
+stop when none does; each candidate at most once, equal weights.
+
+Test-set hygiene: selection and calibration (multi-label thresholds, SQuAD v2.0's no-answer threshold, tuned
+for the averaged scores) use dev only. The test split (--split) is scored once, after selection: the ensemble
+with its dev calibration, and each selected member with its own (best/calibration.json). ensemble.json in --out
+records the members, their weights, the selection steps and every score.
+
+--average-last K: each --models entry is a run directory; its member is the weight average of the run's last K
+checkpoints (step_N/, as --save-every/--keep-last left them), written to <out>/averaged/<run>/.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from litebert import tasks as T
+from litebert.config import AlbertConfig
+from litebert.errors import CheckpointError, ConfigError
+from litebert.files import write_dir_atomically, write_json
+from litebert.runconfig import add_config_args, resolve_config
+from litebert.finetune import (FinetuneConfig, _finetune_config, _parser, checked_max_length, feature_settings,
+                               load_tokenizer, read_calibration, read_split, resolve_task)
+from litebert.tasks.families import Family, Scored, family_for_config, family_of, model_scores
+
+ENSEMBLE_NAME = "ensemble.json"
+
+
+def average_scores(members: Sequence[Sequence[np.ndarray]], weights: Sequence[float] | None = None) -> list[np.ndarray]:
+    """Per feature, the weighted mean of the members' arrays (every member scored the same features). Computed
+    in float64 and returned in the members' dtype, so one member with weight 1 comes back unchanged."""
+    if not members:
+        raise ConfigError("an ensemble needs at least one member")
+    w = np.full(len(members), 1 / len(members)) if weights is None else np.asarray(weights, dtype=np.float64)
+    if len(w) != len(members) or (w < 0).any() or w.sum() <= 0:
+        raise ConfigError(f"weights {list(w)} do not fit {len(members)} members (non-negative, not all zero)")
+    w = w / w.sum()
+    if len({len(m) for m in members}) != 1:
+        raise ConfigError(f"members scored different numbers of features: {[len(m) for m in members]}")
+    averaged = []
+    for rows in zip(*members):
+        if len({np.shape(r) for r in rows}) != 1:
+            raise ConfigError(f"members' scores of one feature differ in shape: {[np.shape(r) for r in rows]}")
+        mean = sum(wi * np.asarray(r, dtype=np.float64) for wi, r in zip(w, rows))
+        averaged.append(mean.astype(np.asarray(rows[0]).dtype))
+    return averaged
+
+
+class Ensemble:
+    """Fine-tuned models of one task whose family scores are averaged with `weights` (default: equal).
+
+        ens = Ensemble.load("out/ens")                   # what `litebert ensemble` selected
+        scores = ens.scores(family, features, pad_id=tok.pad_id)
+        family.score(task, examples, features, scores, labels, settings, ens.calibration)
+    """
+
+    def __init__(self, models: Sequence[torch.nn.Module], weights: Sequence[float] | None = None,
+                 calibration: dict[str, Any] | None = None):
+        self.models, self.weights, self.calibration = list(models), weights, calibration
+
+    @classmethod
+    def from_dirs(cls, directories: Sequence[str], weights: Sequence[float] | None = None,
+                  calibration: dict[str, Any] | None = None) -> "Ensemble":
+        return cls([load_member(d) for d in directories], weights, calibration)
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike) -> "Ensemble":
+        """The ensemble `litebert ensemble --out directory` recorded (its members' directories must remain)."""
+        with open(os.path.join(directory, ENSEMBLE_NAME), encoding="utf-8") as f:
+            saved = json.load(f)
+        members = saved["members"]
+        return cls.from_dirs([m["dir"] for m in members], [m["weight"] for m in members], saved.get("calibration"))
+
+    def scores(self, family: Family, features: Sequence, batch_size: int = 64, pad_id: int = 0) -> list[np.ndarray]:
+        return average_scores([model_scores(m, family, features, batch_size, pad_id) for m in self.models],
+                              self.weights)
+
+
+def load_member(directory: str):
+    config = AlbertConfig.load(directory)
+    return family_for_config(config).head.from_pretrained(directory)
+
+
+@dataclass
+class Split:
+    """One split of the task, featurized once as every member reads it (the members share tokenizer and labels)."""
+
+    name: str
+    task: T.Task
+    family: Family
+    labels: list[str] | None
+    settings: Any
+    pad_id: int
+    examples: T.Examples
+    features: list
+
+    def score(self, scores: Sequence[np.ndarray], calibration: dict | None = None) -> Scored:
+        return self.family.score(self.task, self.examples, self.features, scores, self.labels, self.settings,
+                                 calibration)
+
+
+def read_task_split(cfg: FinetuneConfig, members: Sequence[str], split: str) -> Split:
+    """`split` of cfg's task, featurized with the first member's tokenizer, after checking every member is a
+    model of this task's family with the same labels and tokenizer (else their scores would not line up)."""
+    first = members[0]
+    config = AlbertConfig.load(first)
+    cfg = dataclasses.replace(cfg, model=first)
+    task = resolve_task(cfg)
+    family = family_of(task)
+    labels = [config.id2label[i] for i in range(config.num_labels)] if config.id2label else None
+    spiece = _file_hash(first, "spiece.model")
+    for d in members:
+        c = AlbertConfig.load(d)
+        if family_for_config(c) is not family:
+            raise ConfigError(f"{d} is not fine-tuned for {task.name} ({task.kind}): its architectures are "
+                              f"{c.architectures}")
+        mine = [c.id2label[i] for i in range(c.num_labels)] if c.id2label else None
+        if mine != labels:
+            raise ConfigError(f"{d} has labels {mine}, {first} has {labels}: members must share their labels")
+        if _file_hash(d, "spiece.model") != spiece:
+            raise ConfigError(f"{d} and {first} have different tokenizers: members must share one")
+    tok = load_tokenizer(cfg, first, config)
+    examples = read_split(task, cfg, split, labels, cfg.max_eval_examples)
+    settings = feature_settings(cfg, task, checked_max_length(cfg, task, first))
+    return Split(split, task, family, labels, settings, tok.pad_id, examples,
+                 family.featurize(examples, tok, labels, settings))
+
+
+def _file_hash(directory: str, name: str) -> str | None:
+    path = os.path.join(directory, name)
+    if not os.path.isfile(path):
+        return None
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def member_scores(directory: str, split: Split, batch_size: int) -> list[np.ndarray]:
+    """One member's family scores on the split (the model is loaded, used and let go)."""
+    return model_scores(load_member(directory), split.family, split.features, batch_size, split.pad_id)
+
+
+def greedy_select(candidates: Mapping[str, Sequence[np.ndarray]],
+                  metric: Callable[[list[np.ndarray]], float]) -> tuple[list[str], list[dict[str, Any]]]:
+    """Members chosen on dev: the best single candidate, then, while the metric of the average improves, the
+    candidate that improves it most (ties: the earlier candidate). Returns the members and the steps taken."""
+    single = {name: metric(list(scores)) for name, scores in candidates.items()}
+    chosen = [max(single, key=single.get)]
+    best = single[chosen[0]]
+    history = [{"added": chosen[0], "size": 1, "dev": best}]
+    while len(chosen) < len(candidates):
+        trials = {name: metric(average_scores([candidates[n] for n in chosen + [name]]))
+                  for name in candidates if name not in chosen}
+        name = max(trials, key=trials.get)
+        if not trials[name] > best:
+            break
+        chosen.append(name)
+        best = trials[name]
+        history.append({"added": name, "size": len(chosen), "dev": best})
+    return chosen, history
+
+
+def average_checkpoints(run_dir: str | os.PathLike, k: int, out: str | os.PathLike) -> Path:
+    """A model directory whose weights are the mean of the last `k` checkpoints of a run (config and tokenizer
+    from the newest). Integer buffers are taken from the newest checkpoint."""
+    from litebert.tokenizer import Tokenizer
+    from litebert.training.checkpoint import list_checkpoints
+    from litebert.weights import read_state_dict
+    found = list_checkpoints(run_dir)
+    if k < 1 or len(found) < k:
+        raise CheckpointError(f"{run_dir}: {len(found)} complete checkpoints, cannot average the last {k} (fine-tune "
+                              "with --save-every N and --keep-last >= K)")
+    states = [read_state_dict(str(path))[0] for _, path in found[-k:]]
+    if any(set(s) != set(states[-1]) for s in states):
+        raise CheckpointError(f"{run_dir}: the last {k} checkpoints hold different weights")
+    averaged = {name: (torch.stack([s[name].double() for s in states]).mean(0).to(t.dtype)
+                       if t.is_floating_point() else t) for name, t in states[-1].items()}
+    newest = str(found[-1][1])
+    model = load_member(newest)
+    missing, unexpected = model.load_state_dict(averaged, strict=False)
+    if unexpected:
+        raise CheckpointError(f"{newest}: weights the model does not have, e.g. {unexpected[0]}")
+
+    def fill(tmp: Path) -> None:
+        model.save_pretrained(tmp)
+        Tokenizer.from_pretrained(newest).save_pretrained(str(tmp))
+        write_json(tmp / "averaged.json", {"run": str(run_dir), "checkpoints": [str(p) for _, p in found[-k:]]})
+
+    return write_dir_atomically(out, fill)
+
+
+def grid_members(grid_dir: str, top: int) -> list[str]:
+    """The best/ directories of a grid's `top` runs by dev score, diverged runs left out (any configuration)."""
+    from litebert.sweep import read_grid
+    grid = read_grid(grid_dir)
+    runs = sorted((r for r in grid["runs"] if not r["diverged"] and r["dev"] is not None), key=lambda r: -r["dev"])
+    if not runs:
+        raise ConfigError(f"{grid_dir}: every run diverged; nothing to ensemble")
+    return [os.path.join(r["dir"], "best") for r in runs[:top]]
+
+
+def build_ensemble(cfg: FinetuneConfig, members: Sequence[str], *, select: bool = True, split: str | None = "test",
+                   out: str | os.PathLike | None = None, echo=print) -> dict[str, Any]:
+    """Score the candidates on dev, select (or take all), score the ensemble on dev (calibrating it there), then
+    once on `split` with that calibration, beside each selected member. Writes ensemble.json, calibration.json
+    and the split's predictions into `out` when given; returns the report."""
+    members = [str(m) for m in dict.fromkeys(members)]
+    dev = read_task_split(cfg, members, cfg.eval_split)
+    primary = dev.family.primary_metric(dev.task)
+    candidates, single_dev = {}, {}
+    for m in members:
+        candidates[m] = member_scores(m, dev, cfg.eval_batch_size)
+        single_dev[m] = dev.score(candidates[m]).metrics  # calibrated on dev, as fine-tuning did
+        if not single_dev[m]:
+            raise ConfigError(f"the {cfg.eval_split} split of {dev.task.name} has no labels to select on")
+        echo(f"{cfg.eval_split} {primary} {single_dev[m][primary]:.4f}  {m}")
+
+    def metric(scores: list[np.ndarray]) -> float:
+        return dev.score(scores).metrics[primary]
+
+    chosen, history = greedy_select(candidates, metric) if select else (members, [])
+    weights = [1 / len(chosen)] * len(chosen)
+    scored = dev.score(average_scores([candidates[m] for m in chosen], weights))
+    report: dict[str, Any] = {
+        "task": dev.task.name, "kind": dev.task.kind, "primary_metric": primary, "selection": "greedy on "
+        f"{cfg.eval_split}" if select else "all candidates", "steps": history,
+        "members": [{"dir": m, "weight": w, cfg.eval_split: single_dev[m][primary]} for m, w in zip(chosen, weights)],
+        "candidates": [{"dir": m, cfg.eval_split: single_dev[m][primary]} for m in members],
+        "calibration": scored.calibration, cfg.eval_split: _numbers(scored.metrics)}
+    best_single = max(members, key=lambda m: single_dev[m][primary])  # chosen on dev, as a user would
+    report["single"] = {"best_on_dev": best_single, cfg.eval_split: {
+        "best": single_dev[best_single][primary],
+        "mean_of_candidates": float(np.mean([single_dev[m][primary] for m in members]))}}
+    echo(f"ensemble of {len(chosen)}: {cfg.eval_split} {primary} {scored.metrics[primary]:.4f}")
+    predictions = None
+    if split and split not in dev.task.files:
+        echo(f"{dev.task.name} has no {split} split: nothing scored after selection")
+    elif split:
+        test = read_task_split(cfg, members, split)
+        member_test = {m: member_scores(m, test, cfg.eval_batch_size) for m in dict.fromkeys(chosen + [best_single])}
+        ens_test = test.score(average_scores([member_test[m] for m in chosen], weights), scored.calibration)
+        predictions = (test, ens_test.predictions)
+        if ens_test.metrics:
+            single_test = {m: test.score(s, read_calibration(m)).metrics[primary] for m, s in member_test.items()}
+            report[split] = _numbers(ens_test.metrics)
+            for row in report["members"]:
+                row[split] = single_test[row["dir"]]
+            report["single"][split] = {"best_on_dev": single_test[best_single],
+                                       "mean_of_members": float(np.mean([single_test[m] for m in chosen]))}
+            echo(f"ensemble {split} {primary} {ens_test.metrics[primary]:.4f}; best single (on dev) "
+                 f"{single_test[best_single]:.4f}")
+    if out is not None:
+        write_report(out, report, predictions)
+    return report
+
+
+def _numbers(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
+
+
+def write_report(out: str | os.PathLike, report: dict[str, Any], predictions: tuple[Split, list] | None) -> None:
+    os.makedirs(out, exist_ok=True)
+    write_json(os.path.join(out, ENSEMBLE_NAME), report)
+    if report["calibration"]:
+        write_json(os.path.join(out, "calibration.json"), report["calibration"])
+    if predictions is None:
+        return
+    split, preds = predictions
+    if split.task.submission:
+        report["predictions"] = str(T.write_glue_predictions(os.path.join(out, "glue") + os.sep, split.task,
+                                                             split.examples, preds))
+    else:
+        report["predictions"] = os.path.join(out, f"{split.name}_predictions.jsonl")
+        with open(report["predictions"], "w", encoding="utf-8") as f:
+            for ex, p in zip(split.examples, preds):
+                f.write(json.dumps({"id": ex.id, "prediction": p}, ensure_ascii=False) + "\n")
+    write_json(os.path.join(out, ENSEMBLE_NAME), report)
+
+
+@dataclass
+class EnsembleConfig:
+    """Which models, how they are chosen, and where the result goes (the task and features: FinetuneConfig)."""
+
+    models: list[str] = field(default_factory=list, metadata={
+        "help": "fine-tuned model directories (a run's best/), or run directories with --average-last"})
+    from_grid: str = field(default="", metadata={
+        "help": "a grid directory (litebert finetune --seeds ...): its best runs on dev are the candidates"})
+    top: int = field(default=8, metadata={"help": "--from-grid: how many runs, best dev score first"})
+    select: bool = field(default=True, metadata={
+        "help": "choose members greedily on dev (--no-select: every candidate, equal weights)"})
+    split: str = field(default="test", metadata={
+        "help": "split scored once after selection, and predicted ('none': no split)"})
+    average_last: int = field(default=0, metadata={
+        "help": "each member: the weight average of its run's last K checkpoints (0: the models as given)"})
+    out: str = field(default="", metadata={"help": "directory for ensemble.json, calibration.json and predictions"})
+
+
+def cli(argv: list[str]) -> int:
+    parser = _parser("litebert ensemble", __doc__, train_args=False)
+    add_config_args(parser, EnsembleConfig, "ensemble")
+    args = parser.parse_args(argv)
+    cfg, toml = _finetune_config(args, ("finetune", "train", "ensemble"))
+    ens = resolve_config(EnsembleConfig, toml.get("ensemble"), args, source=f"{args.config} [ensemble]")
+    if not ens.out:
+        parser.error("--out is required: the directory for ensemble.json and predictions")
+    if ens.models and ens.from_grid:
+        parser.error("give --models DIR... or --from-grid DIR, not both")
+    members = ens.models or (grid_members(ens.from_grid, ens.top) if ens.from_grid else [cfg.model] if cfg.model
+                             else parser.error("give --models DIR... or --from-grid DIR"))
+    if ens.average_last:
+        members = [str(average_checkpoints(m, ens.average_last,
+                                           os.path.join(ens.out, "averaged", Path(m).resolve().name)))
+                   for m in members]
+    report = build_ensemble(cfg, members, select=ens.select,
+                            split=None if ens.split.lower() in ("none", "") else ens.split, out=ens.out)
+    print(json.dumps({k: report[k] for k in ("members", "single") if k in report}, indent=1))
+    print(f"wrote {os.path.join(ens.out, ENSEMBLE_NAME)}")
+    return 0
