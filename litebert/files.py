@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
+
+from litebert.errors import ConfigError
 
 
 def fsync_path(path: str | os.PathLike) -> None:
@@ -21,6 +23,24 @@ def fsync_path(path: str | os.PathLike) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def naming(error: OSError, path: str | os.PathLike, staging: Path | None = None, note: str = "") -> OSError:
+    """`error` with a file name the user knows: `path` when it has none (a full disk while writing says "No
+    space left on device" and nothing else), and a file inside `staging` named as it will be inside `path`
+    (not as .tmp-NAME/...); `note` is added to the system's words."""
+    if error.errno is None:
+        return error
+    filename = error.filename
+    if filename is None:
+        filename = os.fspath(path)
+    elif staging is not None and str(filename).startswith(str(staging)):
+        filename = os.fspath(path) + str(filename)[len(str(staging)):]
+    elif not note:
+        return error
+    named = type(error)(error.errno, f"{error.strerror}{note}", filename)
+    named.__traceback__ = error.__traceback__
+    return named
 
 
 def write_text_atomically(path: str | os.PathLike, text: str) -> None:
@@ -34,8 +54,10 @@ def write_text_atomically(path: str | os.PathLike, text: str) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise naming(e, path) from None
         raise
 
 
@@ -53,15 +75,21 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"cannot write {type(value).__name__} as JSON")
 
 
-def write_dir_atomically(final: str | os.PathLike, fill: Callable[[Path], None]) -> Path:
-    """Replace the directory `final` by what `fill(tmp)` writes into the sibling `.tmp-<name>`: every file is
-    fsync'ed before the rename, so a kill at any moment leaves the old directory or the new one, never a mix.
-    Between the two renames that replace an existing directory the old one waits as `.trash-<name>`, which
-    `remove_partial` puts back."""
+def restore_replaced(final: str | os.PathLike) -> bool:
+    """Put back the directory `final` from its `.trash-<name>` when a kill came between the two renames of
+    `write_dir_atomically` (the old one moved aside, the new one not yet in place). Returns whether it did."""
     final = Path(final)
-    parent = final.parent
-    parent.mkdir(parents=True, exist_ok=True)
-    tmp, trash = parent / f".tmp-{final.name}", parent / f".trash-{final.name}"
+    trash = final.parent / f".trash-{final.name}"
+    if trash.is_dir() and not final.exists():
+        os.rename(trash, final)
+        return True
+    return False
+
+
+def _staged(final: Path, fill: Callable[[Path], None]) -> Path:
+    """`fill` run on a fresh sibling `.tmp-<name>` of `final`, every file fsync'ed; removed if anything fails.
+    An OSError without a file name (a full disk inside `fill`) is given `final`'s."""
+    tmp = final.parent / f".tmp-{final.name}"
     shutil.rmtree(tmp, ignore_errors=True)  # debris of an earlier crash
     tmp.mkdir()
     try:
@@ -70,9 +98,29 @@ def write_dir_atomically(final: str | os.PathLike, fill: Callable[[Path], None])
             if path.is_file():
                 fsync_path(path)
         fsync_path(tmp)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, OSError):
+            note = f" (nothing replaced: {final} is as it was)" if final.exists() else " (nothing written)"
+            raise naming(e, final, tmp, note) from None
         raise
+    return tmp
+
+
+def write_dir_atomically(final: str | os.PathLike, fill: Callable[[Path], None]) -> Path:
+    """Replace the directory `final` by what `fill(tmp)` writes into the sibling `.tmp-<name>`: every file is
+    fsync'ed before the rename, so a kill at any moment leaves the old directory or the new one, never a mix.
+    Between the two renames that replace an existing directory the old one waits as `.trash-<name>`, which
+    `restore_replaced` (called here first, and by the training loop's `remove_partial`) puts back."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    restore_replaced(final)
+    _swap_dir(_staged(final, fill), final)
+    return final
+
+
+def _swap_dir(tmp: Path, final: Path) -> None:
+    trash = final.parent / f".trash-{final.name}"
     if final.exists():  # e.g. a marker-less leftover, a rerun over the same step, a better best/
         shutil.rmtree(trash, ignore_errors=True)
         os.rename(final, trash)
@@ -80,9 +128,61 @@ def write_dir_atomically(final: str | os.PathLike, fill: Callable[[Path], None])
         shutil.rmtree(trash)
     else:
         os.rename(tmp, final)
-    fsync_path(parent)
+    fsync_path(final.parent)
+
+
+def write_files_atomically(final: str | os.PathLike, fill: Callable[[Path], None], owned: Collection[str] = (),
+                           last: Collection[str] = (), overwrite: bool = True) -> Path:
+    """Write the files `fill(tmp)` makes into the directory `final`, which may hold files of others.
+
+    `owned` names the files this kind of result consists of. When `final` is missing or holds nothing else, it
+    is replaced whole (as `write_dir_atomically`: the old set or the new one, never a mix). Otherwise the other
+    files stay, and each new file replaces its namesake with one rename, those in `last` after the rest (e.g.
+    config.json, which says a model directory is there); an owned file the new set lacks is removed. A failure
+    while writing (a full disk) leaves `final` untouched; a kill during the renames may leave some files new.
+    overwrite=False: a ConfigError, before anything in `final` changes, if a file there would be replaced by
+    different bytes or removed (an identical rerun goes through).
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    restore_replaced(final)
+    whole = not final.exists() or all(p.name in owned for p in final.iterdir())
+    tmp = _staged(final, fill)
+    names = sorted(os.listdir(tmp), key=lambda name: name in last)
+    try:
+        if any((tmp / name).is_dir() for name in names):
+            raise IsADirectoryError(f"write_files_atomically writes files only, got directories in {names}")
+        removed = [n for n in owned if n not in names and (final / n).is_file()]
+        if not overwrite:
+            clash = sorted(n for n in names if (final / n).exists() and not _same_bytes(tmp / n, final / n))
+            if clash + removed:
+                raise ConfigError(f"{final} already holds {', '.join(clash + removed)}, which this would replace: "
+                                  "choose another output directory, or pass --overwrite")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if whole:
+        _swap_dir(tmp, final)
+        return final
+    for name in names:
+        os.replace(tmp / name, final / name)
+    for name in removed:
+        (final / name).unlink()
+    os.rmdir(tmp)
+    fsync_path(final)
     return final
 
+
+def _same_bytes(a: Path, b: Path) -> bool:
+    if not b.is_file() or a.stat().st_size != b.stat().st_size:
+        return False
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        while True:
+            chunk = fa.read(1 << 20)
+            if chunk != fb.read(1 << 20):
+                return False
+            if not chunk:
+                return True
 
 
 def data_suffix(path: str | os.PathLike) -> str:
