@@ -12,6 +12,8 @@ import importlib
 import os
 import sys
 
+from litebert.errors import LitebertError
+
 VERBS: dict[str, tuple[str, str]] = {
     # verb: (module:function, one-line help)
     "demo": ("litebert.demo:main", "the whole life cycle on the bundled corpus, with a readable summary"),
@@ -68,15 +70,25 @@ def _run(argv: list[str]) -> int:
         return int(func(rest) or 0)
     except BrokenPipeError:
         raise  # an OSError, but not the user's: main() ends quietly
-    except (FileNotFoundError, ValueError, OSError) as e:
-        # Expected, user-fixable failures: one line, no traceback. Anything else is a bug and shows one.
+    except (LitebertError, OSError) as e:
+        # What a user can fix (a bad flag, file or model; a missing file, a full disk, a permission): one line,
+        # no traceback. Anything else is a bug and keeps its traceback.
         if os.environ.get("LITEBERT_DEBUG"):
             raise
-        print(f"litebert {verb}: error: {e}", file=sys.stderr)
+        print(f"litebert {verb}: error: {_one_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"litebert {verb}: interrupted", file=sys.stderr)
         return 130
+
+
+def _one_line(error: Exception) -> str:
+    """The message of a LitebertError; for an OSError, the file it names and the system's words ("out/tok:
+    No space left on device") rather than "[Errno 28] ..."."""
+    if isinstance(error, OSError) and error.strerror and error.filename is not None:
+        where = f"{error.filename} -> {error.filename2}" if error.filename2 is not None else f"{error.filename}"
+        return f"{where}: {error.strerror}"
+    return " ".join(str(error).split()) if "\n" in str(error) else str(error)
 
 
 if __name__ == "__main__":

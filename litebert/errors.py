@@ -1,5 +1,6 @@
 """The errors a user can fix. The CLI prints any LitebertError as one line (`litebert VERB: error: ...`) and
-exits 2; every other exception is a bug and keeps its traceback (LITEBERT_DEBUG=1 shows one for these too).
+exits 2, and so an OSError (a missing file, a full disk, a permission), with the file it names; every other
+exception is a bug and keeps its traceback (LITEBERT_DEBUG=1 shows one for these too).
 
 They subclass ValueError because each is a bad value handed to litebert (a path, a file, a flag), and so that
 callers that caught ValueError before this hierarchy existed keep working.
@@ -20,3 +21,7 @@ class DataError(LitebertError):
 
 class CheckpointError(LitebertError):
     """A model or checkpoint directory that is missing, damaged, or does not match what it is used with."""
+
+
+class NonFiniteError(CheckpointError):
+    """NaN or infinite weights, embeddings or scores: a result that would be wrong without a word."""

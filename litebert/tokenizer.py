@@ -26,7 +26,7 @@ from functools import cache
 import numpy as np
 import sentencepiece as spm
 
-from litebert.errors import ConfigError
+from litebert.errors import CheckpointError, ConfigError
 from litebert.hub import fetch_from_hub, looks_like_hub_id
 
 SPIECE_UNDERLINE = "▁"
@@ -132,11 +132,11 @@ class Tokenizer:
         # sentencepiece loads nothing from empty bytes (a zero-size vocabulary that fails later with IndexError)
         # and says only "ParseFromArray" for a truncated file: name the file and the problem here instead.
         if not self.model_proto:
-            raise ValueError(f"{model_file}: not a valid SentencePiece model (the file is empty)")
+            raise CheckpointError(f"{model_file}: not a valid SentencePiece model (the file is empty)")
         try:
             self.sp = spm.SentencePieceProcessor(model_proto=self.model_proto)
         except RuntimeError as e:
-            raise ValueError(f"{model_file}: not a valid SentencePiece model, corrupt or truncated "
+            raise CheckpointError(f"{model_file}: not a valid SentencePiece model, corrupt or truncated "
                              f"({str(e).strip()})") from None
         self.options = NormalizerOptions(do_lower_case, keep_accents, remove_space)
         self.num_threads = num_threads  # sentencepiece batch threads; data workers set 1 to avoid oversubscription
@@ -147,7 +147,7 @@ class Tokenizer:
         self.pieces = [self.sp.id_to_piece(i) for i in range(self.vocab_size)]
         for name, piece in SPECIALS.items():
             if self.pieces[ids[name]] != piece and name != "unk_token":
-                raise ValueError(f"{model_file}: the vocabulary has no {piece} piece (not an ALBERT-style model)")
+                raise CheckpointError(f"{model_file}: the vocabulary has no {piece} piece (not an ALBERT-style model)")
         # Special tokens typed in the text are matched verbatim (case-sensitive), longest first.
         self._special_re = re.compile("(" + "|".join(re.escape(p) for p in sorted(SPECIALS.values(), key=len, reverse=True)) + ")")
         self._special_ids = {p: self.sp.piece_to_id(p) for p in SPECIALS.values()}
@@ -178,8 +178,13 @@ class Tokenizer:
         opts = NormalizerOptions()
         config_file = os.path.join(config_dir, "tokenizer_config.json")
         if os.path.isfile(config_file):
-            with open(config_file, encoding="utf-8") as f:
-                cfg = json.load(f)
+            try:
+                with open(config_file, encoding="utf-8") as f:
+                    cfg = json.load(f)
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                raise CheckpointError(f"{config_file}: not valid JSON, corrupt or truncated ({e})") from None
+            if not isinstance(cfg, dict):
+                raise CheckpointError(f"{config_file}: expected a JSON object, got {type(cfg).__name__}")
             opts = NormalizerOptions(**{k: cfg[k] for k in vars(opts) if k in cfg})
         return cls(model_file, **vars(opts))
 

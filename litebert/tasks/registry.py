@@ -149,7 +149,7 @@ def write_glue_predictions(path: os.PathLike | str, task: str | Task, examples: 
     path = Path(path)
     if as_directory:
         if task.submission is None:
-            raise ValueError(f"task {task.name} has no GLUE submission file name; pass a file path")
+            raise ConfigError(f"task {task.name} has no GLUE submission file name; pass a file path")
         path.mkdir(parents=True, exist_ok=True)
         path = path / task.submission
     with open(path, "w", encoding="utf-8", newline="\n") as f:
