@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from litebert.errors import ConfigError, DataError
+from litebert.errors import CheckpointError, ConfigError, DataError, NonFiniteError
 from litebert.model import AlbertModel, encoder_of
 from litebert.weights import PretrainedMixin
 
@@ -82,6 +82,10 @@ def embed(model: nn.Module, tokenizer, sentences: Sequence[str], pooling: str = 
             out[index] = pool(hidden, mask, pooling).float().cpu().numpy()
     finally:
         encoder.train(was_training)
+    if not np.isfinite(out).all():  # a NaN vector is nobody's nearest neighbour: retrieval would fail silently
+        bad = int((~np.isfinite(out).all(axis=1)).sum())
+        raise NonFiniteError(f"the model's embeddings are NaN or infinite for {bad} of {len(out)} sentences; its "
+                             "weights are damaged, or training diverged")
     return out
 
 
@@ -287,8 +291,14 @@ def sentence_settings(model_dir: str) -> dict:
     path = os.path.join(model_dir, SENTENCE_CONFIG)
     if not os.path.isfile(path):
         return {}
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            settings = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path}: not valid JSON, damaged or truncated ({e})") from None
+    if not isinstance(settings, dict):
+        raise CheckpointError(f"{path}: expected a JSON object, got {type(settings).__name__}")
+    return settings
 
 
 def _write_json(path: str, obj) -> None:
@@ -346,8 +356,10 @@ def cli(argv: list[str]) -> int:
         return 0
     if not files.out:
         raise ConfigError("--input needs --out FILE.npy")
-    with open(files.input, encoding="utf-8") as f:
-        sentences = [line.rstrip("\n") for line in f if line.strip()]
+    from pathlib import Path
+    from litebert.tasks.records import open_text  # a file that is not UTF-8 is an error naming it
+    with open_text(Path(files.input)) as f:
+        sentences = [line.rstrip("\r\n") for line in f if line.strip()]
     if not sentences:
         raise DataError(f"{files.input}: no sentences")
     vectors = embed(model, tokenizer, sentences, model.pooling, batch_size, cfg.max_length)

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from litebert.config import AlbertConfig
-from litebert.errors import CheckpointError
+from litebert.errors import CheckpointError, NonFiniteError
 
 log = logging.getLogger("litebert")
 
@@ -150,6 +150,7 @@ class PretrainedMixin:
                 raise CheckpointError(f"{path}: {key} has shape {tuple(tensor.shape)}, the config expects "
                                       f"{tuple(own[key].shape)}")
         self._check_shared_copies_agree(state, path)
+        _check_finite(state, path)
         self.load_state_dict({k: v for k, v in state.items() if k in own}, strict=False)
         # Warnings, not info: a head that silently starts from random weights (e.g. the encoder's directory
         # given instead of the fine-tuned one) looks like a working model until its accuracy is checked.
@@ -171,6 +172,15 @@ class PretrainedMixin:
             if first != key and not torch.equal(state[first], state[key]):
                 raise CheckpointError(f"{path}: {key} differs from {first}, but sharing={self.config.sharing!r} "
                                       "ties them; load it with sharing='none'")
+
+
+def _check_finite(state: dict[str, torch.Tensor], path: str) -> None:
+    """NonFiniteError naming the file and a tensor when any weight is NaN or infinite: such a model loads, runs
+    and answers (argmax of NaN is class 0), wrong without a word."""
+    bad = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if bad:
+        raise NonFiniteError(f"{path}: {len(bad)} weight tensor(s) hold NaN or infinite values, e.g. {bad[0]}; the "
+                             "file is damaged or the run that wrote it diverged: use an earlier checkpoint")
 
 
 def init_module_weights(module: nn.Module, std: float) -> None:
