@@ -6,6 +6,7 @@ both fail the same way, in one line, when the name is neither here nor fetchable
 
 from __future__ import annotations
 
+import os
 import re
 
 _HUB_ID = re.compile(r"(?!\.)[\w.-]+(/[\w.-]+)?")
@@ -13,8 +14,15 @@ _HUB_ID = re.compile(r"(?!\.)[\w.-]+(/[\w.-]+)?")
 
 def looks_like_hub_id(name: str) -> bool:
     """A Hub id is "name" or "namespace/name" (word characters, "-", "."). Anything else that does not exist here
-    (./x, /abs/x, a/b/c, a name with spaces) was meant as a local path: a Hub error about it would only confuse."""
-    return bool(_HUB_ID.fullmatch(name))
+    was meant as a local path, and a Hub attempt (retries, warnings, then an error about the Hub) would only
+    confuse: ./x, ../x, /abs/x, ~/x, a/b/c, a name with spaces or a backslash, and a "namespace/name" whose
+    namespace is a directory here (out/rnu for out/run: a typo below a directory that exists)."""
+    if name.startswith(("./", "../", "/", "~")) or "\\" in name:
+        return False
+    if not _HUB_ID.fullmatch(name):
+        return False
+    namespace, _, rest = name.partition("/")
+    return not (rest and os.path.exists(namespace))
 
 
 def fetch_from_hub(repo_id: str, fetch) -> str:
