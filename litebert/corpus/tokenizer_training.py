@@ -6,6 +6,7 @@ normalised with the tokenizer's own `preprocess_text` first, so the pieces match
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import random
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 
 import sentencepiece as spm
 
+from litebert.errors import ConfigError, DataError
 from litebert.tokenizer import NormalizerOptions, Tokenizer, preprocess_text
 
 # The flags google-research/albert trained its 30k-clean model with (README, "spm_train ..."); the vocab size,
@@ -27,10 +29,44 @@ ALBERT_SPM_FLAGS = dict(
 )
 # sentencepiece reports a too-large vocabulary like this; we turn it into a one-line hint.
 _VOCAB_TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)")
+_VOCAB_TOO_LOW = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)")
+# "INTERNAL: src/trainer_interface.cc(638) [(static_cast<int>(...)) <= (...)] message": the source location and
+# the failed C++ condition mean nothing to a user; the message after them is what we keep.
+_SPM_INTERNALS = re.compile(r"^(?:[A-Z_]+: )?\S+\.(?:cc|h)\(\d+\)\s*(?:\[[^\]]*\]\s*)?")
+# sentencepiece's own default: longer sentences are skipped by its trainer, with a log line at most.
+SPM_MAX_SENTENCE_LENGTH = 4192
+SUMMARY_NAME = "tokenizer_summary.json"  # beside spiece.model: what was read, used and skipped
+# The files `litebert tokenizer` makes: a directory holding only these (and its summary) is its own result.
+TOKENIZER_FILES = ("spiece.model", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json",
+                   SUMMARY_NAME)
+_MODEL_FILES = ("config.json", "model.safetensors", "pytorch_model.bin")
+
+
+def check_out_dir(out_dir: str, overwrite: bool) -> None:
+    """Refuse (ConfigError) to replace a tokenizer `litebert tokenizer` did not make, or one inside a model
+    directory (whose weights would no longer match its spiece.model), unless `overwrite`."""
+    if overwrite or not os.path.isdir(out_dir):
+        return
+    names = set(os.listdir(out_dir))
+    model = sorted(names & set(_MODEL_FILES))
+    if model:
+        raise ConfigError(f"{out_dir} holds a model ({', '.join(model)}): a new tokenizer there would no longer "
+                          "match its weights; choose another --out, or pass --overwrite")
+    ours = names & set(TOKENIZER_FILES)
+    if ours and SUMMARY_NAME not in names:
+        raise ConfigError(f"{out_dir} holds a tokenizer that `litebert tokenizer` did not make "
+                          f"({', '.join(sorted(ours))}); choose another --out, or pass --overwrite to replace it")
+
+
+def spm_message(error: Exception) -> str:
+    """sentencepiece's error in plain words: without its source location and failed C++ condition."""
+    lines = str(error).strip().splitlines() or [type(error).__name__]
+    return _SPM_INTERNALS.sub("", lines[-1]).strip()
 
 
 def train_tokenizer(files: list[str] | None, out_dir: str, vocab_size: int | None = None, do_lower_case=True,
-                    keep_accents=False, remove_space=True, seed: int = 12345, **spm_options) -> Tokenizer:
+                    keep_accents=False, remove_space=True, seed: int = 12345, overwrite: bool = False,
+                    **spm_options) -> Tokenizer:
     """Train a unigram spiece.model on text files with ALBERT's flags and id layout; save it with the HF files.
 
     files: text/JSONL/.gz files or globs, read like `litebert prepare` reads them; None -> the bundled corpus.
@@ -39,50 +75,96 @@ def train_tokenizer(files: list[str] | None, out_dir: str, vocab_size: int | Non
     spm_options override or extend ALBERT_SPM_FLAGS (e.g. input_sentence_size=1000, num_threads=1).
     seed: the sample of input_sentence_size sentences, drawn here: sentencepiece's own sampler is seeded from the
     OS in each process (spm.set_random_generator_seed does not reach it), so one command learned different pieces.
+
+    Nothing is dropped without a count: lines that are not UTF-8, JSONL records without text and sentences over
+    sentencepiece's max_sentence_length (which its trainer skips) are counted in SUMMARY_NAME beside the model.
+    The result is written beside the old one and swapped in whole (files.write_files_atomically), so a failed
+    run (a full disk, a kill) leaves the previous tokenizer in out_dir as it was. A tokenizer this function did
+    not make (no summary file), or one inside a model directory, is replaced only with overwrite=True.
     """
     from litebert.corpus.documents import iter_documents, resolve_inputs
+    from litebert.files import write_files_atomically, write_json
 
     paths = resolve_inputs(files)
     if vocab_size is None:
         vocab_size = 4000 if not files else 30000
     if vocab_size < 10:
-        raise ValueError(f"vocab_size must be at least 10, got {vocab_size}")
+        raise ConfigError(f"vocab_size must be at least 10, got {vocab_size}")
+    check_out_dir(out_dir, overwrite)
     opts = NormalizerOptions(do_lower_case, keep_accents, remove_space)
     pp = {"lower": do_lower_case, "keep_accents": keep_accents, "remove_space": remove_space}
-    count = [0]
-
-    def sentences():
-        for doc in iter_documents(paths):
-            for sentence in doc:
-                line = preprocess_text(sentence, **pp)
-                if line:
-                    count[0] += 1
-                    yield line
-
     # ALBERT used character_coverage=0.99995 on English Wikipedia + books; on a small or non-Latin corpus that
     # drops rare characters (Korean syllables seen once) to <unk>, so full coverage is our default.
     flags = {**ALBERT_SPM_FLAGS, "character_coverage": 1.0, **spm_options}
     limit = flags.pop("input_sentence_size", 0)
-    lines = iter(reservoir_sample(sentences(), limit, seed)) if limit else sentences()
-    os.makedirs(out_dir, exist_ok=True)
-    prefix = os.path.join(out_dir, "spiece")
-    try:
-        spm.SentencePieceTrainer.train(
-            sentence_iterator=lines, input_sentence_size=0, model_prefix=prefix, vocab_size=vocab_size,
-            pad_id=0, unk_id=1, bos_id=-1, eos_id=-1, control_symbols=["[CLS]", "[SEP]", "[MASK]"],
-            minloglevel=flags.pop("minloglevel", 2), **flags)
-    except RuntimeError as e:
-        m = _VOCAB_TOO_HIGH.search(str(e))
-        if count[0] == 0:
-            raise ValueError(f"no text found in {', '.join(paths)}") from None
-        if m:
-            raise ValueError(f"vocab_size={m.group(1)} is too large for this corpus: sentencepiece can build at most "
-                             f"{m.group(2)} pieces from it; pass a smaller --vocab-size or more text") from None
-        raise ValueError(f"sentencepiece training failed: {str(e).strip().splitlines()[-1]}") from None
-    os.remove(prefix + ".vocab")  # the .vocab listing is redundant with the model; HF never reads it
-    tok = Tokenizer(prefix + ".model", **vars(opts))
-    tok.save_pretrained(out_dir)
-    return tok
+    max_bytes = flags.pop("max_sentence_length", SPM_MAX_SENTENCE_LENGTH)
+    stats: collections.Counter = collections.Counter()
+
+    def sentences():
+        for doc in iter_documents(paths, stats=stats):
+            for sentence in doc:
+                line = preprocess_text(sentence, **pp)
+                if not line:
+                    continue
+                if len(line.encode("utf-8")) > max_bytes:
+                    stats["skipped_too_long_sentences"] += 1  # sentencepiece would drop it without a word
+                    continue
+                stats["sentences"] += 1
+                yield line
+
+    def fill(tmp) -> Tokenizer:
+        prefix = os.path.join(tmp, "spiece")
+        lines = iter(reservoir_sample(sentences(), limit, seed)) if limit else sentences()
+        try:
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=lines, input_sentence_size=0, model_prefix=prefix, vocab_size=vocab_size,
+                pad_id=0, unk_id=1, bos_id=-1, eos_id=-1, control_symbols=["[CLS]", "[SEP]", "[MASK]"],
+                max_sentence_length=max_bytes, minloglevel=flags.pop("minloglevel", 2), **flags)
+        except RuntimeError as e:
+            if stats["sentences"] == 0:
+                raise DataError(f"no text found in {', '.join(paths)}{_skipped_words(stats, ' (', ')')}") from None
+            if m := _VOCAB_TOO_HIGH.search(str(e)):
+                raise ConfigError(f"vocab_size={m.group(1)} is too large for this corpus: sentencepiece can build "
+                                  f"at most {m.group(2)} pieces from it; pass a smaller --vocab-size or more "
+                                  "text") from None
+            if m := _VOCAB_TOO_LOW.search(str(e)):
+                raise ConfigError(f"vocab_size={m.group(1)} is too small for this corpus: its characters and the "
+                                  f"special pieces need {m.group(2)} ids; pass --vocab-size {m.group(2)} or "
+                                  "more") from None
+            raise DataError(f"sentencepiece could not train on {', '.join(paths)}: {spm_message(e)}") from None
+        os.remove(prefix + ".vocab")  # the .vocab listing is redundant with the model; HF never reads it
+        tok = Tokenizer(prefix + ".model", **vars(opts))
+        tok.save_pretrained(str(tmp))
+        write_json(os.path.join(tmp, SUMMARY_NAME), {
+            "inputs": [os.path.abspath(p) for p in paths], "vocab_size": tok.vocab_size,
+            "sentences": stats["sentences"], "sentences_sampled": min(stats["sentences"], limit or stats["sentences"]),
+            "skipped": skipped_counts(stats), "bytes_read": stats["bytes"], "seed": seed, "normalizer": vars(opts),
+            "max_sentence_length": max_bytes})
+        built.append(tok)
+
+    built: list[Tokenizer] = []
+    write_files_atomically(out_dir, fill, owned=TOKENIZER_FILES, last=("spiece.model",))
+    return built[0]
+
+
+def skipped_counts(stats) -> dict[str, int]:
+    """{"non_utf8_lines": 3, ...}: the skip counters of iter_documents and train_tokenizer, nonzero ones."""
+    return {k.removeprefix("skipped_"): int(v) for k, v in sorted(stats.items()) if k.startswith("skipped_") and v}
+
+
+_SKIP_WORDS = {"non_utf8_lines": "lines not in UTF-8", "bad_json_lines": "unreadable JSONL records",
+               "missing_text_field": "JSONL records without the text field",
+               "too_long_sentences": "sentences longer than sentencepiece's max_sentence_length"}
+
+
+def skipped_words(skipped: dict[str, int]) -> str:
+    """"3 lines not in UTF-8, 1 unreadable JSONL record(s)" for skipped_counts' dict."""
+    return ", ".join(f"{v} {_SKIP_WORDS.get(k, k.replace('_', ' '))}" for k, v in skipped.items())
+
+
+def _skipped_words(stats, before: str = "", after: str = "") -> str:
+    skipped = skipped_counts(stats)
+    return before + "skipped " + skipped_words(skipped) + after if skipped else ""
 
 
 def reservoir_sample(items, k: int, seed: int) -> list:
@@ -118,6 +200,9 @@ class TokenizerConfig:
         "help": "sentences sampled for training (default: ALBERT's 10000000)"})
     encode: str | None = field(default=None, metadata={
         "help": "encode TEXT with the tokenizer in --out instead of training", "metavar": "TEXT"})
+    overwrite: bool = field(default=False, metadata={
+        "help": "replace a tokenizer in --out that `litebert tokenizer` did not make, or one inside a model "
+                "directory (a rerun replaces its own result without this)"})
 
 
 def cli(argv: list[str]) -> int:
@@ -136,6 +221,12 @@ def cli(argv: list[str]) -> int:
         return 0
     extra = {} if cfg.input_sentence_size is None else {"input_sentence_size": cfg.input_sentence_size}
     tok = train_tokenizer(cfg.inputs or None, cfg.out, cfg.vocab_size, do_lower_case=not cfg.cased,
-                          keep_accents=cfg.keep_accents, remove_space=not cfg.keep_space, **extra)
-    print(f"wrote {cfg.out}/spiece.model: {tok}")
+                          keep_accents=cfg.keep_accents, remove_space=not cfg.keep_space, overwrite=cfg.overwrite,
+                          **extra)
+    with open(os.path.join(cfg.out, SUMMARY_NAME), encoding="utf-8") as f:
+        summary = json.load(f)
+    print(f"wrote {cfg.out}/spiece.model: {tok}; trained on {summary['sentences_sampled']} of "
+          f"{summary['sentences']} sentences"
+          + (f"; skipped {skipped_words(summary['skipped'])} (counted in {cfg.out}/{SUMMARY_NAME})"
+             if summary["skipped"] else ""))
     return 0
