@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 import glob
 import json
+import logging
 import os
 import shutil
 import time
@@ -34,6 +35,8 @@ from litebert.config import IGNORE_INDEX
 from litebert.corpus.masking import mask_tokens
 from litebert.errors import ConfigError, DataError
 from litebert.tokenizer import Tokenizer
+
+log = logging.getLogger("litebert")
 
 FORMAT = "litebert-pretrain-v2"  # v2: document-major order and a per-example document id
 PAIR_TASKS = ("sop", "nsp", "none")
@@ -81,6 +84,9 @@ class PrepareConfig:
         "help": "text lines are paragraphs: split them into sentences"})
     text_field: str = field(default="text", metadata={"help": "JSONL field holding the document text"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
+    overwrite: bool = field(default=False, metadata={
+        "help": "replace shard/meta files in --out that `litebert prepare` did not write (its own earlier "
+                "dataset is replaced without this)"})
 
 
 def trim_segments_randomly(a: np.ndarray, b: np.ndarray | None, max_tokens: int, rng: np.random.Generator):
@@ -265,7 +271,8 @@ class _ShardWriter:
             arrays["mlm_labels"] = np.concatenate(take["mlm_labels"]).astype(np.int32)
         for k, arr in arrays.items():
             np.save(os.path.join(self.out_dir, f"{name}.{k}.npy"), arr)
-        self.shards.append({"name": name, "num_instances": int(n), "num_tokens": int(lengths.sum())})
+        self.shards.append({"name": name, "num_instances": int(n), "num_tokens": int(lengths.sum()),
+                            "max_id": int(arrays["input_ids"].max())})
         self.num_tokens += int(lengths.sum())
 
 
@@ -294,38 +301,105 @@ def check_options(opt: InstanceOptions, shard_size: int) -> None:
 
 
 DATASET_FILES = ("shard_*.npy", "vocab_*.npy", "meta.json")
+STAGING, OUTGOING = ".prepare-incoming", ".prepare-outgoing"  # inside out_dir: the new dataset, the old one
+_OLD_NAMES = "names.json"  # in OUTGOING, written before anything moves: which files are the old dataset's
+
+
+def _dataset_names(out_dir: str) -> list[str]:
+    return sorted({os.path.basename(p) for pattern in DATASET_FILES for p in glob.glob(os.path.join(out_dir, pattern))})
 
 
 @contextlib.contextmanager
 def _staged_dataset(out_dir: str):
     """A fresh directory inside `out_dir` to write a dataset into. When the block succeeds, its files replace
-    the dataset already in `out_dir` (meta.json last, so a reader never sees a half-swapped set as complete);
-    when it fails or is interrupted, it is removed and the old dataset is untouched."""
-    staging = os.path.join(out_dir, ".prepare-incoming")
+    the dataset already in `out_dir`; when it fails or is interrupted, it is removed and the old dataset is
+    untouched. The swap moves the old files aside into OUTGOING (meta.json first) and the new ones in
+    (meta.json last), so meta.json is there only when a whole dataset is; a kill during the swap is finished or
+    undone by `recover_dataset`, which the next prepare runs first."""
+    from litebert.files import fsync_path, write_json
+
+    staging = os.path.join(out_dir, STAGING)
     shutil.rmtree(staging, ignore_errors=True)
     os.makedirs(staging)
     try:
         yield staging
+        for name in os.listdir(staging):
+            fsync_path(os.path.join(staging, name))
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    for pattern in DATASET_FILES:  # never mix the files of two runs
-        for old in glob.glob(os.path.join(out_dir, pattern)):
-            os.remove(old)
+    outgoing = os.path.join(out_dir, OUTGOING)
+    shutil.rmtree(outgoing, ignore_errors=True)
+    os.makedirs(outgoing)
+    old = sorted(_dataset_names(out_dir), key=lambda n: n != "meta.json")  # never mix the files of two runs
+    write_json(os.path.join(outgoing, _OLD_NAMES), old)
+    for name in old:
+        os.replace(os.path.join(out_dir, name), os.path.join(outgoing, name))
     for name in sorted(os.listdir(staging), key=lambda n: n == "meta.json"):
         os.replace(os.path.join(staging, name), os.path.join(out_dir, name))
+    fsync_path(out_dir)
+    shutil.rmtree(outgoing)
     os.rmdir(staging)
+
+
+def recover_dataset(out_dir: str) -> str | None:
+    """Finish or undo a dataset swap of `_staged_dataset` that a kill interrupted; returns what it did.
+
+    meta.json in out_dir means a whole dataset is there (the old one before it moved, or the new one after its
+    last file arrived): what waits aside is deleted. Otherwise the old files are put back and the new ones that
+    had arrived are removed."""
+    outgoing, did = os.path.join(out_dir, OUTGOING), None
+    if os.path.isdir(outgoing):
+        names_file = os.path.join(outgoing, _OLD_NAMES)
+        if not os.path.isfile(os.path.join(out_dir, "meta.json")) and os.path.isfile(names_file):
+            with open(names_file, encoding="utf-8") as f:
+                old = json.load(f)
+            for name in _dataset_names(out_dir):
+                if name not in old:
+                    os.remove(os.path.join(out_dir, name))
+            for name in sorted(old, key=lambda n: n == "meta.json"):
+                if os.path.exists(os.path.join(outgoing, name)):
+                    os.replace(os.path.join(outgoing, name), os.path.join(out_dir, name))
+            did = "restored the previous dataset"
+        else:
+            did = "removed the replaced dataset"
+        shutil.rmtree(outgoing)
+    shutil.rmtree(os.path.join(out_dir, STAGING), ignore_errors=True)
+    return did
+
+
+def check_out_dir(out_dir: str, overwrite: bool) -> None:
+    """Refuse (ConfigError) to replace dataset-like files (shard_*.npy, vocab_*.npy, meta.json) that are not a
+    `litebert prepare` dataset, unless `overwrite`."""
+    if overwrite or not os.path.isdir(out_dir):
+        return
+    names = _dataset_names(out_dir)
+    if not names:
+        return
+    meta_file = os.path.join(out_dir, "meta.json")
+    try:
+        with open(meta_file, encoding="utf-8") as f:
+            ours = str(json.load(f).get("format", "")).startswith("litebert-pretrain")
+    except (OSError, ValueError, AttributeError):
+        ours = False
+    if not ours:
+        what = "a meta.json that `litebert prepare` did not write" if "meta.json" in names else \
+            f"{', '.join(names[:3])}{' ...' if len(names) > 3 else ''} without a meta.json"
+        raise ConfigError(f"{out_dir} holds {what}; prepare would replace them: choose another --out, or pass "
+                          "--overwrite")
 
 
 def prepare(inputs: list[str] | None, out_dir: str, tokenizer_dir: str, options: InstanceOptions | None = None, *,
             num_workers: int = 2, shard_size: int = 100_000, chunk_chars: int = 1 << 20, paragraphs: bool = False,
-            text_field: str = "text", progress: bool = True, **knobs) -> dict:
+            text_field: str = "text", progress: bool = True, overwrite: bool = False, **knobs) -> dict:
     """Stream documents from `inputs` (None: the bundled corpus) into shards in `out_dir`; returns meta.json's dict.
 
     The examples are made with `options`, or InstanceOptions' defaults, with any of its fields given as keyword
     arguments on top (`prepare(None, out, tok, max_seq_length=64, dupe_factor=2)`). Work is split into chunks
     of about `chunk_chars` characters of documents; with num_workers > 1 they are processed by a process pool,
     at most 2 * num_workers chunks in flight, so memory stays bounded.
+    The new dataset replaces an old one in `out_dir` only once it is complete (`_staged_dataset`); files there
+    that look like a dataset but are not one of prepare's are replaced only with overwrite=True.
     """
     from tqdm import tqdm
 
@@ -333,6 +407,9 @@ def prepare(inputs: list[str] | None, out_dir: str, tokenizer_dir: str, options:
     check_options(opt, shard_size)
     paths = resolve_inputs(inputs)
     tok = Tokenizer.from_pretrained(tokenizer_dir)
+    if os.path.isdir(out_dir) and recover_dataset(out_dir):
+        log.warning("%s: an interrupted prepare had left the dataset half-replaced; put right first", out_dir)
+    check_out_dir(out_dir, overwrite)
     os.makedirs(out_dir, exist_ok=True)
     token_dtype = np.uint16 if tok.vocab_size <= 1 << 16 else np.int32
     with _staged_dataset(out_dir) as staging:
@@ -405,16 +482,22 @@ def _skips(stats) -> str:
 
 
 class PretrainDataset:
-    """The shards of a `prepare` run, memory-mapped; refuses a tokenizer other than the one they were made with."""
+    """The shards of a `prepare` run, memory-mapped; refuses a tokenizer other than the one they were made with.
+
+    Opening checks what is cheap to check, so that damage is a DataError naming the file instead of a crash
+    steps later: meta.json reads and has its fields; every shard file is there with the shape meta.json says
+    and the bytes its header promises (a truncated .npy); the ids fit the vocabulary (meta.json's record of
+    each shard's largest id). A shard's ids themselves are checked when it is first mapped."""
 
     def __init__(self, data_dir: str, tokenizer: Tokenizer | str | None = None):
         meta_file = os.path.join(data_dir, "meta.json")
         if not os.path.isfile(meta_file):
+            if os.path.isdir(os.path.join(data_dir, OUTGOING)):
+                raise DataError(f"{data_dir} has no meta.json: a `litebert prepare` into it was interrupted while "
+                                "replacing its dataset; run that prepare again (it puts the previous dataset back "
+                                "first, then replaces it)")
             raise FileNotFoundError(f"{data_dir} has no meta.json (make it with `litebert prepare`)")
-        with open(meta_file, encoding="utf-8") as f:
-            self.meta = json.load(f)
-        if self.meta.get("format") != FORMAT:
-            raise DataError(f"{data_dir}: unknown data format {self.meta.get('format')!r}, expected {FORMAT}")
+        self.meta = _read_meta(meta_file)
         if isinstance(tokenizer, str):
             tokenizer = Tokenizer.from_pretrained(tokenizer)
         if tokenizer is not None and tokenizer.sha256 != self.meta["tokenizer_sha256"]:
@@ -424,18 +507,49 @@ class PretrainDataset:
         self.static = bool(self.meta["args"]["static_masking"])
         self.max_seq_length = int(self.meta["args"]["max_seq_length"])
         self.pad_id = int(self.meta["special_ids"]["pad"])
-        self.word_start_table = np.load(os.path.join(data_dir, "vocab_word_starts.npy"))
-        self.special_table = np.load(os.path.join(data_dir, "vocab_special.npy"))
+        self.word_start_table = _load_npy(os.path.join(data_dir, "vocab_word_starts.npy"))
+        self.special_table = _load_npy(os.path.join(data_dir, "vocab_special.npy"))
+        self.vocab_size = int(self.meta["vocab_size"])
+        if not len(self.word_start_table) == len(self.special_table) == self.vocab_size:
+            raise DataError(f"{data_dir}: vocab_word_starts.npy / vocab_special.npy have {len(self.word_start_table)}"
+                            f" / {len(self.special_table)} entries, meta.json's vocab_size is {self.vocab_size}")
+        if tokenizer is not None and tokenizer.vocab_size != self.vocab_size:
+            raise DataError(f"{data_dir}: made for a vocabulary of {self.vocab_size}, the tokenizer has "
+                            f"{tokenizer.vocab_size} pieces")
         self.shards = [s["name"] for s in self.meta["shards"]]
         self.cum = np.cumsum([0] + [s["num_instances"] for s in self.meta["shards"]])
+        for shard in self.meta["shards"]:
+            if shard.get("max_id", 0) >= self.vocab_size:
+                raise DataError(f"{data_dir}: {shard['name']} holds id {shard['max_id']}, outside the vocabulary "
+                                f"of {self.vocab_size} (meta.json); run prepare again")
+            for name, length in self._expected_lengths(shard).items():
+                _check_npy(os.path.join(data_dir, f"{shard['name']}.{name}.npy"), length)
         self._arrays: dict[int, dict[str, np.ndarray]] = {}  # opened lazily, so the object pickles cheaply
+
+    def _fields(self) -> list[str]:
+        return ["input_ids", "offsets", "b_start", "label", "doc"] + (["masked_ids", "mlm_labels"] if self.static
+                                                                        else [])
+
+    def _expected_lengths(self, shard: dict) -> dict[str, int]:
+        n, tokens = int(shard["num_instances"]), int(shard["num_tokens"])
+        lengths = {"input_ids": tokens, "offsets": n + 1, "b_start": n, "label": n, "doc": n,
+                   "masked_ids": tokens, "mlm_labels": tokens}
+        return {f: lengths[f] for f in self._fields()}
 
     def _shard(self, k: int) -> dict[str, np.ndarray]:
         if k not in self._arrays:
-            fields = ["input_ids", "offsets", "b_start", "label", "doc"] + (["masked_ids", "mlm_labels"] if self.static
-                                                                                else [])
-            self._arrays[k] = {f: np.load(os.path.join(self.data_dir, f"{self.shards[k]}.{f}.npy"), mmap_mode="r")
-                               for f in fields}
+            arrays = {f: _load_npy(os.path.join(self.data_dir, f"{self.shards[k]}.{f}.npy"), mmap_mode="r")
+                      for f in self._fields()}
+            offsets = arrays["offsets"]
+            if offsets[0] != 0 or offsets[-1] != len(arrays["input_ids"]) or np.any(np.diff(offsets) < 0):
+                raise DataError(f"{self.data_dir}: {self.shards[k]}.offsets.npy does not index "
+                                f"{self.shards[k]}.input_ids.npy; the file is damaged: run prepare again")
+            for f in ("input_ids", "masked_ids"):  # once per shard and process: as cheap as reading it once
+                if f in arrays and len(arrays[f]) and int(arrays[f].max()) >= self.vocab_size:
+                    raise DataError(f"{self.data_dir}: {self.shards[k]}.{f}.npy holds id {int(arrays[f].max())}, "
+                                    f"outside the vocabulary of {self.vocab_size}; the file is damaged: run "
+                                    "prepare again")
+            self._arrays[k] = arrays
         return self._arrays[k]
 
     def document_ids(self) -> np.ndarray:
@@ -469,6 +583,61 @@ class PretrainDataset:
         return item
 
 
+def _read_meta(path: str) -> dict:
+    """meta.json, with the fields a dataset is opened by; DataError naming the file when it is damaged."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            meta = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DataError(f"{path}: not valid JSON, damaged or truncated ({e}); run prepare again") from None
+    data_dir = os.path.dirname(path) or "."
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        found = meta.get("format") if isinstance(meta, dict) else None
+        raise DataError(f"{data_dir}: unknown data format {found!r}, expected {FORMAT}")
+    try:
+        for key in ("tokenizer_sha256", "vocab_size"):
+            meta[key]
+        meta["args"]["static_masking"], meta["args"]["max_seq_length"], meta["special_ids"]["pad"]
+        for shard in meta["shards"]:
+            shard["name"], int(shard["num_instances"]), int(shard["num_tokens"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise DataError(f"{path}: damaged, a field is missing or wrong ({type(e).__name__}: {e}); run prepare "
+                        "again") from None
+    return meta
+
+
+def _check_npy(path: str, length: int) -> None:
+    """A shard file is there, whole (its data as long as its header says), and of `length` entries."""
+    try:
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                np.lib.format.read_array_header_2_0
+            shape, _, dtype = read_header(f)
+            data_start, size = f.tell(), os.fstat(f.fileno()).st_size
+    except FileNotFoundError:
+        raise DataError(f"{path} is missing; the dataset is incomplete: run prepare again") from None
+    except (ValueError, OSError, EOFError) as e:
+        raise DataError(f"{path}: not a .npy file, damaged ({e}); run prepare again") from None
+    expected = data_start + int(np.prod(shape)) * dtype.itemsize
+    if size < expected:
+        raise DataError(f"{path}: truncated ({size} of {expected} bytes); run prepare again")
+    if shape != (length,):
+        raise DataError(f"{path}: shape {shape}, meta.json says ({length},); the dataset is damaged: run prepare "
+                        "again")
+
+
+def _load_npy(path: str, mmap_mode: str | None = None) -> np.ndarray:
+    """np.load with a damaged or missing file as a DataError naming it ("mmap length is greater than file size"
+    says neither which file nor what to do)."""
+    try:
+        return np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
+    except FileNotFoundError:
+        raise DataError(f"{path} is missing; the dataset is incomplete: run prepare again") from None
+    except (ValueError, OSError, EOFError) as e:
+        raise DataError(f"{path}: damaged or truncated ({e}); run prepare again") from None
+
+
 # ----------------------------------------------------------------------------- CLI
 
 
@@ -481,7 +650,7 @@ def cli(argv: list[str]) -> int:
     run, opt = parse_verb(parser, argv, PrepareConfig, InstanceOptions)
     meta = prepare(run.inputs or None, run.out, run.tokenizer, opt, num_workers=run.num_workers,
                    shard_size=run.shard_size, chunk_chars=run.chunk_chars, paragraphs=run.paragraphs,
-                   text_field=run.text_field, progress=run.progress)
+                   text_field=run.text_field, progress=run.progress, overwrite=run.overwrite)
     skipped = {k: v for k, v in meta["stats"].items() if k.startswith("skipped") or k == "long_sentences_truncated"}
     print(f"wrote {meta['num_instances']} examples ({meta['num_tokens']} tokens, {len(meta['shards'])} shards) "
           f"to {run.out} from {meta['stats'].get('documents', 0)} documents"
