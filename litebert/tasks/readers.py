@@ -10,8 +10,10 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from litebert.tasks.records import (BadRecord, ChoiceExample, DataError, Examples, TagExample, TextExample, _get,
-                                    _rows, collect, json_record, nonblank_lines, open_text, table_format)
+from litebert.errors import ConfigError
+from litebert.tasks.records import (UNKNOWN_LABEL, BadRecord, ChoiceExample, DataError, Examples, TagExample,
+                                    TextExample, _get, _rows, collect, json_record, nonblank_lines, open_text,
+                                    table_format)
 
 
 
@@ -33,7 +35,7 @@ def read_table(path: os.PathLike | str, text_columns: Sequence[str | int], label
     """
     path = Path(path)
     if len(text_columns) not in (1, 2):
-        raise ValueError(f"text_columns must name one or two columns, got {list(text_columns)}")
+        raise ConfigError(f"text_columns must name one or two columns, got {list(text_columns)}")
     fmt = table_format(path)
     labels = None if labels is None else [str(x) for x in labels]
     if fmt == "jsonl":
@@ -80,12 +82,12 @@ def read_table(path: os.PathLike | str, text_columns: Sequence[str | int], label
             if regression:
                 try:
                     label = float(raw)
-                except ValueError:
-                    raise BadRecord(f"label {raw!r} is not a number") from None
+                except (ValueError, OverflowError):  # "abc"; an integer too large for a float
+                    raise BadRecord(f"label {str(raw)[:40]!r} is not a number") from None
             else:
                 label = str(raw)
                 if labels is not None and label not in labels:
-                    raise BadRecord(f"label {label!r} is not one of {labels}")
+                    raise BadRecord(f"label {label!r} is not one of {labels}", kind=UNKNOWN_LABEL)
         has_id = id_key is not None and (fmt != "jsonl" or id_key in record)
         ident = str(_get(record, id_key, (str, int))) if has_id else str(n)
         return TextExample(ident, texts[0], texts[1] if len(texts) == 2 else None, label)
@@ -104,7 +106,7 @@ def _label_set(raw: str | list, labels: Sequence[str] | None) -> list[str]:
     names = sorted({str(x).strip() for x in names})
     unknown = [x for x in names if labels is not None and x not in labels]
     if unknown:
-        raise BadRecord(f"label(s) {unknown} not among {list(labels)}")
+        raise BadRecord(f"label(s) {unknown} not among {list(labels)}", kind=UNKNOWN_LABEL)
     return names
 
 
@@ -143,14 +145,19 @@ def read_race(path: os.PathLike | str, levels: Sequence[str] = ("middle", "high"
 
     def records():
         for file in files:
-            text = file.read_text(encoding="utf-8")
             try:
-                article = json.loads(text)
+                article = json.loads(file.read_bytes().decode("utf-8-sig"))
+            except UnicodeDecodeError as e:
+                yield f"{file}:1", BadRecord(f"not UTF-8 text ({e.reason} at byte {e.start})")
+                continue
             except json.JSONDecodeError as e:
                 yield f"{file}:{e.lineno}", BadRecord(f"invalid JSON ({e.msg})")
                 continue
             if not isinstance(article, dict):
                 yield f"{file}:1", BadRecord("expected a JSON object")
+                continue
+            if not isinstance(article.get("questions", []), list):
+                yield f"{file}: questions", BadRecord("questions should be a list")
                 continue
             name = f"{file.parent.name}/{article.get('id', file.name)}"
             for k, question in enumerate(article.get("questions", [])):
@@ -164,6 +171,8 @@ def read_race(path: os.PathLike | str, levels: Sequence[str] = ("middle", "high"
         if k >= len(options) or k >= len(answers):
             raise BadRecord(f"{len(article['questions'])} questions but {len(options)} option lists "
                             f"and {len(answers)} answers")
+        if not isinstance(options[k], list) or not all(isinstance(o, str) for o in options[k]):
+            raise BadRecord(f"options[{k}] should be a list of strings, got {options[k]!r}")
         letter = answers[k]
         if not (isinstance(letter, str) and len(letter) == 1 and 0 <= ord(letter) - ord("A") < len(options[k])):
             raise BadRecord(f"answer {letter!r} is not a letter among {len(options[k])} options")
@@ -228,7 +237,8 @@ def read_conll(path: os.PathLike | str, labels: Sequence[str] | None = None, has
             if has_tags and len(fields) < 2:
                 raise BadRecord(f"expected a word and a tag, found {line!r}", where=f"{path}:{n}")
             if has_tags and labels is not None and fields[-1] not in labels:
-                raise BadRecord(f"tag {fields[-1]!r} is not one of {list(labels)}", where=f"{path}:{n}")
+                raise BadRecord(f"tag {fields[-1]!r} is not one of {list(labels)}", where=f"{path}:{n}",
+                                kind=UNKNOWN_LABEL)
             words.append(fields[0])
             tags.append(fields[-1])
         return TagExample(f"{path.name}:{where.rsplit(':', 1)[-1]}", words, tags if has_tags else None)

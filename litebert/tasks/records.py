@@ -9,6 +9,7 @@ in `Examples.skipped` and reported in one log line.
 
 from __future__ import annotations
 
+import collections
 import csv
 import gzip
 import io
@@ -63,17 +64,38 @@ class TagExample:
 class BadRecord(Exception):
     """Raised by a record parser; `collect` turns it into a DataError or a counted skip."""
 
-    def __init__(self, message: str, where: str | None = None):
+    def __init__(self, message: str, where: str | None = None, kind: str = "unreadable"):
         super().__init__(message)
         self.where = where  # overrides the record's own location (e.g. one line inside a CoNLL sentence)
+        self.kind = kind  # what `Examples.skip_counts` counts it as: "unreadable", or "unknown_label"
+
+
+UNKNOWN_LABEL = "unknown_label"  # BadRecord.kind of a label outside the label set (e.g. one training never had)
 
 
 class Examples(list):
-    """A reader's result: the examples, plus `skipped` with one "where: why" line per record left out."""
+    """A reader's result: the examples, plus `skipped` with one "where: why" line per record left out, and
+    `skip_counts`, how many of each kind ({"unknown_label": 3, "unreadable": 1})."""
 
-    def __init__(self, items: Iterable = (), skipped: Iterable[str] = ()):
+    def __init__(self, items: Iterable = (), skipped: Iterable[str] = (), skip_counts: dict[str, int] | None = None):
         super().__init__(items)
         self.skipped = list(skipped)
+        self.skip_counts = dict(skip_counts) if skip_counts is not None else \
+            ({"unreadable": len(self.skipped)} if self.skipped else {})
+
+    @property
+    def records(self) -> int:
+        """How many records were read: the examples and the skipped ones."""
+        return len(self) + len(self.skipped)
+
+    def scored_on(self, split: str) -> str:
+        """"344 of 500 dev rows", and why the others were left out: what a metric over these examples is a
+        score of, to be reported beside it."""
+        text = f"{len(self)} of {self.records} {split} rows"
+        if self.skipped:
+            text += " (left out: " + ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in
+                                               sorted(self.skip_counts.items())) + ")"
+        return text
 
 
 def collect(records: Iterable[tuple[str, Any]], parse: Callable[[str, Any], Any], path: os.PathLike | str,
@@ -81,7 +103,7 @@ def collect(records: Iterable[tuple[str, Any]], parse: Callable[[str, Any], Any]
     """Parse each (where, raw) record; a BadRecord raises DataError ("raise") or is skipped and counted ("skip")."""
     if errors not in ("raise", "skip"):
         raise ValueError(f"errors must be 'raise' or 'skip', got {errors!r}")
-    items, skipped, total = [], [], 0
+    items, skipped, total, kinds = [], [], 0, collections.Counter()
     for where, raw in records:
         total += 1
         try:
@@ -91,9 +113,10 @@ def collect(records: Iterable[tuple[str, Any]], parse: Callable[[str, Any], Any]
             if errors == "raise":
                 raise DataError(message) from None
             skipped.append(message)
+            kinds[e.kind] += 1
     if skipped:
         log.warning("%s: skipped %d of %d records (first: %s)", path, len(skipped), total, skipped[0])
-    return Examples(items, skipped)
+    return Examples(items, skipped, kinds)
 
 
 def label_list(examples: Iterable) -> list[str]:
@@ -118,7 +141,7 @@ def open_text(path: Path, newline: str | None = "\n"):
     A .gz file is decompressed here, whole (task files are small), so a truncated or non-gzip file is a
     DataError naming it rather than an EOFError halfway through a reader."""
     if path.suffix.lower() != ".gz":
-        return open(path, encoding="utf-8-sig", newline=newline)
+        return _Decoded(open(path, encoding="utf-8-sig", newline=newline), path)
     try:
         with gzip.open(path, "rb") as f:
             data = f.read()
@@ -128,6 +151,55 @@ def open_text(path: Path, newline: str | None = "\n"):
         return io.StringIO(data.decode("utf-8-sig"), newline=newline)
     except UnicodeDecodeError as e:
         raise DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+
+
+class _Decoded:
+    """A text file read line by line (or whole), whose decode errors name it: a UnicodeDecodeError says
+    neither which file nor where."""
+
+    def __init__(self, f, path: Path):
+        self._f, self._path, self._lines = f, path, 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> str:
+        try:
+            line = next(self._f)
+        except UnicodeDecodeError as e:
+            raise self._error(e) from None
+        self._lines += 1
+        return line
+
+    def read(self, size: int = -1) -> str:
+        try:
+            return self._f.read(size)
+        except UnicodeDecodeError as e:
+            raise self._error(e) from None
+
+    def _error(self, e: UnicodeDecodeError) -> DataError:
+        # Decoding runs a chunk ahead of the lines handed out, so the line is found by reading the file again.
+        line = self._lines + 1
+        try:
+            with open(self._path, "rb") as f:
+                for line, raw in enumerate(f, 1):
+                    try:
+                        raw.decode("utf-8")
+                    except UnicodeDecodeError:
+                        break
+        except OSError:
+            pass
+        return DataError(f"{self._path}:{line}: not UTF-8 text ({e.reason}: byte {e.object[e.start:e.start + 1]!r}); "
+                         "save the file as UTF-8")
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def nonblank_lines(path: Path) -> Iterator[tuple[str, str]]:
@@ -146,9 +218,12 @@ def _rows(path: Path, fmt: str) -> Iterator[tuple[str, list[str]]]:
         return
     with open_text(path, newline="") as f:
         reader = csv.reader(f)
-        for row in reader:
-            if any(cell.strip() for cell in row):
-                yield f"{path}:{reader.line_num}", row
+        try:
+            for row in reader:
+                if any(cell.strip() for cell in row):
+                    yield f"{path}:{reader.line_num}", row
+        except csv.Error as e:  # a field over csv's size limit, a stray NUL: the file, not one record, is unreadable
+            raise DataError(f"{path}:{reader.line_num}: not readable as CSV ({e})") from None
 
 
 def json_record(line: str) -> dict:

@@ -91,12 +91,27 @@ def read_squad(path: os.PathLike | str, errors: str = "raise") -> Examples:
         raise DataError(f"{path}:1: not SQuAD JSON (no top-level \"data\" list)") from None
 
     def questions():  # (where, (title, context, qa)); structural problems surface as BadRecords
+        if not isinstance(data, list):
+            yield f"{path}: data", BadRecord(f'"data" should be a list of articles, got {type(data).__name__}')
+            return
         for i, article in enumerate(data):
-            for j, paragraph in enumerate(article.get("paragraphs", [])):
-                for k, qa in enumerate(paragraph.get("qas", [])):
+            paragraphs = article.get("paragraphs", []) if isinstance(article, dict) else None
+            if not isinstance(paragraphs, list):
+                yield f"{path}: data[{i}]", BadRecord("an article should be {title, paragraphs: [...]}, got "
+                                                      f"{_shown(article)}")
+                continue
+            for j, paragraph in enumerate(paragraphs):
+                qas = paragraph.get("qas", []) if isinstance(paragraph, dict) else None
+                if not isinstance(qas, list):
+                    yield f"{path}: data[{i}].paragraphs[{j}]", BadRecord(
+                        f"a paragraph should be {{context, qas: [...]}}, got {_shown(paragraph)}")
+                    continue
+                for k, qa in enumerate(qas):
                     yield f"{path}: data[{i}].paragraphs[{j}].qas[{k}]", (article.get("title", ""), paragraph, qa)
 
     def parse_nested(where: str, raw) -> QAExample:
+        if isinstance(raw, BadRecord):
+            raise raw
         title, paragraph, qa = raw
         if not isinstance(qa, dict) or "id" not in qa or "question" not in qa:
             raise BadRecord("a question needs id and question")
@@ -107,6 +122,12 @@ def read_squad(path: os.PathLike | str, errors: str = "raise") -> Examples:
                        [a.get("answer_start") for a in answers], title)
 
     return collect(questions(), parse_nested, path, errors)
+
+
+def _shown(value, width: int = 60) -> str:
+    """A bad value as a message shows it: its type and the start of its JSON."""
+    text = json.dumps(value, ensure_ascii=False)
+    return f"{type(value).__name__} {text[:width]}{'...' if len(text) > width else ''}"
 
 
 # ----------------------------------------------------------------------------------------------------------------
