@@ -14,17 +14,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from litebert import tasks as T
 from litebert.config import AlbertConfig
-from litebert.errors import ConfigError, DataError
-from litebert.files import write_dir_atomically, write_json
+from litebert.errors import CheckpointError, ConfigError, DataError, NonFiniteError
+from litebert.files import restore_replaced, write_dir_atomically, write_json
 from litebert.runconfig import add_config_args, load_toml, resolve_config
 from litebert.tasks.families import FeatureSettings, Family, Scored, family_for_config, family_of, model_scores
 from litebert.tasks.features import collate
@@ -99,6 +101,9 @@ class FinetuneConfig:
     early_stopping_patience: int = field(default=0, metadata={
         "help": "stop after N evaluations (--eval-every) without a better dev score; best/ keeps the best "
                 "(0: train all --max-steps)"})
+    overwrite: bool = field(default=False, metadata={
+        "help": "start afresh in an --out-dir that holds an earlier run's best/ or summary.json, replacing them "
+                "(without it such a directory is refused unless --resume)"})
 
     def __post_init__(self) -> None:
         # Refused here, before training: otherwise the first evaluation fails with range()'s own message.
@@ -147,7 +152,7 @@ def read_split(task: T.Task, cfg: FinetuneConfig, split: str, labels: list[str] 
                limit: int | None = None) -> T.Examples:
     """A split's examples; with `labels` (the training split's), a label outside them is a counted skip."""
     examples = T.read_task(task, cfg.data_dir, split, errors="skip", labels=labels)
-    return examples if limit is None else T.Examples(examples[:limit], examples.skipped)
+    return examples if limit is None else T.Examples(examples[:limit], examples.skipped, examples.skip_counts)
 
 
 def load_model(cfg: FinetuneConfig, family: Family, labels: list[str] | None, model_dir: str):
@@ -172,15 +177,58 @@ def checked_max_length(cfg: FinetuneConfig, task: T.Task, model_dir: str) -> int
 
 
 def load_tokenizer(cfg: FinetuneConfig, model_dir: str, config: AlbertConfig):
-    """--tokenizer, else the model's own, refused if it has ids the model's embeddings lack: otherwise the
-    first batch holding one dies with an IndexError deep inside the embedding lookup."""
+    """--tokenizer, else the model's own, refused if it has ids the model's embeddings lack (otherwise the
+    first batch holding one dies with an IndexError deep inside the embedding lookup), and --tokenizer refused
+    when it is not the model's: another spiece.model than the one in the model's directory, or, where the
+    directory has none, another vocabulary size. Its ids would mean other words to the model: it trains and
+    scores, worse, without a word."""
     from litebert.tokenizer import Tokenizer
     tok = Tokenizer.from_pretrained(cfg.tokenizer or model_dir)
     if tok.vocab_size > config.vocab_size:
         raise ConfigError(f"tokenizer {cfg.tokenizer or model_dir} has {tok.vocab_size} pieces but model "
                           f"{cfg.model} has vocab_size {config.vocab_size}: use the model's tokenizer, or extend "
                           "the model's vocabulary first (litebert extend-vocab)")
+    if cfg.tokenizer:
+        own = os.path.join(model_dir, "spiece.model")
+        if os.path.isfile(own):
+            with open(own, "rb") as f:
+                same = hashlib.sha256(f.read()).hexdigest() == tok.sha256
+            if not same:
+                raise ConfigError(f"--tokenizer {cfg.tokenizer} is not the tokenizer of {cfg.model}: its "
+                                  f"spiece.model differs from {own}; leave --tokenizer out to use the model's")
+        elif tok.vocab_size != config.vocab_size:
+            raise ConfigError(f"--tokenizer {cfg.tokenizer} has {tok.vocab_size} pieces but {cfg.model} was "
+                              f"trained with a vocabulary of {config.vocab_size}: it is not the model's tokenizer")
     return tok
+
+
+def check_finite_scores(scores, source: str) -> None:
+    """NonFiniteError when a model's outputs hold NaN or infinity: every metric computed from them would be
+    wrong (argmax of NaN is 0) without a word."""
+    bad = sum(1 for s in scores if s is not None and not np.isfinite(s).all())
+    if bad:
+        raise NonFiniteError(f"{source}: the model's outputs are NaN or infinite for {bad} of {len(scores)} "
+                             "inputs; its weights are damaged, or training diverged")
+
+
+def check_out_dir(cfg: FinetuneConfig, train_cfg: TrainConfig) -> None:
+    """A fresh run (no --resume) into a directory holding an earlier run's best/ or summary.json would replace
+    them at its first evaluation: refused unless --overwrite. (Checkpoints are the loop's to refuse.)"""
+    out = train_cfg.out_dir
+    earlier = [name for name in ("best", "summary.json") if os.path.exists(os.path.join(out, name))]
+    if earlier and not train_cfg.resume and not cfg.overwrite:
+        raise ConfigError(f"{out} holds an earlier run's {' and '.join(earlier)}: pass --resume to continue it, "
+                          "--overwrite to replace it, or choose another --out-dir")
+
+
+def read_summary(out_dir: str) -> dict[str, Any]:
+    """The summary.json of an earlier run in out_dir, or {} (none, or unreadable)."""
+    try:
+        with open(os.path.join(out_dir, "summary.json"), encoding="utf-8") as f:
+            summary = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return summary if isinstance(summary, dict) else {}
 
 
 def previous_best(best_dir: str, primary: str, resume: bool) -> dict[str, Any]:
@@ -188,8 +236,7 @@ def previous_best(best_dir: str, primary: str, resume: bool) -> dict[str, Any]:
     evaluation after --resume replaces it only with a better model. A fresh run starts from nothing."""
     path = os.path.join(best_dir, BEST_SCORE_NAME)
     if resume and os.path.isfile(path):
-        with open(path) as f:
-            saved = json.load(f)
+        saved = _read_json(path)
         if saved.get("primary_metric") == primary:
             return {"metric": saved["metrics"][primary], "metrics": saved["metrics"]}
     return {"metric": -float("inf"), "metrics": {}}
@@ -236,12 +283,16 @@ def prepare(cfg: FinetuneConfig) -> Prepared:
 def finetune(cfg: FinetuneConfig, train_cfg: TrainConfig) -> dict[str, Any]:
     """Fine-tune, keep the best dev checkpoint (with what the family calibrated on dev), and return (and write)
     a summary."""
+    check_out_dir(cfg, train_cfg)
     run = prepare(cfg)
     torch.manual_seed(train_cfg.seed)
     model = load_model(cfg, run.family, run.labels, run.model_dir)
     primary = run.family.primary_metric(run.task)
     best_dir = os.path.join(train_cfg.out_dir, "best")
+    if is_main_process():  # a kill between the two renames that replace best/ left it aside: put it back first
+        restore_replaced(best_dir)
     best = previous_best(best_dir, primary, train_cfg.resume)
+    earlier = read_summary(train_cfg.out_dir) if train_cfg.resume else {}
     patience = {"stale": 0, "eval": {}}  # evaluations since best/ improved; the last evaluation's metrics
     if cfg.early_stopping_patience and (train_cfg.eval_every == 0 or world_size() > 1):
         raise ConfigError("early stopping needs --eval-every N (it counts evaluations), in one process "
@@ -255,9 +306,9 @@ def finetune(cfg: FinetuneConfig, train_cfg: TrainConfig) -> dict[str, Any]:
             write_json(os.path.join(directory, CALIBRATION_NAME), {"split": cfg.eval_split, **scored.calibration})
 
     def evaluate(m) -> dict[str, float]:
-        scored = run.family.score(run.task, run.eval_examples, run.eval_features,
-                                  model_scores(m, run.family, run.eval_features, cfg.eval_batch_size,
-                                               run.tokenizer.pad_id), run.labels, run.settings)
+        scores = model_scores(m, run.family, run.eval_features, cfg.eval_batch_size, run.tokenizer.pad_id)
+        check_finite_scores(scores, f"{train_cfg.out_dir}: evaluation on {cfg.eval_split}")
+        scored = run.family.score(run.task, run.eval_examples, run.eval_features, scores, run.labels, run.settings)
         value = scored.metrics.get(primary, -float("inf"))
         improved = value > best["metric"]
         if improved:  # replaced whole or not at all: a kill mid-write keeps the previous best
@@ -282,11 +333,17 @@ def finetune(cfg: FinetuneConfig, train_cfg: TrainConfig) -> dict[str, Any]:
                        configs={"finetune": dataclasses.asdict(cfg)})
     except EarlyStopped as stop:
         result = TrainResult(stop.step, {}, patience["eval"], None)
+    # A resumed run that had finished trains no step: its final scores are the earlier summary's.
+    final = dict(result.eval) or (earlier.get("final", {}) if earlier.get("steps") == result.step else {})
+    split, ev = cfg.eval_split, run.eval_examples
     summary = {"task": run.task.name, "kind": run.task.kind, "from_scratch": cfg.from_scratch, "model": cfg.model,
-               "examples": {"train": len(run.train_examples), cfg.eval_split: len(run.eval_examples),
+               "examples": {"train": len(run.train_examples), split: len(ev),
                             "skipped_train": len(run.train_examples.skipped),
-                            f"skipped_{cfg.eval_split}": len(run.eval_examples.skipped)},
-               "primary_metric": primary, "final": dict(result.eval), "best": best["metrics"],
+                            f"skipped_{split}": len(ev.skipped),
+                            "skipped_by_reason": {"train": run.train_examples.skip_counts, split: ev.skip_counts}},
+               # the metrics are over these rows only: say so beside them when some were left out
+               "scored_on": ev.scored_on(split),
+               "primary_metric": primary, "final": final, "best": best["metrics"],
                "baseline": run.family.baseline(run.task, run.train_examples, run.eval_examples), "steps": result.step,
                "early_stopped": result.step < train_cfg.max_steps,
                "best_dir": best_dir, "out_dir": train_cfg.out_dir}
@@ -299,8 +356,19 @@ def read_calibration(directory: str) -> dict[str, Any] | None:
     path = os.path.join(directory, CALIBRATION_NAME)
     if not os.path.isfile(path):
         return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    return _read_json(path)
+
+
+def _read_json(path: str) -> dict[str, Any]:
+    """A JSON object a fine-tuned directory holds; CheckpointError naming the file when it is damaged."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path}: not valid JSON, damaged or truncated ({e})") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
 
 
 def evaluate_checkpoint(model_dir: str, cfg: FinetuneConfig, split: str) -> tuple[Scored, T.Task, T.Examples]:
@@ -323,6 +391,7 @@ def evaluate_checkpoint(model_dir: str, cfg: FinetuneConfig, split: str) -> tupl
     features = family.featurize(examples, tok, labels, settings)
     model = family.head.from_pretrained(directory)
     scores = model_scores(model, family, features, cfg.eval_batch_size, tok.pad_id)
+    check_finite_scores(scores, f"{directory} on {split}")
     return family.score(task, examples, features, scores, labels, settings, read_calibration(directory)), task, \
         examples
 
@@ -382,11 +451,13 @@ def cli_evaluate(argv: list[str]) -> int:
     parser.add_argument("--out", help="write metrics.json here")
     args = parser.parse_args(argv)
     cfg, _ = _finetune_config(args, ("finetune", "train"))
-    scored, task, _ = evaluate_checkpoint(cfg.model, cfg, args.split)
+    scored, task, examples = evaluate_checkpoint(cfg.model, cfg, args.split)
     metrics = scored.metrics
     if not metrics:  # a test file without its label column reads as unlabelled: nothing to score against
         raise DataError(f"{cfg.data_dir}: the {args.split} split of {task.name} has no labels to score "
                          "(use litebert predict)")
+    if examples.skipped:  # a score over a subset says so beside it
+        metrics = {**metrics, "scored_on": examples.scored_on(args.split)}
     if args.out:
         write_json(args.out, metrics, indent=1)
     print(json.dumps(metrics, indent=1))
