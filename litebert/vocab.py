@@ -219,13 +219,17 @@ def extend_embeddings(model: nn.Module, old_ids: list[list[int]]) -> None:
 
 
 def extend_vocab(model_dir: str, out_dir: str, words: list[str] | None = None, corpus: list[str] | None = None,
-                 max_pieces: int = 1000, domain_vocab_size: int = 8000, **spm_options) -> Extension:
+                 max_pieces: int = 1000, domain_vocab_size: int = 8000, overwrite: bool = False,
+                 **spm_options) -> Extension:
     """Add pieces for `words` and/or up to `max_pieces` learned from the `corpus` files to the model directory's
     tokenizer, grow its model to match, and save both in `out_dir` (the model keeps its class). An S-ALBERT
     directory (sentence_config.json, see litebert/embed.py) is loaded and saved as a SentenceEncoder, so its
-    pooling description comes along instead of silently reverting to the default."""
+    pooling description comes along instead of silently reverting to the default.
+
+    out_dir is written whole or not at all (staged beside it, then renamed); an existing non-empty out_dir is
+    refused before any work unless overwrite=True, which replaces it."""
     from litebert.config import AlbertConfig
-    from litebert.files import same_path
+    from litebert.files import same_path, write_dir_atomically
     from litebert.heads import model_class
     from litebert.embed import SentenceEncoder, sentence_settings
     from litebert.weights import resolve_model_dir
@@ -237,6 +241,9 @@ def extend_vocab(model_dir: str, out_dir: str, words: list[str] | None = None, c
     model_dir = resolve_model_dir(model_dir)
     if same_path(model_dir, out_dir):
         raise ConfigError(f"{out_dir}: write the extended model to a new directory, not over {model_dir}")
+    if os.path.isdir(out_dir) and os.listdir(out_dir) and not overwrite:
+        raise ConfigError(f"{out_dir} exists and is not empty: choose a new directory for the extended model, or "
+                          "pass --overwrite to replace it")
     tokenizer = Tokenizer.from_pretrained(model_dir)
     config = AlbertConfig.load(model_dir)
     if config.vocab_size != tokenizer.vocab_size:
@@ -246,9 +253,15 @@ def extend_vocab(model_dir: str, out_dir: str, words: list[str] | None = None, c
     if corpus:
         pieces += learn_pieces(tokenizer, corpus, max_pieces, domain_vocab_size, **spm_options)
     model = (SentenceEncoder if sentence_settings(model_dir) else model_class(config)).from_pretrained(model_dir)
-    extension = extend_tokenizer(tokenizer, pieces, out_dir)
-    extend_embeddings(model, extension.old_ids)
-    model.save_pretrained(out_dir)
+    made: list[Extension] = []
+
+    def fill(tmp) -> None:
+        made.append(extend_tokenizer(tokenizer, pieces, str(tmp)))
+        extend_embeddings(model, made[0].old_ids)
+        model.save_pretrained(tmp)
+
+    write_dir_atomically(out_dir, fill)
+    extension = made[0]
     log.info("%s: added %d pieces (vocabulary %d -> %d), skipped %d", out_dir, len(extension.pieces),
              tokenizer.vocab_size, extension.tokenizer.vocab_size, len(extension.skipped))
     return extension
@@ -269,6 +282,7 @@ class ExtendVocabConfig:
     max_pieces: int = field(default=1000, metadata={"help": "at most this many learned pieces, >= 1"})
     domain_vocab_size: int = field(default=8000, metadata={
         "help": "vocabulary of the SentencePiece model trained on the corpus"})
+    overwrite: bool = field(default=False, metadata={"help": "replace --out if it exists and is not empty"})
 
 
 def cli(argv: list[str]) -> int:
@@ -279,9 +293,12 @@ def cli(argv: list[str]) -> int:
     (cfg,) = parse_verb(parser, argv, ExtendVocabConfig)
     words = None
     if cfg.words:
-        with open(cfg.words, encoding="utf-8") as f:
+        from pathlib import Path
+        from litebert.tasks.records import open_text  # a file that is not UTF-8 is an error naming it
+        with open_text(Path(cfg.words)) as f:
             words = [line.strip() for line in f if line.strip()]
-    ext = extend_vocab(cfg.model, cfg.out, words, cfg.corpus, cfg.max_pieces, cfg.domain_vocab_size)
+    ext = extend_vocab(cfg.model, cfg.out, words, cfg.corpus, cfg.max_pieces, cfg.domain_vocab_size,
+                       overwrite=cfg.overwrite)
     old = ext.tokenizer.vocab_size - len(ext.pieces)
     ids = f" (ids {old}..{ext.tokenizer.vocab_size - 1})" if ext.pieces else ""
     print(f"added {len(ext.pieces)} pieces{ids}, vocabulary {old} -> {ext.tokenizer.vocab_size}; wrote {cfg.out}")

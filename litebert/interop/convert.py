@@ -26,7 +26,7 @@ import torch
 
 from litebert.config import AlbertConfig, read_json_object
 from litebert.errors import CheckpointError
-from litebert.files import copy_file, same_path
+from litebert.files import same_path, write_files_atomically
 from litebert.heads import MODEL_CLASSES, model_class
 
 # -- the rename table -----------------------------------------------------------------------------------------
@@ -198,13 +198,15 @@ def _find_beside(paths: list[str], names: tuple[str, ...]) -> str | None:
 
 
 def convert_tf_checkpoint(ckpt_prefix: str | os.PathLike, albert_config_json: str | os.PathLike | None,
-                          out_dir: str | os.PathLike, head: str = "pretraining") -> ConversionReport:
+                          out_dir: str | os.PathLike, head: str = "pretraining",
+                          overwrite: bool = False) -> ConversionReport:
     """Convert an original TF ALBERT checkpoint into a litebert/HF model directory.
 
     `head` picks the model class: "pretraining" (MLM + SOP, what the released checkpoints hold), "masked_lm",
     "base" (the encoder alone) or "sequence_classification" (a run_classifier.py checkpoint). The config
     defaults to albert_config.json beside the checkpoint; 30k-clean.model found beside either is copied
-    as spiece.model."""
+    as spiece.model. The files are written beside out_dir and moved in once complete (`write_model_files`);
+    a model already there is replaced only with overwrite=True."""
     from litebert.interop.tf_checkpoint import TFCheckpoint
 
     if head not in TF_HEADS:
@@ -221,17 +223,32 @@ def convert_tf_checkpoint(ckpt_prefix: str | os.PathLike, albert_config_json: st
     state, report = tf_to_litebert_state(checkpoint, model, checkpoint.prefix)
     model.load_checkpoint_state(state, checkpoint.prefix)
     out_dir = os.fspath(out_dir)
-    model.save_pretrained(out_dir)
     report.out_dir = out_dir
     report.tokenizer = _find_beside([checkpoint.index_path, os.fspath(albert_config_json)], SPM_NAMES)
-    if report.tokenizer:
-        copy_file(report.tokenizer, os.path.join(out_dir, "spiece.model"))  # --out may be the checkpoint's dir
+
+    def fill(tmp) -> None:
+        model.save_pretrained(tmp)
+        if report.tokenizer:  # --out may be the checkpoint's dir: an identical spiece.model is no overwrite
+            shutil.copyfile(report.tokenizer, os.path.join(tmp, "spiece.model"))
+
+    write_model_files(out_dir, fill, overwrite)
     return report
+
+
+MODEL_DIR_FILES = ("config.json", "model.safetensors", "pytorch_model.bin", *HF_TOKENIZER_FILES)
+
+
+def write_model_files(out_dir: str, fill, overwrite: bool) -> None:
+    """A model directory's files, made by fill(tmp) beside out_dir and moved in once complete (config.json
+    last), keeping any other files there (a TF checkpoint converted in its own directory). A model there that
+    would change is replaced only with overwrite (ConfigError otherwise, before anything is touched)."""
+    write_files_atomically(out_dir, fill, owned=MODEL_DIR_FILES, last=("config.json",), overwrite=overwrite)
 
 
 # -- HF -> litebert ------------------------------------------------------------------------------------------
 
-def convert_hf(name_or_path: str | os.PathLike, out_dir: str | os.PathLike, hidden_act: str | None = None) -> str:
+def convert_hf(name_or_path: str | os.PathLike, out_dir: str | os.PathLike, hidden_act: str | None = None,
+               overwrite: bool = False) -> str:
     """Load an HF ALBERT directory or Hub id with litebert (as the class its config names) and save it.
     Names already match; what this adds is litebert's checks on the way (every encoder weight present, shapes
     right) and, with hidden_act="gelu_new", the fix for the v1 configs' erf "gelu". Returns the class name."""
@@ -244,10 +261,14 @@ def convert_hf(name_or_path: str | os.PathLike, out_dir: str | os.PathLike, hidd
                               "(choose another --out)")
     cls = model_class(AlbertConfig.load(directory))
     model = cls.from_pretrained(directory, **({"hidden_act": hidden_act} if hidden_act else {}))
-    model.save_pretrained(out_dir)
-    for name in HF_TOKENIZER_FILES:
-        if os.path.isfile(os.path.join(directory, name)):
-            shutil.copyfile(os.path.join(directory, name), os.path.join(out_dir, name))
+
+    def fill(tmp) -> None:
+        model.save_pretrained(tmp)
+        for name in HF_TOKENIZER_FILES:
+            if os.path.isfile(os.path.join(directory, name)):
+                shutil.copyfile(os.path.join(directory, name), os.path.join(tmp, name))
+
+    write_model_files(out_dir, fill, overwrite)
     return cls.__name__
 
 
@@ -273,6 +294,8 @@ class ConvertConfig:
     hidden_act: str | None = field(default=None, metadata={
         "help": "--from-hf: override hidden_act; the v1 Hub configs say 'gelu' (erf) but the models were trained "
                 "with TF's tanh form, 'gelu_new'", "metavar": "NAME"})
+    overwrite: bool = field(default=False, metadata={
+        "help": "replace a model already in --out (a rerun that writes the same files needs no flag)"})
 
 
 def cli(argv: list[str]) -> int:
@@ -298,10 +321,11 @@ def cli(argv: list[str]) -> int:
     if cfg.from_tf:
         if cfg.hidden_act:
             parser.error("--hidden-act applies to --from-hf (TF 'gelu' is converted to 'gelu_new' already)")
-        print(convert_tf_checkpoint(cfg.from_tf, cfg.albert_config, cfg.out, head=cfg.head).summary())
+        print(convert_tf_checkpoint(cfg.from_tf, cfg.albert_config, cfg.out, head=cfg.head,
+                                    overwrite=cfg.overwrite).summary())
     else:
         if cfg.albert_config or cfg.head != "pretraining":
             parser.error("--albert-config and --head apply to --from-tf")
-        name = convert_hf(cfg.from_hf, cfg.out, hidden_act=cfg.hidden_act)
+        name = convert_hf(cfg.from_hf, cfg.out, hidden_act=cfg.hidden_act, overwrite=cfg.overwrite)
         print(f"{cfg.from_hf}: loaded as {name}; wrote {cfg.out}")
     return 0
