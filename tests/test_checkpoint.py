@@ -221,7 +221,7 @@ def make_train_state(seed):
 
 def test_save_then_restore_round_trips_every_named_state_object(tmp_path):
     a = make_train_state(0)
-    assert set(a.objects) == {"optimizer", "schedule", "data", "progress"}
+    assert set(a.objects) == {"record", "optimizer", "schedule", "data", "progress"}
     for _ in range(3):  # optimizer moments, schedule position, data state and step all away from a fresh start
         optimizer, schedule, data = a.objects["optimizer"], a.objects["schedule"], a.objects["data"]
         a.model(**data.batch_fn(a.progress.step, 0, 0, 1)).loss.backward()
@@ -249,7 +249,153 @@ def test_train_state_file_keeps_the_layout_of_every_checkpoint_so_far(tmp_path):
     (and a checkpoint written now resumes in an older litebert)."""
     train(make_toy(), CountingBatches(), toy_config(tmp_path, max_steps=2))
     state = ckpt.load_train_state(tmp_path / "run" / "step_2")
-    assert set(state) == {"step", "rng", "world_size", "accumulation_steps", "optimizer", "schedule", "data", "config"}
+    assert set(state) == {"step", "rng", "world_size", "accumulation_steps", "optimizer", "schedule", "data", "config",
+                          "record"}
     assert (state["step"], state["world_size"], state["accumulation_steps"]) == (2, 1, 1)
     assert state["data"] == {"step": 2, "state": {"served": 2}} and len(state["rng"]) == 1
     assert set(state["optimizer"]) == {"state", "param_groups"} and state["config"]["max_steps"] == 2
+
+
+# -- resume robustness: damaged checkpoints, another run's checkpoint, evaluations owed -------------------------
+
+@pytest.mark.parametrize("damaged", ["train_state.pt", "model.safetensors"])
+def test_a_damaged_last_checkpoint_falls_back_to_the_previous_one(tmp_path, caplog, damaged):
+    """A truncated file in the newest checkpoint (a copy cut short, a full disk on another machine): the resume
+    warns, moves it aside and continues from the one before, ending where an uninterrupted run ends."""
+    kw = dict(save_every=4, keep_last=0, micro_batch_size=4)
+    reference = make_toy()
+    train(reference, toy_batches(8, 4), toy_config(tmp_path / "a", **kw))
+    with pytest.raises(Crash):  # killed during step 9, after step_8 was saved
+        train(make_toy(), crashing(toy_batches(8, 4), at_step=8), toy_config(tmp_path / "b", **kw))
+    out = tmp_path / "b" / "run"
+    victim = out / "step_8" / damaged
+    victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
+    model = make_toy()
+    with caplog.at_level("WARNING", logger="litebert"):
+        result = train(model, toy_batches(8, 4), toy_config(tmp_path / "b", resume=True, **kw))
+    assert result.losses.keys() == set(range(5, 13))  # resumed from step_4
+    assert any("step_8" in r.getMessage() and "damaged" in r.getMessage() for r in caplog.records)
+    assert (out / "step_8.damaged").is_dir()  # kept for inspection, never picked again
+    assert_same_params(reference, model)
+
+
+def test_verify_checkpoint_reads_checkpoints_without_a_file_list(tmp_path):
+    """Checkpoints written before the marker listed its files are checked by reading them."""
+    import json
+    train(make_toy(), toy_batches(8, 8), toy_config(tmp_path, max_steps=2))
+    path = tmp_path / "run" / "step_2"
+    assert ckpt.verify_checkpoint(path) is None
+    (path / ckpt.MARKER).write_text(json.dumps({"step": 2}))  # the old marker
+    assert ckpt.verify_checkpoint(path) is None
+    state = path / ckpt.STATE_NAME
+    state.write_bytes(state.read_bytes()[:100])
+    assert "train_state.pt" in ckpt.verify_checkpoint(path)
+
+
+def _albert(**config):
+    from litebert.config import AlbertConfig
+    from litebert.heads import AlbertForSequenceClassification
+    torch.manual_seed(0)
+    tiny = dict(vocab_size=40, embedding_size=8, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                intermediate_size=32, max_position_embeddings=16)
+    return AlbertForSequenceClassification(AlbertConfig(**{**tiny, **config}))
+
+
+def _class_batches(num_labels):
+    def batch_fn(step, micro, rank, world_size):
+        g = torch.Generator().manual_seed(step * 10 + micro * world_size + rank)
+        return {"input_ids": torch.randint(5, 40, (4, 8), generator=g),
+                "labels": torch.randint(0, num_labels, (4,), generator=g)}
+    return batch_fn
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(config=dict(hidden_size=32, intermediate_size=64)), r"the model \(architecture\) differs \(.*hidden_size: 16 "
+                                                               r"in the checkpoint, 32 now"),
+    (dict(config=dict(num_hidden_layers=3)), r"the model \(architecture\) differs \(.*num_hidden_layers: 2"),
+    (dict(config=dict(num_labels=3, id2label={0: "a", 1: "b", 2: "c"})), r"the label set differs \(\['a', 'b'\] in "
+                                                                          r"the checkpoint, \['a', 'b', 'c'\] now"),
+    (dict(config=dict(id2label={0: "b", 1: "a"})), r"the label set differs"),
+    (dict(tokenizer=b"another vocabulary"), r"the tokenizer differs"),
+    (dict(identity={"data": {"meta_sha256": "f" * 64}}), r"the data differs \(meta_sha256: "),
+])
+def test_a_resume_with_another_model_labels_tokenizer_or_data_is_refused_by_name(tmp_path, change, message):
+    from litebert.errors import CheckpointError
+    tok = tmp_path / "spiece.model"
+    tok.write_bytes(b"a vocabulary")
+    cfg = toy_config(tmp_path, max_steps=2, batch_size=4)
+    labels2 = dict(num_labels=2, id2label={0: "a", 1: "b"})
+    train(_albert(**labels2), _class_batches(2), cfg, tokenizer=tok, identity={"data": {"meta_sha256": "0" * 64}})
+    before = sorted(p.name for p in (tmp_path / "run").iterdir())
+    config = {**labels2, **change.get("config", {})}
+    if "tokenizer" in change:
+        tok.write_bytes(change["tokenizer"])
+    resumed = toy_config(tmp_path, max_steps=4, batch_size=4, resume=True)
+    with pytest.raises(CheckpointError, match=message) as info:
+        train(_albert(**config), _class_batches(config["num_labels"]), resumed, tokenizer=tok,
+              identity=change.get("identity", {"data": {"meta_sha256": "0" * 64}}))
+    assert "step_2" in str(info.value) and "\n" not in str(info.value)
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == before  # nothing rewritten, not even the config
+
+
+def test_a_resume_that_changes_only_dropout_is_accepted(tmp_path):
+    cfg = toy_config(tmp_path, max_steps=2, batch_size=4)
+    train(_albert(), _class_batches(2), cfg)
+    result = train(_albert(hidden_dropout_prob=0.1), _class_batches(2),
+                   toy_config(tmp_path, max_steps=3, batch_size=4, resume=True))
+    assert list(result.losses) == [3]
+
+
+def test_every_saved_step_is_evaluated_exactly_once(tmp_path):
+    """A kill between saving step 4 and evaluating it: the resume evaluates step 4 first; a resume of the
+    finished run evaluates nothing and returns the recorded final evaluation."""
+    calls = []
+
+    def evaluate(model, crash_at=None):
+        calls.append(len(calls))
+        if crash_at is not None and len(calls) == crash_at:
+            raise Crash
+        return {"acc": 0.25 * len(calls)}
+
+    kw = dict(save_every=2, eval_every=2, max_steps=6, micro_batch_size=8, keep_last=0)
+    with pytest.raises(Crash):  # the second evaluation is step 4's
+        train(make_toy(), toy_batches(8, 8), toy_config(tmp_path, **kw), lambda m: evaluate(m, crash_at=2))
+    out = tmp_path / "run"
+    assert ckpt.latest_checkpoint(out).name == "step_4" and ckpt.read_evaluation(out / "step_4") is None
+    calls.clear()
+    result = train(make_toy(), toy_batches(8, 8), toy_config(tmp_path, resume=True, **kw), evaluate)
+    assert len(calls) == 2 and result.eval == {"acc": 0.5}  # step 4's, then step 6's
+    evals = [r["step"] for r in read_metrics(out / "metrics.jsonl") if "eval_acc" in r]
+    assert evals == [2, 4, 6]
+    assert ckpt.read_evaluation(out / "step_4") == {"acc": 0.25} and ckpt.read_evaluation(out / "step_6") == {"acc": 0.5}
+    calls.clear()
+    again = train(make_toy(), toy_batches(8, 8), toy_config(tmp_path, resume=True, **kw), evaluate)
+    assert calls == [] and again.eval == {"acc": 0.5} and again.losses == {}
+
+
+def test_the_initial_weights_are_evaluated_once_per_run(tmp_path):
+    seen = []
+
+    def evaluate(model):
+        seen.append(model.training)
+        return {"loss": float(len(seen))}
+
+    kw = dict(save_every=2, max_steps=2, micro_batch_size=8)
+    first = train(make_toy(), toy_batches(8, 8), toy_config(tmp_path, **kw), evaluate, evaluate_start=True)
+    assert first.start_eval == {"loss": 1.0} and first.eval == {"loss": 2.0} and seen == [False, False]
+    resumed = train(make_toy(), toy_batches(8, 8), toy_config(tmp_path, resume=True, **{**kw, "max_steps": 4}),
+                    evaluate, evaluate_start=True)
+    assert resumed.start_eval == {"loss": 1.0} and len(seen) == 3  # step 4 only
+    records = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if "eval_loss" in r]
+    assert [r["step"] for r in records] == [0, 2, 4]
+
+
+def test_a_missing_tokenizer_is_refused_before_training(tmp_path):
+    """It was found missing only at the first save: with --save-every 0, after the whole run."""
+    from litebert.errors import ConfigError
+    calls = []
+    batches = toy_batches(8, 8)
+    with pytest.raises(ConfigError, match="tokenizer .*gone.* does not exist"):
+        train(make_toy(), lambda *a: calls.append(a) or batches(*a), toy_config(tmp_path, max_steps=3),
+              tokenizer=tmp_path / "gone")
+    assert calls == []

@@ -3,18 +3,24 @@
     step_N/config.json, model.safetensors   model.save_pretrained(dir): loads in litebert and transformers
     step_N/spiece.model, ...                tokenizer files, when the run was given a tokenizer
     step_N/train_state.pt                   optimizer, scheduler, step, data position, RNG states (state.py)
-    step_N/COMPLETE                         written last: only directories holding it are checkpoints
+    step_N/COMPLETE                         written last: only directories holding it are checkpoints; it
+                                            lists every file with its size and sha256
+    step_N/evaluation.json                  added after the step's evaluation: its metrics (see loop.py)
 
 A checkpoint is written into `out_dir/.tmp-step_N`, the marker added, every file fsync'ed, and the directory
 renamed into place (`write_dir_atomically`, also used for fine-tuning's best/), so a crash at any moment
-leaves either the previous checkpoints or a new complete one.
+leaves either the previous checkpoints or a new complete one. What the disk does later (a truncated copy, a
+bad sector) is caught on resume by `verify_checkpoint`, and `resume_point` falls back to the newest
+checkpoint that is intact.
 `train_state.pt` holds only tensors, lists, dicts and primitives and is read with `weights_only=True`:
 loading a checkpoint never runs pickled code.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
 import random
 import re
@@ -29,11 +35,15 @@ from torch import nn
 
 from litebert.files import write_dir_atomically
 
+log = logging.getLogger("litebert")
+
 MARKER = "COMPLETE"
 STATE_NAME = "train_state.pt"
+EVALUATION_NAME = "evaluation.json"
+DAMAGED_SUFFIX = ".damaged"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 # Files of a model directory that are not tokenizer files (never copied from a tokenizer dir).
-_NOT_TOKENIZER = {"config.json", "model.safetensors", "pytorch_model.bin", STATE_NAME, MARKER}
+_NOT_TOKENIZER = {"config.json", "model.safetensors", "pytorch_model.bin", STATE_NAME, MARKER, EVALUATION_NAME}
 
 
 def step_dir(out_dir: str | os.PathLike, step: int) -> Path:
@@ -74,7 +84,8 @@ def save_checkpoint(out_dir: str | os.PathLike, step: int, model: nn.Module, tra
         if tokenizer is not None:
             _copy_tokenizer(Path(tokenizer), tmp)
         torch.save(train_state, tmp / STATE_NAME)
-        (tmp / MARKER).write_text(json.dumps({"step": step}) + "\n")
+        files = {p.relative_to(tmp).as_posix(): _file_record(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
+        (tmp / MARKER).write_text(json.dumps({"step": step, "files": files}) + "\n")
 
     final = write_dir_atomically(step_dir(out, step), fill)
     if keep_last > 0:
@@ -104,8 +115,88 @@ def remove_partial(out_dir: str | os.PathLike) -> list[Path]:
 
 def load_train_state(checkpoint_dir: str | os.PathLike) -> dict[str, Any]:
     """The dict saved as train_state.pt, read with weights_only=True (no pickled code runs)."""
+    from litebert.errors import CheckpointError
+
     path = Path(checkpoint_dir) / STATE_NAME
-    return torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise
+    except Exception as e:  # a truncated zip, or pickled code that weights_only refuses
+        first = str(e).splitlines()[0] if str(e) else ""
+        raise CheckpointError(f"{path}: unreadable training state ({type(e).__name__}: {first})") from None
+
+
+def verify_checkpoint(checkpoint_dir: str | os.PathLike) -> str | None:
+    """What is wrong with a complete checkpoint's files, or None when they are intact: each file the marker
+    lists has its size and sha256 (a truncated or altered copy fails). Checkpoints written before the marker
+    listed its files are checked by reading them: train_state.pt loads, model.safetensors parses."""
+    path = Path(checkpoint_dir)
+    try:
+        files = json.loads((path / MARKER).read_text()).get("files")
+    except (OSError, ValueError) as e:
+        return f"{MARKER}: unreadable ({e})"
+    if files is None:
+        try:
+            load_train_state(path)
+            from litebert.weights import read_state_dict
+            read_state_dict(os.fspath(path))
+        except Exception as e:  # noqa: BLE001 - any failure to read is damage
+            return str(e)
+        return None
+    for name, expected in files.items():
+        file = path / name
+        if not file.is_file():
+            return f"{name} is missing"
+        if file.stat().st_size != expected["size"]:
+            return f"{name} has {file.stat().st_size} bytes, {expected['size']} were written"
+        if _sha256(file) != expected["sha256"]:
+            return f"{name} differs from what was written (sha256)"
+    return None
+
+
+def resume_point(out_dir: str | os.PathLike) -> Path | None:
+    """The newest complete checkpoint whose files are intact (call on one rank: it renames). A damaged one is
+    renamed to `step_N.damaged` (kept for inspection, never picked again) with a warning, and the one before
+    it is tried: a resume loses the steps since that one, not the run."""
+    for _, path in reversed(list_checkpoints(out_dir)):
+        problem = verify_checkpoint(path)
+        if problem is None:
+            return path
+        aside = path.with_name(path.name + DAMAGED_SUFFIX)
+        shutil.rmtree(aside, ignore_errors=True)
+        os.rename(path, aside)
+        log.warning("checkpoint %s is damaged (%s): moved to %s; resuming from the previous complete one",
+                    path, problem, aside.name)
+    return None
+
+
+def read_evaluation(checkpoint_dir: str | os.PathLike) -> dict[str, float] | None:
+    """The metrics of the evaluation of this checkpoint's weights, or None when it was not evaluated (a kill
+    between the save and the evaluation that followed it)."""
+    try:
+        return json.loads((Path(checkpoint_dir) / EVALUATION_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write_evaluation(checkpoint_dir: str | os.PathLike, metrics: dict[str, float]) -> None:
+    from litebert.files import write_json
+    write_json(Path(checkpoint_dir) / EVALUATION_NAME, metrics)
+
+
+def fingerprint(path: str | os.PathLike) -> str:
+    """sha256 of a tokenizer: its spiece.model (the vocabulary; a file path is hashed as is), else every
+    tokenizer file of the directory (those `_copy_tokenizer` copies), by name."""
+    path = Path(path)
+    if path.is_file():
+        return _sha256(path)
+    if (path / "spiece.model").is_file():
+        return _sha256(path / "spiece.model")
+    digest = hashlib.sha256()
+    for file in sorted(p for p in path.iterdir() if _is_tokenizer_file(p)):
+        digest.update(file.name.encode() + b"\0" + _sha256(file).encode())
+    return digest.hexdigest()
 
 
 def load_model_weights(model: nn.Module, checkpoint_dir: str | os.PathLike) -> None:
@@ -121,6 +212,10 @@ def load_model_weights(model: nn.Module, checkpoint_dir: str | os.PathLike) -> N
     unexpected = sorted(set(state) - set(own))
     if unexpected:
         raise CheckpointError(f"{path}: weights the model does not have, e.g. {unexpected[0]}")
+    for key, value in state.items():
+        if value.shape != own[key].shape:
+            raise CheckpointError(f"{path}: {key} has shape {tuple(value.shape)}, the model's "
+                                  f"{tuple(own[key].shape)}: the checkpoint is of another model")
     loaded_storages = {own[k].untyped_storage().data_ptr() for k in state}
     missing = [k for k in own if k not in state and own[k].untyped_storage().data_ptr() not in loaded_storages]
     if missing:
@@ -139,8 +234,10 @@ def rng_state() -> dict[str, Any]:
         "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached)],
         "torch": torch.get_rng_state(),
     }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        # This process's GPU only (setup_distributed made it current): every visible GPU's states would not
+        # restore on a node with fewer of them, and the others are not this rank's to restore.
+        state["cuda"] = torch.cuda.get_rng_state()
     return state
 
 
@@ -151,8 +248,14 @@ def set_rng_state(state: dict[str, Any]) -> None:
     kind, keys, pos, has_gauss, cached = state["numpy"]
     np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    cuda = state.get("cuda")
+    if cuda is not None and torch.cuda.is_available():
+        if isinstance(cuda, (list, tuple)):  # written before: one state per visible GPU; take this one's
+            index = torch.cuda.current_device()
+            if index < len(cuda):
+                torch.cuda.set_rng_state(cuda[index])
+        else:
+            torch.cuda.set_rng_state(cuda)
 
 
 # -- helpers ------------------------------------------------------------------------------------------------
@@ -164,8 +267,24 @@ def _copy_tokenizer(source: Path, target: Path) -> None:
     if not source.is_dir():
         raise FileNotFoundError(f"{source}: no such tokenizer file or directory")
     for path in source.iterdir():
-        if path.is_file() and path.name not in _NOT_TOKENIZER and path.suffix not in (".safetensors", ".bin"):
+        if _is_tokenizer_file(path):
             shutil.copy2(path, target / path.name)
+
+
+def _is_tokenizer_file(path: Path) -> bool:
+    return path.is_file() and path.name not in _NOT_TOKENIZER and path.suffix not in (".safetensors", ".bin")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _file_record(path: Path) -> dict[str, Any]:
+    return {"size": path.stat().st_size, "sha256": _sha256(path)}
 
 
 def _remove_checkpoint(path: Path) -> None:

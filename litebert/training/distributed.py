@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -53,17 +54,35 @@ def is_main_process() -> bool:
     return rank_and_size()[0] == 0
 
 
-def setup_distributed(device: str = "auto") -> Dist:
+def setup_distributed(device: str = "auto", timeout_minutes: float = 60.0) -> Dist:
     """Join the process group that torchrun describes (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT), or use
-    one the caller already initialised; single process otherwise. NCCL on GPU, gloo on CPU."""
+    one the caller already initialised; single process otherwise. NCCL on GPU, gloo on CPU.
+
+    `timeout_minutes` bounds every collective, the barriers included: while rank 0 evaluates and writes a
+    checkpoint the other ranks wait in a barrier, and NCCL's default of 10 minutes is shorter than an
+    evaluation of albert-base on a large held-out set."""
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     dev = resolve_device(device, local_rank)
     if dev.type == "cuda":
-        torch.cuda.set_device(dev)
+        torch.cuda.set_device(dev)  # also makes it the device whose RNG state checkpoints save
     owns_group = not _group_exists() and world_size() > 1
     if owns_group:
-        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
+        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo", timeout=timedelta(minutes=timeout_minutes))
     return Dist(*rank_and_size(), local_rank, dev, owns_group)
+
+
+def configure_device(device: torch.device, tf32: bool) -> dict[str, Any]:
+    """Choices that exist only on CUDA, made here and returned for the run's record.
+
+    TF32 (Ampere and later): float32 matmuls and convolutions read their inputs with a 10-bit mantissa and
+    accumulate in fp32, several times the fp32 rate; PyTorch leaves it off for matmuls. The legacy flags are
+    used on purpose: mixing them with the newer `fp32_precision` API makes `get_float32_matmul_precision()`
+    raise. On CPU nothing is changed (the same flag would not touch oneDNN, but a CPU run stays untouched)."""
+    if device.type != "cuda":
+        return {"device": str(device), "tf32": False}
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    return {"device": str(device), "tf32": tf32, "gpu": torch.cuda.get_device_name(device)}
 
 
 def teardown_distributed(env: Dist) -> None:
@@ -97,6 +116,15 @@ def barrier() -> None:
     """Wait for every rank (nothing to wait for alone)."""
     if _group_exists() and dist.get_world_size() > 1:
         dist.barrier()
+
+
+def broadcast_object(obj: Any) -> Any:
+    """Rank 0's `obj` on every rank (a collective): one decision, taken on rank 0, for all of them."""
+    if not _group_exists() or dist.get_world_size() == 1:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def all_gather(obj: Any) -> list[Any]:

@@ -4,10 +4,17 @@ The loop knows three things about the outside world, all passed in:
   model(**batch).loss             a scalar; the model also has save_pretrained(dir) (checkpoints are HF dirs)
   data                            ShuffledData(num_examples, collate), or a batch_fn(step, micro, rank,
                                   world_size) -> dict of tensors (see data.py)
-  evaluate(model) -> dict[str, float]   every eval_every steps and at the end, on rank 0
+  evaluate(model) -> dict[str, float]   every eval_every steps and at the end, on rank 0, on the training
+                                  device (the model's: move batches to next(model.parameters()).device)
 
 `train` reads as a cadence: while step < max_steps: step += 1; train_step; maybe log; maybe save; maybe
 evaluate. What a step needs is built once (`Run`); what a checkpoint holds is a `TrainState` (state.py).
+
+Resume is one decision, taken on rank 0 and broadcast: the newest checkpoint whose files are intact (a damaged
+one is moved aside with a warning), refused by name when it is another run's (model, data, tokenizer, labels).
+Each checkpoint due an evaluation is evaluated exactly once: its metrics are written into it
+(evaluation.json), and a resume from one that a kill left unevaluated evaluates it first. Under torchrun's
+elastic restarts (TORCHELASTIC_RESTART_COUNT > 0) the loop resumes on its own.
 
 Global batch = micro_batch_size * accumulation_steps * world_size. Each micro-batch loss is divided by the
 number of accumulation steps and DDP averages over ranks, so the gradient is the mean of the micro-batch
@@ -34,11 +41,11 @@ from litebert.errors import ConfigError, LitebertError
 from litebert.runconfig import dump_toml
 from litebert.training import checkpoint as ckpt
 from litebert.training.data import BatchFn, ShuffledData, as_batch_fn, count_tokens
-from litebert.training.distributed import (Dist, all_reduce_sum, barrier, resolve_device, setup_distributed,
-                                           teardown_distributed)
+from litebert.training.distributed import (Dist, all_reduce_sum, barrier, broadcast_object, configure_device,
+                                           resolve_device, setup_distributed, teardown_distributed)
 from litebert.training.metrics_log import MetricsLog
 from litebert.training.optim import clip_grad_norm, make_optimizer, make_schedule
-from litebert.training.state import TrainState, preserved_rng, set_seed
+from litebert.training.state import RunRecord, TrainState, label_identity, model_identity, preserved_rng, set_seed
 
 # Not used here: finetune.py imports them from the loop, where they lived before data.py and distributed.py.
 from litebert.training.data import shuffled_batches  # noqa: F401
@@ -77,8 +84,17 @@ class TrainConfig:
         "fp32, or bf16 autocast (weights, gradients and optimizer state stay fp32)", choices=("fp32", "bf16")))
     compile: bool = field(default=False, metadata=_help("torch.compile the model"))
     find_unused_parameters: bool = field(default=False, metadata=_help(
-        "DDP only: allow parameters without gradient (e.g. the SOP head when pretraining with MLM alone)"))
+        "DDP only: allow trainable parameters outside the loss in a model of your own (litebert's verbs freeze "
+        "what their objective leaves out, so they never need it)"))
+    gradient_checkpointing: bool = field(default=False, metadata=_help(
+        "recompute each layer's activations in the backward pass instead of storing them: less memory (xxlarge "
+        "on one GPU), about a third more compute"))
     device: str = field(default="auto", metadata=_help("auto (cuda:LOCAL_RANK if available, else cpu), cpu or cuda"))
+    tf32: bool = field(default=True, metadata=_help(
+        "CUDA only: TF32 float32 matmuls (Ampere and later; fp32 accumulation); never changes CPU math"))
+    dist_timeout_minutes: float = field(default=60.0, metadata=_help(
+        "torchrun: how long a rank waits in a collective (e.g. while rank 0 evaluates and saves) before the "
+        "run fails"))
     seed: int = field(default=12345, metadata=_help("seed for python/numpy/torch RNGs (dropout), offset by rank"))
     log_every: int = field(default=10, metadata=_help("write loss, lr and tokens/s to metrics.jsonl every N steps"))
     eval_every: int = field(default=0, metadata=_help("evaluate every N steps (0: only at the end)"))
@@ -104,6 +120,7 @@ class TrainConfig:
              "warmup_steps, eval_every, save_every and keep_last must be >= 0")
         need(self.lr >= 0 and self.clip_norm >= 0 and self.weight_decay >= 0, "lr, clip_norm and weight_decay "
              "must be >= 0")
+        need(self.dist_timeout_minutes > 0, "dist_timeout_minutes must be positive")
         need(math.isfinite(self.lr_decay_power) and self.lr_decay_power >= 0,  # < 0: 0 ** power at the last step
              f"lr_decay_power must be a finite number >= 0, got {self.lr_decay_power}")
         resolve_device(self.device)  # a bad --device is refused here, before a run reads or writes anything
@@ -126,28 +143,36 @@ class NonFiniteLossError(LitebertError):
 class TrainResult:
     step: int  # the last completed step
     losses: dict[int, float]  # step -> mean loss over the global batch, for the steps this call ran
-    eval: dict[str, float]  # the last evaluation
+    eval: dict[str, float]  # the last evaluation (on a resume of a finished run: its recorded final one)
     checkpoint: Path | None  # the last checkpoint written (or resumed from)
+    start_eval: dict[str, float] = field(default_factory=dict)  # the initial weights', with evaluate_start
 
 
 Evaluate = Callable[[nn.Module], Mapping[str, float]]
 
 
 def train(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, evaluate: Evaluate | None = None, *,
-          tokenizer: str | os.PathLike | None = None, configs: Mapping[str, Any] | None = None) -> TrainResult:
+          tokenizer: str | os.PathLike | None = None, configs: Mapping[str, Any] | None = None,
+          evaluate_start: bool = False, identity: Mapping[str, Any] | None = None) -> TrainResult:
     """Train `model` for cfg.max_steps optimizer steps (see the module docstring for the contracts).
 
     tokenizer: a tokenizer dir or file copied into every checkpoint, so each one is a complete model dir.
     configs:   other sections (e.g. {"model": ..., "data": ...}) saved beside [train] in train_config.toml.
+    evaluate_start: also evaluate the initial weights (step 0), once per run: on the training device, on rank
+               0, kept in every checkpoint and returned as `start_eval` by every later resume.
+    identity:  more of what defines the run, e.g. {"data": a fingerprint of the data}; recorded with the
+               model's architecture, its labels and the tokenizer's hash, and compared on resume.
     Under torchrun each process calls this with the same arguments; the process group is set up here.
     """
     from tqdm.auto import tqdm
 
-    env = setup_distributed(cfg.device)
+    env = setup_distributed(cfg.device, cfg.dist_timeout_minutes)
     try:
-        run = _start(model, data, cfg, env, tokenizer, configs)
+        run = _start(model, data, cfg, env, tokenizer, configs, identity)
         progress = run.state.progress
         result = TrainResult(progress.step, {}, {}, run.resumed_from)
+        if evaluate is not None:
+            result.start_eval, result.eval = _owed_evaluations(run, evaluate, evaluate_start)
         with tqdm(total=cfg.max_steps, initial=progress.step, disable=not (env.is_main and cfg.progress),
                   dynamic_ncols=True, desc="train") as bar:
             while progress.step < cfg.max_steps:
@@ -162,11 +187,11 @@ def train(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, eval
                     bar.set_postfix(loss=f"{record['loss']:.4f}", tok_s=f"{record['tokens_per_s']:,.0f}")
                 # Save before evaluating: an evaluation that fails must not lose the steps since the last save.
                 saved = _every(step, cfg.save_every) or last
-                if saved:
-                    result.checkpoint = run.save() or result.checkpoint
-                evaluated = evaluate is not None and (_every(step, cfg.eval_every) or last)
+                path = run.save() if saved else None  # the path on rank 0, None on the others
+                result.checkpoint = path or result.checkpoint
+                evaluated = evaluate is not None and _eval_due(cfg, step)
                 if evaluated:
-                    result.eval = _evaluate(run, evaluate, step)
+                    result.eval = _evaluate(run, evaluate, step, path)
                 if saved or evaluated:
                     run.metrics.plot()
         result.step = progress.step
@@ -177,6 +202,10 @@ def train(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, eval
 
 def _every(step: int, interval: int) -> bool:
     return interval > 0 and step % interval == 0
+
+
+def _eval_due(cfg: TrainConfig, step: int) -> bool:
+    return _every(step, cfg.eval_every) or step == cfg.max_steps
 
 
 class StepStats(NamedTuple):
@@ -208,6 +237,8 @@ def train_step(run: Run, step: int) -> StepStats:
             (loss / accum).backward()
         loss_sum += loss.detach().float()
         tokens += count_tokens(batch)
+    if not run.gradients_checked:
+        _check_every_parameter_has_a_gradient(run)
     stats = all_reduce_sum(torch.stack([loss_sum / accum, torch.tensor(float(tokens), device=env.device)]))
     stats[0] /= env.world_size
     grad_norm = clip_grad_norm(run.model.parameters(), run.cfg.clip_norm)
@@ -225,8 +256,24 @@ def train_step(run: Run, step: int) -> StepStats:
     return StepStats(loss_value, norm_value, lr, tokens_all, time.perf_counter() - t0)
 
 
-def _evaluate(run: Run, evaluate: Evaluate, step: int) -> dict[str, float]:
-    """Rank 0 evaluates (the others wait), in eval mode, without moving the training RNG streams."""
+def _check_every_parameter_has_a_gradient(run: Run) -> None:
+    """Under DDP, once, after the first backward: a trainable parameter outside the loss gets no gradient, its
+    bucket is never averaged, and DDP stops at the next step with "Expected to have finished reduction in the
+    prior iteration". Said here instead, with the names, before an update that mixes averaged and unaveraged
+    gradients."""
+    run.gradients_checked = True
+    if run.env.world_size == 1 or run.cfg.find_unused_parameters:
+        return
+    outside = [name for name, p in run.model.named_parameters() if p.requires_grad and p.grad is None]
+    if outside:
+        raise ConfigError(f"{len(outside)} trainable parameters of {type(run.model).__name__} take no part in the "
+                          f"loss (e.g. {', '.join(outside[:3])}), so DistributedDataParallel cannot average their "
+                          "gradients: freeze them (requires_grad_(False)) or set find_unused_parameters")
+
+
+def _evaluate(run: Run, evaluate: Evaluate, step: int, checkpoint: Path | None = None) -> dict[str, float]:
+    """Rank 0 evaluates (the others wait), in eval mode, without moving the training RNG streams. The metrics
+    go to metrics.jsonl and, when the step was saved, into its checkpoint: the proof it was evaluated."""
     result: dict[str, float] = {}
     if run.env.is_main:
         run.model.eval()
@@ -235,8 +282,27 @@ def _evaluate(run: Run, evaluate: Evaluate, step: int) -> dict[str, float]:
         run.model.train()
         run.metrics.write({"step": step, **{k if k.startswith("eval_") else f"eval_{k}": v
                                             for k, v in result.items()}})
+        if checkpoint is not None:
+            ckpt.write_evaluation(checkpoint, result)
     barrier()
     return result
+
+
+def _owed_evaluations(run: Run, evaluate: Evaluate, evaluate_start: bool
+                      ) -> tuple[dict[str, float], dict[str, float]]:
+    """(start_eval, eval) at the start of a call. The initial weights are evaluated once per run (a resume
+    reads the result from its checkpoint); a resumed checkpoint due an evaluation is evaluated only if the run
+    was killed between saving and evaluating it, else its recorded metrics are returned. Rank 0 reads what
+    was recorded and every rank follows its decision (the evaluation's barrier needs all of them)."""
+    step, record = run.state.progress.step, run.state.record
+    if evaluate_start and step == 0 and not record.start_eval:
+        record.start_eval = _evaluate(run, evaluate, 0)
+    owed = step > 0 and run.resumed_from is not None and _eval_due(run.cfg, step)
+    recorded = ckpt.read_evaluation(run.resumed_from) if owed and run.env.is_main else None
+    if broadcast_object(owed and recorded is None):
+        log.info("evaluating %s: the run stopped before its evaluation", run.resumed_from)
+        return dict(record.start_eval), _evaluate(run, evaluate, step, run.resumed_from)
+    return dict(record.start_eval), dict(recorded or {})
 
 
 # -- building a run ----------------------------------------------------------------------------------------------
@@ -258,6 +324,7 @@ class Run:
     metrics: MetricsLog
     tokenizer: str | os.PathLike | None
     resumed_from: Path | None
+    gradients_checked: bool = False  # the DDP check of the first backward (train_step)
 
     def autocast(self):
         if self.cfg.precision == "bf16":
@@ -270,16 +337,26 @@ class Run:
 
 
 def _start(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, env: Dist,
-           tokenizer: str | os.PathLike | None, configs: Mapping[str, Any] | None) -> Run:
+           tokenizer: str | os.PathLike | None, configs: Mapping[str, Any] | None,
+           identity: Mapping[str, Any] | None) -> Run:
     """Seed, build optimizer and schedule, resume if asked, write the run's config, wrap the model."""
     out = Path(cfg.out_dir)
     micro_batch, accum = cfg.accumulation(env.world_size)
+    run_identity = {"model": model_identity(model), "labels": label_identity(model), **(identity or {})}
+    if tokenizer is not None:  # checked now, not at the first save after hours of training
+        if not os.path.exists(tokenizer):
+            raise ConfigError(f"tokenizer {tokenizer} does not exist: checkpoints could not include it")
+        run_identity["tokenizer"] = ckpt.fingerprint(tokenizer)
+    record = RunRecord(run_identity, {**configure_device(env.device, cfg.tf32), "world_size": env.world_size})
+    log.info("training on %s (TF32 %s), %d process(es)", env.device, record.runtime["tf32"], env.world_size)
     set_seed(cfg.seed + env.rank)  # dropout differs across ranks, as it would across a bigger batch
     model = model.to(env.device)
+    if cfg.gradient_checkpointing:
+        _enable_gradient_checkpointing(model)
     optimizer = make_optimizer(model, cfg.optimizer, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2), cfg.eps)
     schedule = make_schedule(optimizer, cfg.warmup_steps, cfg.max_steps, cfg.lr_decay_power)
     batch_fn = as_batch_fn(data, cfg.batch_size, micro_batch, cfg.seed)
-    state = TrainState(model, optimizer, schedule, batch_fn, env, accum)
+    state = TrainState(model, optimizer, schedule, batch_fn, env, accum, record)
     resumed_from = _checkpoint_to_resume(out, cfg.resume, env)
     if resumed_from is not None:
         state.restore(resumed_from)
@@ -288,10 +365,11 @@ def _start(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, env
     if env.is_main:
         out.mkdir(parents=True, exist_ok=True)
         (out / CONFIG_NAME).write_text(dump_toml({"train": cfg, **(configs or {})}))
-    metrics.restart_at(state.progress.step)
+    # A fresh start drops what an earlier attempt in this directory logged (its step 0 too).
+    metrics.restart_at(state.progress.step if resumed_from is not None else -1)
 
     net = model
-    if env.world_size > 1:
+    if env.world_size > 1:  # every trainable parameter must be in the loss (see train_step's check)
         net = nn.parallel.DistributedDataParallel(model, device_ids=[env.device.index] if env.device.type == "cuda"
                                                   else None, find_unused_parameters=cfg.find_unused_parameters)
     model.train()
@@ -299,13 +377,40 @@ def _start(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, env
                 accum, state, metrics, tokenizer, resumed_from)
 
 
+def _enable_gradient_checkpointing(model: nn.Module) -> None:
+    switches = [m for m in model.modules() if hasattr(m, "gradient_checkpointing")]
+    if not switches:
+        raise ConfigError(f"{type(model).__name__} has no gradient checkpointing (no module with a "
+                          "gradient_checkpointing attribute)")
+    for module in switches:
+        module.gradient_checkpointing = True
+
+
+def elastic_restart() -> int:
+    """How many times torchrun's elastic agent has restarted this run's workers (0: the first attempt)."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+
+
 def _checkpoint_to_resume(out: Path, resume: bool, env: Dist) -> Path | None:
-    """The latest complete checkpoint when resuming, after rank 0 cleared what crashed saves left. Checkpoints
-    found without --resume are refused: the run would overwrite them step by step."""
+    """Which checkpoint every rank resumes from, decided once, on rank 0, and broadcast: ranks that each looked
+    for themselves could disagree (a checkpoint appearing or moved aside between their looks, a filesystem
+    that shows it to one node first). Rank 0 clears what crashed saves left and takes the newest intact
+    checkpoint (`resume_point`). Checkpoints found without --resume are refused (the run would overwrite them
+    step by step), except after an elastic restart, which resumes on its own."""
+    restarts = elastic_restart()
+    resume = resume or restarts > 0
+    decision: tuple[str | None, str | None] = (None, None)  # (checkpoint, error)
     if env.is_main:
         ckpt.remove_partial(out)
-    barrier()
-    latest = ckpt.latest_checkpoint(out)
-    if latest is not None and not resume:
-        raise ConfigError(f"{out} already holds checkpoints; pass --resume to continue, or choose another out_dir")
-    return latest if resume else None
+        if not resume and ckpt.latest_checkpoint(out) is not None:
+            decision = (None, f"{out} already holds checkpoints; pass --resume to continue, or choose another "
+                              "out_dir")
+        elif resume:
+            found = ckpt.resume_point(out)
+            decision = (None if found is None else str(found), None)
+    path, error = broadcast_object(decision)
+    if error:
+        raise ConfigError(error)
+    if restarts and path:
+        log.warning("elastic restart %d: resuming from %s", restarts, path)
+    return Path(path) if path else None

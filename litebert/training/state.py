@@ -7,20 +7,25 @@ over them and restoring another:
     schedule    the learning-rate schedule's position
     data        the data position: the step (batch functions are pure functions of it) and the batch
                 function's own state, when it has state_dict
-    progress    the step and every rank's RNG streams (python, numpy, torch, CUDA), so that a resumed run draws
-                the dropout masks an uninterrupted one would
+    progress    the step and every rank's RNG streams (python, numpy, torch, this rank's CUDA device), so that
+                a resumed run draws the dropout masks an uninterrupted one would
+    record      what the run is (architecture, label set, tokenizer, data), compared on resume so that a
+                resume with another model, data, tokenizer or labels is refused by name; what it measured once
+                (the evaluation of the initial weights); and the device choices it ran with (TF32)
 
-The last four go into `train_state.pt`, each under its name, except that progress's keys sit at the top level
+The last five go into `train_state.pt`, each under its name, except that progress's keys sit at the top level
 (step, rng, world_size, accumulation_steps), where every checkpoint so far has them: a checkpoint written
-before this layout resumes, and `load_train_state(path)["step"]` reads the same in all of them.
+before this layout resumes, and `load_train_state(path)["step"]` reads the same in all of them. The record
+is checked first, before any weight is loaded: a mismatch is named, not a size error from load_state_dict.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -29,6 +34,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from litebert.errors import CheckpointError
 from litebert.training import checkpoint as ckpt
 from litebert.training.data import BatchFn
 from litebert.training.distributed import Dist, all_gather, barrier
@@ -76,15 +82,82 @@ class DataPosition:
             self.batch_fn.load_state_dict(state["state"])
 
 
+# Config keys that do not change what a checkpoint's weights mean: a resume may change them.
+_NOT_ARCHITECTURE = ("dropout", "initializer_range", "id2label", "label2id", "architectures",
+                     "transformers_version", "torch_dtype")
+
+
+def model_identity(model: nn.Module) -> dict[str, Any]:
+    """The model's class and the config fields that define its architecture (dropout rates excluded)."""
+    config = getattr(model, "config", None)
+    values = config.to_dict() if hasattr(config, "to_dict") else dict(config) if isinstance(config, Mapping) else {}
+    return {"class": type(model).__name__,
+            **{k: v for k, v in values.items() if not any(word in k for word in _NOT_ARCHITECTURE)}}
+
+
+def label_identity(model: nn.Module) -> list[str] | None:
+    """The model's label names in id order (config.id2label), or None for a model without named labels."""
+    id2label = getattr(getattr(model, "config", None), "id2label", None)
+    if not id2label:
+        return None
+    return [str(id2label[k]) for k in sorted(id2label, key=int)]
+
+
+def _plain(value: Any) -> Any:
+    """JSON's types only, so the record loads with weights_only=True and compares by value."""
+    return json.loads(json.dumps(value, default=str))
+
+
+class RunRecord:
+    """What the run is and what it measured once (module docstring)."""
+
+    NAMES = {"model": "the model (architecture)", "data": "the data", "tokenizer": "the tokenizer",
+             "labels": "the label set"}
+
+    def __init__(self, identity: Mapping[str, Any], runtime: Mapping[str, Any] | None = None):
+        self.identity = _plain(dict(identity))
+        self.runtime = _plain(dict(runtime or {}))
+        self.start_eval: dict[str, float] = {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"identity": self.identity, "start_eval": self.start_eval, "runtime": self.runtime}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.start_eval = dict(state.get("start_eval") or {})
+
+    def mismatch(self, saved: Mapping[str, Any]) -> str | None:
+        """How the checkpoint's identity differs from this run's, naming each part, or None. Parts that either
+        side does not record (older checkpoints, a verb that passes no data fingerprint) are not compared."""
+        saved = saved.get("identity") or {}
+        problems = []
+        for key in self.identity:
+            if key in saved and saved[key] != self.identity[key]:
+                problems.append(f"{self.NAMES.get(key, key)} differs ({_difference(saved[key], self.identity[key])})")
+        return "; ".join(problems) or None
+
+
+def _difference(then: Any, now: Any) -> str:
+    if isinstance(then, dict) and isinstance(now, dict):
+        keys = [k for k in sorted(set(then) | set(now), key=str) if then.get(k) != now.get(k)]
+        return ", ".join(f"{k}: {_short(then.get(k))} in the checkpoint, {_short(now.get(k))} now" for k in keys[:3])
+    return f"{_short(then)} in the checkpoint, {_short(now)} now"
+
+
+def _short(value: Any) -> str:
+    text = str(value)
+    return text[:12] if isinstance(value, str) and len(text) == 64 else text if len(text) <= 80 else text[:77] + "..."
+
+
 class TrainState:
     """The model and the named objects of a run (see the module docstring), saved and restored together."""
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, schedule: Any, batch_fn: BatchFn,
-                 env: Dist, accumulation_steps: int):
+                 env: Dist, accumulation_steps: int, record: RunRecord | None = None):
         self.model, self.env = model, env
         self.progress = Progress(env, accumulation_steps)
+        self.record = record or RunRecord({})
         # Restored in this order; progress last, so that its RNG states are the ones training continues with.
-        self.objects = {"optimizer": optimizer, "schedule": schedule,
+        self.objects = {"record": self.record, "optimizer": optimizer, "schedule": schedule,
                         "data": DataPosition(batch_fn, self.progress), "progress": self.progress}
 
     def save(self, out_dir: str | os.PathLike, *, tokenizer: str | os.PathLike | None = None, keep_last: int = 0,
@@ -100,10 +173,17 @@ class TrainState:
         return path
 
     def restore(self, path: str | os.PathLike) -> None:
+        """Load a checkpoint, after checking that it is this run's (RunRecord.mismatch)."""
+        saved = ckpt.load_train_state(path)
+        problem = self.record.mismatch(saved.get("record") or {})
+        if problem:
+            raise CheckpointError(f"cannot resume from {path}: {problem}; resume with what the run was started "
+                                  "with, or start a new run in another out_dir")
         ckpt.load_model_weights(self.model, path)
-        states = _named_layout(ckpt.load_train_state(path), self.objects)
+        states = _named_layout(saved, self.objects)
         for name, obj in self.objects.items():
-            obj.load_state_dict(states[name])
+            if states[name] is not None:  # None: an object that older checkpoints do not have (record)
+                obj.load_state_dict(states[name])
 
 
 def _file_layout(states: dict[str, Any], extra: dict[str, Any] | None) -> dict[str, Any]:
@@ -112,7 +192,8 @@ def _file_layout(states: dict[str, Any], extra: dict[str, Any] | None) -> dict[s
 
 
 def _named_layout(saved: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
-    return {name: {k: saved[k] for k in PROGRESS_KEYS} if name == "progress" else saved[name] for name in names}
+    return {name: {k: saved[k] for k in PROGRESS_KEYS} if name == "progress" else
+            saved.get(name) if name == "record" else saved[name] for name in names}
 
 
 # -- RNG ---------------------------------------------------------------------------------------------------------
