@@ -63,21 +63,27 @@ class AlbertEmbeddings(nn.Module):
         return self.dropout(self.LayerNorm(x))  # (B, T, E)
 
 
-# Up to this length, training uses attention written as two matmuls and a softmax instead of SDPA. On CPU,
-# SDPA's flash kernel has a slow backward at short lengths (albert-base, 8x128, one thread: fwd+bwd per layer
-# 34 ms vs 12 ms in bf16, 20 vs 16 ms in fp32); at 512 it wins (bf16 37 vs 41 ms, and it saves no (T, T)
+# Up to this length, training on CPU uses attention written as two matmuls and a softmax instead of SDPA. On
+# CPU, SDPA's flash kernel has a slow backward at short lengths (albert-base, 8x128, one thread: fwd+bwd per
+# layer 34 ms vs 12 ms in bf16, 20 vs 16 ms in fp32); at 512 it wins (bf16 37 vs 41 ms, and it saves no (T, T)
 # probabilities). Without gradients SDPA is as fast or faster at every length. bench/README.md has the table.
+# On CUDA SDPA's fused kernels win at every length, and the explicit form would store every (T, T)
+# probability matrix for the backward (~9.7 GB at xxlarge, batch 32 x 256): never there.
 EXPLICIT_ATTENTION_MAX_LEN = 256
+
+
+def explicit_attention(device_type: str, length: int, needs_grad: bool) -> bool:
+    """Whether `attention` computes the explicit form (True) or calls SDPA (False)."""
+    return device_type == "cpu" and needs_grad and length <= EXPLICIT_ATTENTION_MAX_LEN
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None,
               dropout_p: float) -> torch.Tensor:
     """softmax(q k^T + mask) v for (B, nh, T, hs) inputs whose queries already carry 1/sqrt(hs): SDPA, or the
-    explicit form where it is faster (short sequences with gradients). The softmax accumulates in fp32 either
-    way (PyTorch's bf16 softmax kernels compute in fp32 and round once, bitwise equal to an fp32 softmax
+    explicit form where it is faster (short sequences with gradients, on CPU). The softmax accumulates in fp32
+    either way (PyTorch's bf16 softmax kernels compute in fp32 and round once, bitwise equal to an fp32 softmax
     rounded to bf16, without the two casts and their backward)."""
-    T = k.shape[-2]
-    if not (torch.is_grad_enabled() and q.requires_grad and T <= EXPLICIT_ATTENTION_MAX_LEN):
+    if not explicit_attention(q.device.type, k.shape[-2], torch.is_grad_enabled() and q.requires_grad):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=1.0)
     scores = q @ k.transpose(-1, -2)  # (B, nh, Tq, T)
     if attn_mask is not None:
