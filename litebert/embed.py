@@ -147,6 +147,8 @@ class SentenceEncoder(PretrainedMixin, nn.Module):
             raise ConfigError(f"pooling must be one of {POOLING} and objective one of {OBJECTIVES}, got "
                              f"{pooling!r} and {objective!r}")
         self.albert, self.config = albert, albert.config
+        if albert.pooler is not None:  # outside every loss here (pooling reads the hidden states): frozen, so that
+            albert.pooler.requires_grad_(False)  # DDP finds every trainable parameter in the loss; still saved
         self.pooling, self.objective, self.scale = pooling, objective, scale
         self.max_length = min(max_length, albert.config.max_position_embeddings)
 
@@ -241,6 +243,8 @@ def read_pairs(path: str, cfg: SentenceConfig, limit: int | None = None
 def train_sentence_encoder(cfg: SentenceConfig, train_cfg) -> dict:
     """S-ALBERT training through the one loop; returns the summary also written to <out_dir>/summary.json."""
     from litebert.tokenizer import Tokenizer
+    from litebert.training.checkpoint import fingerprint
+    from litebert.training.distributed import is_main_process
     from litebert.training.loop import ShuffledData, train
 
     if not cfg.train:
@@ -275,14 +279,17 @@ def train_sentence_encoder(cfg: SentenceConfig, train_cfg) -> dict:
 
     tokenizer_dir = os.path.join(train_cfg.out_dir, "tokenizer")  # only the tokenizer's files go into checkpoints
     tokenizer.save_pretrained(tokenizer_dir)
-    before = evaluate(model) if cfg.eval else {}
+    # "before" is the loop's evaluation of the initial weights: on the training device, on rank 0, once per run.
     result = train(model, ShuffledData(len(pairs), collate), train_cfg, evaluate if cfg.eval else None,
                    tokenizer=tokenizer_dir,
-                   configs={"sentence": {k: v for k, v in dataclasses.asdict(cfg).items() if v is not None}})
+                   configs={"sentence": {k: v for k, v in dataclasses.asdict(cfg).items() if v is not None}},
+                   evaluate_start=True, identity={"data": {"train_sha256": fingerprint(cfg.train),
+                                                           "pairs": len(pairs), "objective": cfg.objective}})
     summary = {"objective": cfg.objective, "pooling": model.pooling, "train_pairs": len(pairs), "steps": result.step,
-               "before": before, "after": dict(result.eval), "checkpoint": str(result.checkpoint)}
-    with open(os.path.join(train_cfg.out_dir, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
+               "before": result.start_eval, "after": dict(result.eval), "checkpoint": str(result.checkpoint)}
+    if is_main_process():
+        with open(os.path.join(train_cfg.out_dir, "summary.json"), "w") as f:
+            json.dump(summary, f, indent=2)
     return summary
 
 
@@ -323,6 +330,7 @@ class EmbedFiles:
 def cli(argv: list[str]) -> int:
     from litebert.runconfig import add_config_args, load_toml, resolve_config, resolve_configs
     from litebert.tokenizer import Tokenizer
+    from litebert.training.distributed import resolve_device
     from litebert.training.loop import TrainConfig
 
     p = argparse.ArgumentParser(prog="litebert embed", description=__doc__,
@@ -342,13 +350,14 @@ def cli(argv: list[str]) -> int:
              if value]
     if len(modes) != 1:
         raise ConfigError("give exactly one of --input (embed), --evaluate PAIRS or --train PAIRS")
+    train_cfg = resolve_config(TrainConfig, toml.get("train"), args, source=f"{args.config} [train]")
     if cfg.train:
-        summary = train_sentence_encoder(cfg, resolve_config(TrainConfig, toml.get("train"), args,
-                                                             source=f"{args.config} [train]"))
+        summary = train_sentence_encoder(cfg, train_cfg)
         print(json.dumps(summary, indent=2))
         return 0
     tokenizer = Tokenizer.from_pretrained(cfg.model)
     model = SentenceEncoder.from_pretrained(cfg.model, pooling=cfg.pooling, max_length=cfg.max_length)
+    model.to(resolve_device(train_cfg.device))  # --device: auto is the GPU when there is one
     batch_size = cfg.eval_batch_size
     if files.evaluate:
         pairs, labels = read_pairs(files.evaluate, cfg, cfg.max_eval_examples)

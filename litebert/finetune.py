@@ -30,6 +30,7 @@ from litebert.files import restore_replaced, write_dir_atomically, write_json
 from litebert.runconfig import add_config_args, load_toml, resolve_config
 from litebert.tasks.families import FeatureSettings, Family, Scored, family_for_config, family_of, model_scores
 from litebert.tasks.features import collate
+from litebert.training.distributed import resolve_device
 from litebert.training.loop import (TrainConfig, TrainResult, is_main_process, shuffled_batches, train,
                                     world_size)
 
@@ -371,7 +372,8 @@ def _read_json(path: str) -> dict[str, Any]:
     return data
 
 
-def evaluate_checkpoint(model_dir: str, cfg: FinetuneConfig, split: str) -> tuple[Scored, T.Task, T.Examples]:
+def evaluate_checkpoint(model_dir: str, cfg: FinetuneConfig, split: str, device: str = "cpu"
+                        ) -> tuple[Scored, T.Task, T.Examples]:
     """Load a fine-tuned directory and score it on `split` (or just predict, for unlabelled splits). What the
     family calibrated on dev during fine-tuning is applied, so a test split is never tuned on."""
     from litebert.weights import resolve_model_dir
@@ -389,7 +391,7 @@ def evaluate_checkpoint(model_dir: str, cfg: FinetuneConfig, split: str) -> tupl
     examples = read_split(task, cfg, split, labels, cfg.max_eval_examples)
     settings = feature_settings(cfg, task, checked_max_length(cfg, task, directory))
     features = family.featurize(examples, tok, labels, settings)
-    model = family.head.from_pretrained(directory)
+    model = family.head.from_pretrained(directory).to(resolve_device(device))  # model_scores moves batches to it
     scores = model_scores(model, family, features, cfg.eval_batch_size, tok.pad_id)
     check_finite_scores(scores, f"{directory} on {split}")
     return family.score(task, examples, features, scores, labels, settings, read_calibration(directory)), task, \
@@ -403,7 +405,18 @@ def _parser(prog: str, description: str, train_args: bool) -> argparse.ArgumentP
     add_config_args(parser, FinetuneConfig, "task and model")
     if train_args:
         add_config_args(parser, TrainConfig, "training (defaults: the task's ALBERT recipe)")
+    else:
+        parser.add_argument("--device", default="auto", type=_device, help="auto (a GPU when there is one), cpu, "
+                            "cuda or cuda:N; raw-input prediction runs on the CPU")
     return parser
+
+
+def _device(name: str) -> str:
+    try:
+        resolve_device(name)  # refused here, as the flag's one-line error
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return name
 
 
 def _finetune_config(args: argparse.Namespace, sections: tuple[str, ...]) -> tuple[FinetuneConfig, dict]:
@@ -451,7 +464,7 @@ def cli_evaluate(argv: list[str]) -> int:
     parser.add_argument("--out", help="write metrics.json here")
     args = parser.parse_args(argv)
     cfg, _ = _finetune_config(args, ("finetune", "train"))
-    scored, task, examples = evaluate_checkpoint(cfg.model, cfg, args.split)
+    scored, task, examples = evaluate_checkpoint(cfg.model, cfg, args.split, args.device)
     metrics = scored.metrics
     if not metrics:  # a test file without its label column reads as unlabelled: nothing to score against
         raise DataError(f"{cfg.data_dir}: the {args.split} split of {task.name} has no labels to score "
@@ -485,13 +498,16 @@ def cli_predict(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     cfg, toml = _finetune_config(args, ("finetune", "train"))
     if not cfg.data_dir:
+        if args.device not in ("auto", "cpu"):
+            raise ConfigError(f"--device {args.device}: raw inputs are predicted on the CPU for now (the pipeline's "
+                              "torch backend); --data-dir predicts a split on any device")
         return predict_inputs(cfg, args, args.task if "task" in vars(args) else toml.get("finetune", {}).get("task"))
     if args.text or args.input:
         raise ConfigError("--text/--input are raw inputs for the checkpoint's task; --data-dir predicts a split of "
                           "a task from its files: give one or the other")
     if not args.out:
         raise ConfigError("--out is required to predict a split (--data-dir)")
-    scored, task, examples = evaluate_checkpoint(cfg.model, cfg, args.split)
+    scored, task, examples = evaluate_checkpoint(cfg.model, cfg, args.split, args.device)
     preds = scored.predictions
     if task.submission:
         path = T.write_glue_predictions(args.out, task, examples, preds)

@@ -7,25 +7,33 @@ the baselines a run must beat, computed from the run's own data: the most freque
 loss, and the majority sentence label.
 
 The sentence objective follows the data: SOP pairs train SOP, NSP pairs NSP (the same binary head; the
-paper's comparison), no pairs or `objective = "mlm"` trains MLM alone.
+paper's comparison), no pairs or `objective = "mlm"` trains MLM alone. MLM alone leaves the pooler and the
+SOP head out of the loss: they are frozen (saved as initialised, so the checkpoint keeps HF's
+AlbertForPreTraining layout), which is what an unwrapped run does to them anyway and what DistributedDataParallel
+needs: every trainable parameter in the loss.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
+import hashlib
+
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from litebert.config import IGNORE_INDEX, PRESETS, AlbertConfig
 from litebert.model import AlbertForPreTraining
 from litebert.corpus.batches import make_batch
 from litebert.corpus.pairs import PretrainDataset
+from litebert.errors import CheckpointError, ConfigError, DataError
 from litebert.runconfig import add_config_args, load_toml, resolve_config
 from litebert.training.distributed import is_main_process
 from litebert.training.loop import ShuffledData, TrainConfig, train
@@ -59,9 +67,9 @@ class PretrainConfig:
 
     def __post_init__(self) -> None:
         if self.held_out < 1:
-            raise ValueError(f"invalid PretrainConfig: held_out must be >= 1, got {self.held_out}")
+            raise ConfigError(f"invalid PretrainConfig: held_out must be >= 1, got {self.held_out}")
         if self.eval_batch_size < 1:
-            raise ValueError(f"invalid PretrainConfig: eval_batch_size must be >= 1, got {self.eval_batch_size}")
+            raise ConfigError(f"invalid PretrainConfig: eval_batch_size must be >= 1, got {self.eval_batch_size}")
 
 
 def build_model(cfg: PretrainConfig, overrides: dict[str, Any], vocab_size: int, max_seq_length: int
@@ -69,19 +77,19 @@ def build_model(cfg: PretrainConfig, overrides: dict[str, Any], vocab_size: int,
     if cfg.init_from:
         model = AlbertForPreTraining.from_pretrained(cfg.init_from, **overrides)
         if model.config.vocab_size != vocab_size:
-            raise ValueError(f"{cfg.init_from} has vocab_size {model.config.vocab_size}, the data's tokenizer "
-                             f"{vocab_size}: extend the model's vocabulary first (litebert extend-vocab)")
+            raise ConfigError(f"{cfg.init_from} has vocab_size {model.config.vocab_size}, the data's tokenizer "
+                              f"{vocab_size}: extend the model's vocabulary first (litebert extend-vocab)")
         if model.config.max_position_embeddings < max_seq_length:
-            raise ValueError(f"the data has sequences of {max_seq_length} tokens but {cfg.init_from} has "
-                             f"max_position_embeddings {model.config.max_position_embeddings}")
+            raise ConfigError(f"the data has sequences of {max_seq_length} tokens but {cfg.init_from} has "
+                              f"max_position_embeddings {model.config.max_position_embeddings}")
         return model
     if cfg.model in PRESETS:
         config = AlbertConfig.from_preset(cfg.model, vocab_size=vocab_size, **overrides)
     else:
         config = AlbertConfig.load(cfg.model).replace(vocab_size=vocab_size, **overrides)
     if config.max_position_embeddings < max_seq_length:
-        raise ValueError(f"the data has sequences of {max_seq_length} tokens but max_position_embeddings is "
-                         f"{config.max_position_embeddings}")
+        raise ConfigError(f"the data has sequences of {max_seq_length} tokens but max_position_embeddings is "
+                          f"{config.max_position_embeddings}")
     return AlbertForPreTraining(config)
 
 
@@ -92,8 +100,8 @@ def held_out_start(dataset: PretrainDataset, held_out: int) -> int:
     docs = dataset.document_ids()
     cut = int(np.searchsorted(docs, docs[n - held_out], side="left")) if held_out < n else 0
     if cut == 0:
-        raise ValueError(f"{dataset.data_dir} has {n} examples from {len(np.unique(docs))} documents: holding out "
-                         f"{held_out} examples leaves no document to train on; prepare more text or lower held_out")
+        raise ConfigError(f"{dataset.data_dir} has {n} examples from {len(np.unique(docs))} documents: holding out "
+                          f"{held_out} examples leaves no document to train on; prepare more text or lower held_out")
     return cut
 
 
@@ -101,7 +109,7 @@ def _sibling(directory: str, dataset: PretrainDataset) -> PretrainDataset:
     """Another prepared directory used beside `dataset` (evaluation, held-out documents): same tokenizer."""
     other = PretrainDataset(directory, tokenizer=None)
     if other.meta["tokenizer_sha256"] != dataset.meta["tokenizer_sha256"]:
-        raise ValueError(f"{directory} was made with another tokenizer than {dataset.data_dir}")
+        raise DataError(f"{directory} was made with another tokenizer than {dataset.data_dir}")
     return other
 
 
@@ -115,11 +123,11 @@ def held_out_cut(cfg: PretrainConfig, dataset: PretrainDataset) -> int:
     first_doc = reference.document_ids()[held_out_start(reference, cfg.held_out)]
     cut = int(np.searchsorted(dataset.document_ids(), first_doc, side="left"))
     if cut == len(dataset):
-        raise ValueError(f"{cfg.data} has no example from the documents {cfg.held_out_from} holds out: "
-                         "were they prepared from the same corpus?")
+        raise DataError(f"{cfg.data} has no example from the documents {cfg.held_out_from} holds out: "
+                        "were they prepared from the same corpus?")
     if cut == 0:
-        raise ValueError(f"{cfg.data}: holding out the documents {cfg.held_out_from} holds out leaves none to "
-                         "train on")
+        raise DataError(f"{cfg.data}: holding out the documents {cfg.held_out_from} holds out leaves none to "
+                        "train on")
     return cut
 
 
@@ -127,6 +135,21 @@ def sentence_task(dataset: PretrainDataset, objective: str) -> str | None:
     """'sop', 'nsp' or None (MLM alone)."""
     task = dataset.meta["args"]["pair_task"]
     return None if objective == "mlm" or task == "none" else task
+
+
+def freeze_outside_loss(model: AlbertForPreTraining, task: str | None) -> None:
+    """MLM alone: the pooler and the SOP head take no part in the loss; freeze them (module docstring)."""
+    if task is None:
+        model.albert.pooler.requires_grad_(False)
+        model.sop_classifier.requires_grad_(False)
+
+
+def data_fingerprint(dataset: PretrainDataset, train_examples: int) -> dict[str, Any]:
+    """What a resume must find unchanged: meta.json's content (shards, counts, arguments, tokenizer hash;
+    not its timing or absolute paths) and how many of its examples are trained on (--held-out)."""
+    meta = {k: v for k, v in dataset.meta.items() if k not in ("seconds", "inputs", "tokenizer_dir")}
+    digest = hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()
+    return {"meta_sha256": digest, "train_examples": train_examples}
 
 
 class Batches:
@@ -149,20 +172,25 @@ class Batches:
 @torch.no_grad()
 def evaluate_pretraining(model, batches: Batches, indices: list[int], batch_size: int, prefix: str = ""
                          ) -> dict[str, float]:
-    """Held-out MLM accuracy and loss, and sentence-pair accuracy (named by the data's pair task)."""
-    correct = total = pair_correct = pair_total = 0
-    loss_sum = 0.0
+    """Held-out MLM accuracy and loss, and sentence-pair accuracy (named by the data's pair task), on the
+    model's device; the counts stay there until the end (no .item() per batch)."""
+    device = next(model.parameters()).device
+    sums = []  # per batch: MLM correct, MLM predictions, MLM loss sum, pairs correct, pairs
     for start in range(0, len(indices), batch_size):
-        batch = batches(indices[start:start + batch_size], start, EVAL_STREAM)
+        batch = {k: v.to(device, non_blocking=True)
+                 for k, v in batches(indices[start:start + batch_size], start, EVAL_STREAM).items()}
         sentence_labels = batch.pop("sentence_order_label", None)
         out = model(**batch)
         labels = batch["labels"][batch["labels"] != IGNORE_INDEX]  # the order of out.prediction_logits' rows
-        correct += int((out.prediction_logits.argmax(-1) == labels).sum())
-        total += labels.numel()
-        loss_sum += float(torch.nn.functional.cross_entropy(out.prediction_logits.float(), labels, reduction="sum"))
-        if sentence_labels is not None:
-            pair_correct += int((out.sop_logits.argmax(-1) == sentence_labels).sum())
-            pair_total += sentence_labels.numel()
+        logits = out.prediction_logits.float()
+        row = [(logits.argmax(-1) == labels).sum(), labels.new_tensor(labels.numel()),
+               F.cross_entropy(logits, labels, reduction="sum")]
+        if sentence_labels is None:
+            row += [labels.new_tensor(0), labels.new_tensor(0)]
+        else:
+            row += [(out.sop_logits.argmax(-1) == sentence_labels).sum(), labels.new_tensor(sentence_labels.numel())]
+        sums.append(torch.stack([x.double() for x in row]))
+    correct, total, loss_sum, pair_correct, pair_total = torch.stack(sums).sum(0).tolist() if sums else [0.0] * 5
     metrics = {f"{prefix}mlm_acc": correct / max(total, 1), f"{prefix}mlm_loss": loss_sum / max(total, 1)}
     if pair_total:
         metrics[f"{prefix}{batches.dataset.meta['args']['pair_task']}_acc"] = pair_correct / pair_total
@@ -212,6 +240,7 @@ def pretrain(cfg: PretrainConfig, train_cfg: TrainConfig, model_overrides: dict[
     batches = Batches(dataset, train_cfg.seed, task)
     torch.manual_seed(train_cfg.seed)
     model = build_model(cfg, model_overrides, dataset.meta["vocab_size"], dataset.max_seq_length)
+    freeze_outside_loss(model, task)
     train_data = ShuffledData(len(train_indices), _Subset(batches, train_indices))
 
     extra_eval = []
@@ -226,9 +255,7 @@ def pretrain(cfg: PretrainConfig, train_cfg: TrainConfig, model_overrides: dict[
             metrics.update(evaluate_pretraining(m, other_batches, indices, cfg.eval_batch_size, prefix))
         return metrics
 
-    base = baselines(batches, train_indices, eval_indices)
-    untrained = evaluate(model.eval())
-    model.train()
+    base = baselines(batches, train_indices, eval_indices) if is_main_process() else {}
     if is_main_process():  # the baselines, drawn on the run's plot
         references = {"eval_mlm_acc": {"commonest token": base["majority_token_acc"]},
                       "eval_mlm_loss": {"unigram": base["unigram_loss"]}}
@@ -239,14 +266,16 @@ def pretrain(cfg: PretrainConfig, train_cfg: TrainConfig, model_overrides: dict[
         with open(path + ".tmp", "w") as f:
             json.dump(references, f, indent=1)
         os.replace(path + ".tmp", path)
+    # The untrained (or --init-from) model is evaluated by the loop: on the training device, on rank 0, once
+    # per run (a resume reads it from its checkpoint). A resume of a finished run returns its recorded final
+    # evaluation.
     result = train(model, train_data, train_cfg, evaluate, tokenizer=tokenizer_dir,
-                   configs={"model": model.config.to_dict(), "pretrain": dataclasses.asdict(cfg)})
-    # A resume of a finished run trains (and evaluates) nothing: score the final weights here instead.
-    final = dict(result.eval) or (evaluate(model.eval()) if is_main_process() else {})
+                   configs={"model": model.config.to_dict(), "pretrain": dataclasses.asdict(cfg)},
+                   evaluate_start=True, identity={"data": data_fingerprint(dataset, len(train_indices))})
     summary = {"objective": task or "mlm", "examples": {"train": len(train_indices), "held_out": len(eval_indices)},
-               "parameters": model.num_parameters(), "baselines": base, "untrained": untrained,
+               "parameters": model.num_parameters(), "baselines": base, "untrained": result.start_eval,
                "init_from": cfg.init_from,
-               "final": final, "steps": result.step, "seq_length": dataset.max_seq_length,
+               "final": dict(result.eval), "steps": result.step, "seq_length": dataset.max_seq_length,
                "tokens_seen": result.step * train_cfg.batch_size * dataset.max_seq_length,
                "checkpoint": str(result.checkpoint), "out_dir": train_cfg.out_dir}
     if is_main_process():
@@ -268,13 +297,15 @@ class _Subset:
 def _tokenizer_of(model_dir: str):
     from litebert.tokenizer import Tokenizer
     if not os.path.isfile(os.path.join(model_dir, "spiece.model")):
-        raise FileNotFoundError(f"{model_dir} has no spiece.model: further pretraining uses the checkpoint's tokenizer")
+        raise CheckpointError(f"{model_dir} has no spiece.model: further pretraining uses the checkpoint's tokenizer")
     return Tokenizer.from_pretrained(model_dir)
 
 
 def format_summary(s: dict[str, Any]) -> str:
     """The few lines a person reads after a run: learned vs chance vs untrained (or vs the starting checkpoint)."""
-    b, u, f = s["baselines"], s["untrained"], s["final"]
+    b, f = s["baselines"], s["final"]
+    # nan: a run resumed from a checkpoint older than the evaluation of its initial weights
+    u = collections.defaultdict(lambda: float("nan"), s["untrained"] or {})
     start = "at start" if s.get("init_from") else "untrained"
     verb = "continued" if s.get("init_from") else "pretrained"
     at_seq = f" at seq {s['seq_length']}" if "seq_length" in s else ""
@@ -310,7 +341,7 @@ def cli(argv: list[str]) -> int:
     overrides = dict(toml.get("model", {}))
     unknown = set(overrides) - {f.name for f in dataclasses.fields(AlbertConfig)}
     if unknown:
-        raise ValueError(f"{args.config} [model]: unknown AlbertConfig fields {', '.join(sorted(unknown))}")
+        raise ConfigError(f"{args.config} [model]: unknown AlbertConfig fields {', '.join(sorted(unknown))}")
     summary = pretrain(cfg, train_cfg, overrides)
     if is_main_process():
         print(format_summary(summary))
