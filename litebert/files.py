@@ -112,11 +112,11 @@ def write_dir_atomically(final: str | os.PathLike, fill: Callable[[Path], None])
     fsync'ed before the rename, so a kill at any moment leaves the old directory or the new one, never a mix.
     Between the two renames that replace an existing directory the old one waits as `.trash-<name>`, which
     `restore_replaced` (called here first, and by the training loop's `remove_partial`) puts back."""
-    final = Path(final)
+    given, final = Path(final), Path(os.path.abspath(final))  # "." has no name to stage beside
     final.parent.mkdir(parents=True, exist_ok=True)
     restore_replaced(final)
     _swap_dir(_staged(final, fill), final)
-    return final
+    return given
 
 
 def _swap_dir(tmp: Path, final: Path) -> None:
@@ -143,10 +143,12 @@ def write_files_atomically(final: str | os.PathLike, fill: Callable[[Path], None
     overwrite=False: a ConfigError, before anything in `final` changes, if a file there would be replaced by
     different bytes or removed (an identical rerun goes through).
     """
-    final = Path(final)
+    given, final = Path(final), Path(os.path.abspath(final))  # "." has no name to stage beside
     final.parent.mkdir(parents=True, exist_ok=True)
     restore_replaced(final)
-    whole = not final.exists() or all(p.name in owned for p in final.iterdir())
+    here = Path(os.getcwd())
+    whole = not final.exists() or (all(p.name in owned for p in final.iterdir())
+                                   and final != here and final not in here.parents)  # never swap away the cwd
     tmp = _staged(final, fill)
     names = sorted(os.listdir(tmp), key=lambda name: name in last)
     try:
@@ -163,14 +165,14 @@ def write_files_atomically(final: str | os.PathLike, fill: Callable[[Path], None
         raise
     if whole:
         _swap_dir(tmp, final)
-        return final
+        return given
     for name in names:
         os.replace(tmp / name, final / name)
     for name in removed:
         (final / name).unlink()
     os.rmdir(tmp)
     fsync_path(final)
-    return final
+    return given
 
 
 def _same_bytes(a: Path, b: Path) -> bool:
