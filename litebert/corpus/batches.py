@@ -12,6 +12,7 @@ import numpy as np
 from litebert.config import IGNORE_INDEX
 from litebert.corpus.masking import mask_tokens
 from litebert.corpus.pairs import PretrainDataset
+from litebert.errors import DataError
 
 
 def make_batch(dataset: PretrainDataset, indices: list[int], seed: int, rank: int, step: int, vocab_size: int,
@@ -33,8 +34,8 @@ def make_batch(dataset: PretrainDataset, indices: list[int], seed: int, rank: in
     for r, row in enumerate(rows):
         T = len(row["input_ids"])
         if T > max_seq_length:
-            raise ValueError(f"example {indices[r]} has {T} tokens > max_seq_length={max_seq_length}; "
-                             f"the data was prepared with max_seq_length={dataset.max_seq_length}")
+            raise DataError(f"{dataset.data_dir}: example {indices[r]} has {T} tokens > max_seq_length="
+                            f"{max_seq_length}; the data was prepared with max_seq_length={dataset.max_seq_length}")
         if dataset.static:
             masked, lab = row["masked_input_ids"], row["labels"]
         else:
