@@ -16,6 +16,7 @@ from typing import Sequence
 import torch
 
 from litebert.config import IGNORE_INDEX
+from litebert.errors import DataError
 from litebert.tasks.records import ChoiceExample, TagExample, TextExample
 
 
@@ -49,14 +50,14 @@ def featurize_classification(examples: Sequence[TextExample], tok, max_length: i
         elif isinstance(ex.label, list):
             unknown = [name for name in ex.label if name not in index]
             if unknown:
-                raise ValueError(f"example {ex.id}: labels {unknown} are not among {list(labels)}")
+                raise DataError(f"example {ex.id}: labels {unknown} are not among {list(labels)}")
             label = [1.0 if name in ex.label else 0.0 for name in labels]
         elif index is None:
             label = float(ex.label)
         elif str(ex.label) in index:
             label = index[str(ex.label)]
         else:
-            raise ValueError(f"example {ex.id}: label {ex.label!r} is not one of {list(labels)}")
+            raise DataError(f"example {ex.id}: label {ex.label!r} is not one of {list(labels)}")
         features.append(Feature(ids, token_types(ids, tok.sep_id), label, i))
     return features
 
@@ -111,7 +112,7 @@ def featurize_tags(examples: Sequence[TagExample], tok, max_length: int, labels:
             seen.add(j)
             if ex.tags is not None:
                 if first and ex.tags[j] not in index:
-                    raise ValueError(f"example {ex.id}: tag {ex.tags[j]!r} is not one of {list(labels)}")
+                    raise DataError(f"example {ex.id}: tag {ex.tags[j]!r} is not one of {list(labels)}")
                 tags.append(index[ex.tags[j]] if first else IGNORE_INDEX)
         ids = [tok.cls_id, *ids, tok.sep_id]
         label = None if ex.tags is None else [IGNORE_INDEX, *tags, IGNORE_INDEX]

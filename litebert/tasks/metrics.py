@@ -17,6 +17,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from litebert.config import IGNORE_INDEX
+from litebert.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ def compute_metrics(names: Sequence[str], preds: Sequence, labels: Sequence) -> 
     """{name: value} for the named metrics (a task's `metrics` in litebert.tasks.TASKS)."""
     unknown = [n for n in names if n not in METRICS]
     if unknown:
-        raise ValueError(f"unknown metric(s) {unknown}; known: {sorted(METRICS)}")
+        raise ConfigError(f"unknown metric(s) {unknown}; known: {sorted(METRICS)}")
     return {name: METRICS[name](preds, labels) for name in names}
 
 
@@ -156,7 +157,8 @@ def entity_spans(tags: Sequence[str]) -> set[tuple[str, int, int]]:
         elif len(tag) > 2 and tag[1] == "-" and tag[0] in "BI":
             prefix, tag_kind = tag[0], tag[2:]
         else:
-            raise ValueError(f"tag {tag!r} at position {i} is not O, B-X or I-X")
+            raise DataError(f"tag {tag!r} at position {i} is not O, B-X or I-X (entity F1 reads BIO tags: convert "
+                            "IO or BILOU tags to BIO)")
         continues = prefix == "I" and tag_kind == kind
         if kind is not None and not continues:
             spans.add((kind, start, i))
