@@ -76,6 +76,8 @@ def load_toml(path: str | os.PathLike, sections: tuple[str, ...] | None = None) 
             data = tomllib.load(fh)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: not valid TOML ({e})") from None
+    except UnicodeDecodeError as e:  # tomllib decodes the bytes itself and lets this through
+        raise ConfigError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     if sections is not None:
         loose = sorted(k for k in data if not isinstance(data[k], dict))
         if loose:

@@ -157,3 +157,11 @@ def test_a_required_option_may_come_from_the_toml(tmp_path, capsys):
     toml.write_text(f'[export]\nmodel = "{tmp_path / "nothing"}"\n')
     code, _, err = _run(["export", "--config", str(toml), "--out", str(tmp_path / "x")], capsys)
     assert code == 2 and f"no such directory: {tmp_path / 'nothing'}" in err
+
+
+def test_a_toml_file_that_is_not_utf8_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "bad.toml"
+    bad.write_bytes(b'[params]\njson = "\xff"\n')
+    assert litebert_main(["params", "--config", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"litebert params: error: {bad}: not UTF-8 text (invalid start byte at byte 17)", err
