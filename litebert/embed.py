@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from litebert.errors import CheckpointError, ConfigError, DataError, NonFiniteError
+from litebert.files import write_json
 from litebert.model import AlbertModel, encoder_of
 from litebert.weights import PretrainedMixin
 
@@ -176,13 +177,13 @@ class SentenceEncoder(PretrainedMixin, nn.Module):
         self.config.save(directory)
         sentence = {"pooling": self.pooling, "max_length": self.max_length, "objective": self.objective,
                     "scale": self.scale}
-        _write_json(os.path.join(directory, SENTENCE_CONFIG), sentence)
-        _write_json(os.path.join(directory, "modules.json"), [
+        write_json(os.path.join(directory, SENTENCE_CONFIG), sentence)
+        write_json(os.path.join(directory, "modules.json"), [
             {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
             {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}])
-        _write_json(os.path.join(directory, "sentence_bert_config.json"),
+        write_json(os.path.join(directory, "sentence_bert_config.json"),
                     {"max_seq_length": self.max_length, "do_lower_case": False})
-        _write_json(os.path.join(directory, "1_Pooling", "config.json"), {
+        write_json(os.path.join(directory, "1_Pooling", "config.json"), {
             "word_embedding_dimension": self.config.hidden_size, "pooling_mode_cls_token": self.pooling == "cls",
             "pooling_mode_mean_tokens": self.pooling == "mean", "pooling_mode_max_tokens": False,
             "pooling_mode_mean_sqrt_len_tokens": False})
@@ -306,13 +307,6 @@ def sentence_settings(model_dir: str) -> dict:
     if not isinstance(settings, dict):
         raise CheckpointError(f"{path}: expected a JSON object, got {type(settings).__name__}")
     return settings
-
-
-def _write_json(path: str, obj) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2)
-        f.write("\n")
 
 
 # ----------------------------------------------------------------------------- CLI

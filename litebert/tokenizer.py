@@ -27,6 +27,7 @@ import numpy as np
 import sentencepiece as spm
 
 from litebert.errors import CheckpointError, ConfigError
+from litebert.files import write_json
 from litebert.hub import fetch_from_hub, looks_like_hub_id
 
 SPIECE_UNDERLINE = "▁"
@@ -218,8 +219,8 @@ class Tokenizer:
                   **vars(self.options), **SPECIALS, "bos_token": "[CLS]", "eos_token": "[SEP]",
                   "model_max_length": MODEL_MAX_LENGTH, "added_tokens_decoder": added,
                   "model_input_names": ["input_ids", "token_type_ids", "attention_mask"]}
-        _write_json(os.path.join(out_dir, "tokenizer_config.json"), config)
-        _write_json(os.path.join(out_dir, "special_tokens_map.json"),
+        write_json(os.path.join(out_dir, "tokenizer_config.json"), config)
+        write_json(os.path.join(out_dir, "special_tokens_map.json"),
                     {**SPECIALS, "bos_token": "[CLS]", "eos_token": "[SEP]"})
         if fast is not None:
             fast.save(os.path.join(out_dir, "tokenizer.json"))
@@ -578,12 +579,6 @@ def _combining_class_regex() -> str:
             else:
                 ranges.append([cp, cp])
     return "[" + "".join(f"\\x{{{a:X}}}-\\x{{{b:X}}}" for a, b in ranges) + "]"
-
-
-def _write_json(path: str, obj) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, ensure_ascii=False)
-        f.write("\n")
 
 
 def _download_from_hub(repo_id: str) -> str:
