@@ -130,9 +130,15 @@ class AlbertAttention(nn.Module):
         computed for every token, but queries and everything after attention only at those positions."""
         B, T, H = x.shape
         nh, hs = self.num_heads, H // self.num_heads
-        if output_positions is None:
+        no_grad = qkv is not None and not qkv[0].requires_grad
+        if output_positions is None or no_grad:
             weight, bias = qkv if qkv is not None else self.packed_qkv()
             q, k, v = F.linear(x, weight, bias).view(B, T, 3, nh, hs).unbind(2)
+            if output_positions is not None:  # without gradients, the packed QKV for every token and then the
+                # queries at the positions: ~1% more work, but an export then holds each weight once (a
+                # second weight form here would be traced and saved as a second copy of Q, K and V)
+                x = x.gather(1, output_positions[..., None].expand(-1, -1, H))  # (B, Tq, H)
+                q = q.gather(1, output_positions[..., None, None].expand(-1, -1, nh, hs))  # (B, Tq, nh, hs)
         else:  # the module's own projections: slicing the packed weight would cost its gradient a zero-fill
             k, v = self.key(x).view(B, T, nh, hs), self.value(x).view(B, T, nh, hs)
             x = x.gather(1, output_positions[..., None].expand(-1, -1, H))  # (B, Tq, H)

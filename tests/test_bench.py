@@ -45,11 +45,43 @@ def test_train_step_and_inference_ratios_are_those_of_their_timings():
         assert r["litebert"]["tokens_per_s"] == pytest.approx(r["tokens"] / ours, rel=rounding)
         mfu = r["litebert"]["mfu"], r["transformers"]["mfu"]  # same FLOPs and ceiling: their ratio is the speedup
         assert mfu[0] / mfu[1] == pytest.approx(theirs / ours, rel=5e-4 / mfu[0] + 5e-4 / mfu[1] + rounding)
-    for r in records("inference.py", "--quick"):
+    for r in records("inference.py", "--quick", "--suite", "encoder"):
         ours = timed(r["litebert"])
         assert r["speedup_vs_transformers"] == ratio_of(timed(r["transformers"]), ours)
         if r.get("onnxruntime"):
             assert r["speedup_vs_onnxruntime"] == ratio_of(timed(r["onnxruntime"]), ours)
+
+
+@pytest.mark.slow
+def test_inference_classifier_suite_reports_every_side_its_agreement_and_the_machine():
+    pytest.importorskip("onnxruntime")
+    (r,) = records("inference.py", "--quick")
+    sides = ["litebert_fp32", "litebert_bf16", "litebert_int8", "litebert_onnx_fp32", "litebert_onnx_int8",
+             "transformers_fp32", "ort_fp32", "ort_int8"]
+    for shape, row in r["shapes"].items():
+        B, T = map(int, shape.split("x"))
+        for side in sides:
+            seconds = timed(row[side])
+            assert row[side]["tokens_per_s"] == pytest.approx(B * T / seconds, rel=5e-6 / seconds + 1e-3)
+            if side != "litebert_bf16":  # timed apart when the CPU has no bf16 kernels, against its own anchor
+                assert row[side]["speedup_vs_litebert_fp32"] == ratio_of(timed(row["litebert_fp32"]), seconds)
+                assert row[side]["speedup_vs_ort_fp32"] == ratio_of(timed(row["ort_fp32"]), seconds)
+        best = row["best_litebert"]
+        assert best["side"].startswith("litebert") and best["speedup_vs_ort_fp32"] == max(
+            row[s]["speedup_vs_ort_fp32"] for s in sides if s.startswith("litebert") and "speedup_vs_ort_fp32" in row[s])
+    agreement = r["agreement_vs_litebert_fp32"]
+    assert sorted(agreement) == sorted(sides[1:])
+    for side, found in agreement.items():
+        assert 0 <= found["differ"] <= r["agreement_samples"] and found["max_abs_logit_diff"] >= 0
+        assert found["differ_pct"] == pytest.approx(100 * found["differ"] / r["agreement_samples"], abs=0.01)
+    assert agreement["litebert_onnx_fp32"]["max_abs_logit_diff"] < 1e-4  # the same model, exported
+    assert agreement["transformers_fp32"]["max_abs_logit_diff"] < 1e-4  # the same weights
+    files = r["files_mb"]
+    assert r["litebert_onnx_int8_size_ratio"] == pytest.approx(files["litebert_onnx_int8"] / files["litebert_onnx_fp32"],
+                                                               abs=0.01)
+    assert files["litebert_onnx_fp32"] == pytest.approx(files["parameters_fp32"], rel=0.05)  # each weight once
+    assert r["litebert_onnx_int8_initializer_bytes"]["INT8"] > 10 * r["litebert_onnx_int8_initializer_bytes"]["FLOAT"]
+    assert r["cpu_model"] and len(r["loadavg"]) == 3 and set(r["modes"]) >= {"transformers_fp32", "ort_fp32"}
 
 
 @pytest.mark.slow

@@ -4,20 +4,24 @@ The ONNX tests run the file with onnxruntime (skipped cleanly when it is not ins
 tests load the saved file back. Each reference is the litebert model loaded from the directory, run here.
 """
 
+import importlib.util
 import os
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 import litebert.interop.export as export
+import litebert.interop.quantize as quantize
 from litebert.cli import main as litebert_main
 from litebert.config import AlbertConfig
 from litebert.heads import MODEL_CLASSES
 from litebert.interop.export import ExportError, export_model, sample_batch
 
 HEADS = list(MODEL_CLASSES)
+FIXTURES = Path(__file__).parent / "fixtures" / "albert_spiece"
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
 
 
@@ -120,3 +124,162 @@ def test_cli_exports_into_the_model_directory_and_says_why_it_did_not_verify(tmp
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # what `import onnxruntime` sees when it is missing
     result = export_model(model_dir, tmp_path / "onnx", "onnx")
     assert result.verified_with is None and "not verified (onnxruntime is not installed" in result.summary()
+
+
+# -- int8 and the size of the export ---------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def trained_classifier(tmp_path_factory) -> str:
+    """A tiny classifier trained for a few seconds (label = first token mod 3, 100% accuracy), so that its
+    predictions have margins as a fine-tuned model's do; a random model's logits are near ties that any
+    rounding flips, which measures nothing."""
+    directory = tmp_path_factory.mktemp("trained") / "model"
+    torch.manual_seed(0)
+    config = AlbertConfig(vocab_size=61, embedding_size=16, hidden_size=32, num_hidden_layers=2, num_hidden_groups=1,
+                          num_attention_heads=2, intermediate_size=64, max_position_embeddings=64, num_labels=3)
+    model = MODEL_CLASSES["AlbertForSequenceClassification"](config)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(60):
+        ids = torch.randint(5, config.vocab_size, (16, 12))
+        model(ids, labels=ids[:, 0] % 3).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    model.eval()
+    ids = torch.randint(5, config.vocab_size, (256, 16))
+    with torch.no_grad():
+        assert (model(ids).logits.argmax(-1) == ids[:, 0] % 3).float().mean() > 0.95
+    model.save_pretrained(directory)
+    return str(directory)
+
+
+def initializers(path: str) -> dict[str, np.ndarray]:
+    import onnx
+    return {i.name: onnx.numpy_helper.to_array(i) for i in onnx.load(path).graph.initializer}
+
+
+def test_int8_onnx_and_pytorch_agree_with_fp32_on_a_trained_classifier(tmp_path, trained_classifier, capsys):
+    pytest.importorskip("onnxruntime")
+    assert litebert_main(["export", "--model", trained_classifier, "--out", str(tmp_path / "onnx"),
+                          "--quantize", "int8"]) == 0
+    printed = capsys.readouterr().out
+    assert "model.int8.onnx" in printed and "% of predictions unchanged" in printed and "max |diff|" in printed
+    result = export_model(trained_classifier, tmp_path / "again", quantize="int8")
+    assert result.agreement.total == 256 and result.agreement.fraction >= 0.99
+    assert 0 < result.agreement.max_abs_diff < 1.0
+    # the PyTorch path, checked the same way
+    model = MODEL_CLASSES["AlbertForSequenceClassification"].from_pretrained(trained_classifier).eval()
+    int8 = quantize.quantize_model(model)
+    assert type(model.classifier) is torch.nn.Linear  # the fp32 model is left as it was
+    batches, _ = quantize.verification_batches(trained_classifier, model.config, False)
+    found = quantize.compare(export.InferenceModule(model, ["logits"]), export.InferenceModule(int8, ["logits"]),
+                             ["logits"], batches)
+    assert found.total == 256 and found.fraction >= 0.99 and 0 < found.max_abs_diff < 1.0
+    loaded, checked = quantize.load_int8_model(trained_classifier)
+    assert checked.fraction >= 0.99 and "quantized" in type(loaded.classifier).__module__
+
+
+@pytest.mark.parametrize("class_name", HEADS)
+def test_int8_pytorch_runs_every_head(tmp_path, class_name):
+    model_dir = save_tiny(tmp_path / "model", class_name)
+    model = MODEL_CLASSES[class_name].from_pretrained(model_dir).eval()
+    batch = fresh_batch(model_dir, padded=True)
+    with torch.inference_mode():
+        expected = model(batch[0], attention_mask=batch[1], token_type_ids=batch[2])
+        got = quantize.quantize_model(model)(batch[0], attention_mask=batch[1], token_type_ids=batch[2])
+    for e, g in zip(expected, got, strict=True):
+        assert (e is None) == (g is None) and (e is None or (e.shape == g.shape and torch.isfinite(g).all()))
+
+
+def test_int8_onnx_holds_every_weight_and_the_embedding_tables_in_int8(tmp_path, trained_classifier):
+    pytest.importorskip("onnxruntime")
+    result = export_model(trained_classifier, tmp_path / "onnx", quantize="int8")
+    config = AlbertConfig.load(trained_classifier)
+    found = initializers(result.int8_path)
+    table = found["model.albert.embeddings.word_embeddings.weight_int8"]
+    assert table.dtype == np.int8 and table.shape == (config.vocab_size, config.embedding_size)
+    assert found["model.albert.embeddings.word_embeddings.weight_row_scale"].shape == (config.vocab_size, 1)
+    # what stays fp32 is vectors (biases, LayerNorm, scales): no matrix of the model is left unquantized
+    assert not [name for name, a in found.items() if a.dtype == np.float32 and a.ndim == 2 and min(a.shape) > 1]
+    H, I = config.hidden_size, config.intermediate_size
+    matrices = sorted(a.shape for a in found.values() if a.dtype == np.int8 and a.ndim == 2)
+    # each weight once: E->H, packed QKV, attention output, FFN in and out, pooler, classifier, 3 tables
+    assert matrices == sorted([(config.embedding_size, H), (H, 3 * H), (H, H), (H, I), (I, H), (H, H), (H, 3),
+                               (config.vocab_size, config.embedding_size),
+                               (config.max_position_embeddings, config.embedding_size),
+                               (config.type_vocab_size, config.embedding_size)])
+
+
+def test_classifier_export_holds_each_weight_once(tmp_path, trained_classifier):
+    """The last layer's [CLS]-only path used to read Q, K and V through the modules while the other layers
+    read the packed QKV, so the export stored both: 3 H^2 floats too many."""
+    pytest.importorskip("onnxruntime")
+    result = export_model(trained_classifier, tmp_path / "onnx")
+    model = MODEL_CLASSES["AlbertForSequenceClassification"].from_pretrained(trained_classifier)
+    parameter_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    stored = sum(a.nbytes for a in initializers(result.path).values())
+    H = model.config.hidden_size
+    assert abs(stored - parameter_bytes) < 0.1 * 3 * H * H * 4, (stored, parameter_bytes)
+
+
+def test_a_model_with_nan_outputs_is_refused(tmp_path):
+    """Finite weights that overflow fp32 in the forward (inf, then NaN after a LayerNorm): NaN compares false
+    with everything, so a tolerance check alone passed such an export."""
+    model_dir = save_tiny(tmp_path / "model", "AlbertForSequenceClassification")
+    model = MODEL_CLASSES["AlbertForSequenceClassification"].from_pretrained(model_dir)
+    with torch.no_grad():
+        model.albert.encoder.albert_layer_groups[1].albert_layers[0].ffn.weight.fill_(3e38)
+    model.save_pretrained(model_dir)
+    with pytest.raises(ExportError, match="PyTorch model's output logits has 9 NaN/inf values of 9"):
+        export_model(model_dir, tmp_path / "ts", "torchscript")
+    if importlib.util.find_spec("onnxruntime"):
+        with pytest.raises(ExportError, match="NaN/inf"):
+            export_model(model_dir, tmp_path / "onnx", "onnx", quantize="int8")
+        assert not os.path.exists(tmp_path / "onnx" / "model.int8.onnx")
+
+
+def test_agreement_counts_predictions_and_refuses_nan():
+    mask = np.array([[1, 1, 0]])
+    fp32 = np.array([[[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]]])  # (B=1, T=3, 2) token logits
+    int8 = np.array([[[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]]])  # one real token flipped, the padding too
+    found = quantize.agreement(["logits"], [fp32], [int8], mask)
+    assert (found.unchanged, found.total, found.max_abs_diff) == (1, 2, 1.0)  # padding not counted
+    labels = np.array([[2.0, -1.0, 0.5]])
+    assert quantize.agreement(["logits"], [labels], [labels * [1, 1, -1]], mask[:, :1],
+                              "multi_label_classification").fraction == 0.0
+    broken = int8.copy()
+    broken[0, 2, 1] = np.nan  # even at a padded position
+    with pytest.raises(quantize.QuantizeError, match="int8 model's output logits has 1 NaN/inf"):
+        quantize.agreement(["logits"], [fp32], [broken], mask)
+    with pytest.raises(quantize.QuantizeError, match="fp32 model's output logits has 1 NaN/inf"):
+        quantize.agreement(["logits"], [broken], [fp32], mask)
+
+
+def test_min_agreement_refuses_and_force_keeps(tmp_path, capsys):
+    """A random tiny QA model: its start/end logits are near ties across positions, so int8 moves many argmaxes."""
+    pytest.importorskip("onnxruntime")
+    model_dir = save_tiny(tmp_path / "model", "AlbertForQuestionAnswering")
+    out = tmp_path / "onnx"
+    assert litebert_main(["export", "--model", model_dir, "--out", str(out), "--quantize", "int8"]) == 2
+    err = capsys.readouterr().err
+    assert "int8 model not kept:" in err and "below --min-agreement 0.99 (--force keeps it)" in err
+    assert err.count("\n") == 1 and not (out / "model.int8.onnx").exists() and (out / "model.onnx").exists()
+    assert litebert_main(["export", "--model", model_dir, "--out", str(out), "--quantize", "int8", "--force"]) == 0
+    assert (out / "model.int8.onnx").exists() and "% of predictions unchanged" in capsys.readouterr().out
+    assert litebert_main(["export", "--model", model_dir, "--out", str(out), "--quantize", "int8",
+                          "--min-agreement", "0.5"]) == 0
+    assert litebert_main(["export", "--model", model_dir, "--out", str(out), "--quantize", "int8",
+                          "--format", "torchscript"]) == 2
+    assert "--quantize int8 writes ONNX" in capsys.readouterr().err
+
+
+def test_int8_checked_on_text_lines(tmp_path):
+    pytest.importorskip("onnxruntime")
+    config = AlbertConfig(vocab_size=8000, embedding_size=8, hidden_size=16, num_hidden_layers=1,
+                          num_attention_heads=2, intermediate_size=24, max_position_embeddings=64, num_labels=2)
+    model_dir = tmp_path / "model"
+    MODEL_CLASSES["AlbertForSequenceClassification"](config).save_pretrained(model_dir)
+    (model_dir / "spiece.model").write_bytes((FIXTURES / "spiece.model").read_bytes())
+    text = tmp_path / "dev.txt"
+    text.write_text("A first sentence.\nAnother one, longer than the first\tand its pair.\n\nThird.\n")
+    result = export_model(model_dir, tmp_path / "onnx", quantize="int8", force=True, verify_text=str(text))
+    assert result.agreement.total == 3 and f"3 lines of {text}" in result.summary()

@@ -13,6 +13,12 @@ Both formats are made by tracing, which records the path the sample batch takes.
     shape frozen into the graph shows up here rather than in production.
 The sequence-length check against max_position_embeddings is a Python `if`, so it is not in the graph:
 longer inputs fail inside the position-embedding lookup instead of with litebert's message.
+
+`--quantize int8` also writes model.int8.onnx (litebert.interop.quantize: ONNX Runtime's dynamic int8 of
+every weight matrix, embedding tables per-row int8) and checks it against PyTorch fp32 on sample inputs
+(random token ids, or the lines of `--verify-text`): the share of predictions unchanged and the largest
+logit difference are printed, and an int8 model below `--min-agreement` is not kept unless `--force`.
+NaN or inf in any output, fp32 or int8, fails an export whatever the flags.
 """
 
 from __future__ import annotations
@@ -27,10 +33,12 @@ import torch
 from torch import nn
 
 from litebert.config import AlbertConfig
-from litebert.errors import LitebertError
+from litebert.errors import ConfigError, LitebertError
+from litebert.interop import quantize as q
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 FORMATS = {"onnx": "model.onnx", "torchscript": "model.pt"}
+QUANTIZATIONS = ("none", "int8")
 COPIED_FILES = ("config.json", "spiece.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 ONNX_OPSET = 17  # SDPA and LayerNorm export as single ops from 17 on; onnxruntime >= 1.14 runs it
 
@@ -90,24 +98,45 @@ class ExportResult:
     max_abs_diff: float | None  # over the verification batches; None when not verified
     verified_with: str | None  # "onnxruntime" | "torch.jit" | None
     not_verified_because: str | None = None  # why verified_with is None
+    int8_path: str | None = None  # model.int8.onnx, with --quantize int8
+    agreement: q.Agreement | None = None  # int8 against PyTorch fp32
+    agreement_inputs: str = ""  # what the agreement was measured on
 
     def summary(self) -> str:
         line = f"wrote {self.path} ({self.model_class}; inputs {', '.join(INPUT_NAMES)}; outputs {', '.join(self.output_names)})"
         if self.verified_with is None:
-            return line + f"\n  not verified ({self.not_verified_because})"
-        return line + f"\n  verified with {self.verified_with} on other batch shapes: max |diff| {self.max_abs_diff:.2e}"
+            line += f"\n  not verified ({self.not_verified_because})"
+        else:
+            line += f"\n  verified with {self.verified_with} on other batch shapes: max |diff| {self.max_abs_diff:.2e}"
+        if self.int8_path is not None:
+            fp32, int8 = os.path.getsize(self.path), os.path.getsize(self.int8_path)
+            line += (f"\nwrote {self.int8_path} ({int8 / 1e6:.1f} MB, {int8 / fp32:.2f}x of the fp32 file's "
+                     f"{fp32 / 1e6:.1f} MB)\n  against PyTorch fp32 on {self.agreement_inputs}: "
+                     f"{self.agreement.summary()}")
+        return line
 
 
 def export_model(model_dir: str | os.PathLike, out_dir: str | os.PathLike, fmt: str = "onnx",
-                 verify: bool = True, atol: float = 1e-4) -> ExportResult:
+                 verify: bool = True, atol: float = 1e-4, quantize: str = "none", min_agreement: float = 0.99,
+                 force: bool = False, verify_text: str | None = None, verify_samples: int = 256) -> ExportResult:
     """Export the model in `model_dir` (litebert or HF layout) to `out_dir/model.onnx|model.pt`, copy its
-    config and tokenizer beside it, and check the export against PyTorch on fresh batch shapes."""
+    config and tokenizer beside it, and check the export against PyTorch on fresh batch shapes. With
+    quantize="int8" (ONNX only), also write out_dir/model.int8.onnx, checked against PyTorch fp32 on
+    `verify_samples` random inputs or the lines of `verify_text`, and refused (ExportError, the file removed)
+    when fewer than `min_agreement` of its predictions are unchanged, unless `force`."""
     from litebert.files import copy_file
     from litebert.heads import model_class
     from litebert.weights import resolve_model_dir
 
     if fmt not in FORMATS:
         raise ExportError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}")
+    if quantize not in QUANTIZATIONS:
+        raise ConfigError(f"unknown --quantize {quantize!r}; choose from {', '.join(QUANTIZATIONS)}")
+    if quantize == "int8" and fmt != "onnx":
+        raise ConfigError("--quantize int8 writes ONNX (--format onnx); for int8 in PyTorch call "
+                          "litebert.interop.quantize.quantize_model")
+    if not 0.0 <= min_agreement <= 1.0:
+        raise ConfigError(f"--min-agreement is a fraction in [0, 1], got {min_agreement}")
     model_dir = resolve_model_dir(model_dir)
     config = AlbertConfig.load(model_dir)
     cls = model_class(config)
@@ -147,6 +176,23 @@ def export_model(model_dir: str | os.PathLike, out_dir: str | os.PathLike, fmt: 
     else:  # _runner gives None only for ONNX without onnxruntime
         result.not_verified_because = ("onnxruntime is not installed: pip install onnxruntime" if verify
                                        else "skipped on request: --no-verify")
+    if quantize == "int8":
+        batches, result.agreement_inputs = q.verification_batches(model_dir, config, choices, verify_text,
+                                                                  verify_samples)
+        result.int8_path = os.path.join(out_dir, q.INT8_ONNX)
+        try:
+            q.quantize_onnx(path, result.int8_path)
+            run = _runner(result.int8_path, "onnx")
+            result.agreement = q.compare(module, lambda *batch: run(batch), output_names, batches,
+                                         config.problem_type)
+        except q.QuantizeError as e:
+            if os.path.exists(result.int8_path):
+                os.remove(result.int8_path)
+            raise ExportError(f"int8 model not kept: {e}") from None
+        if result.agreement.fraction < min_agreement and not force:
+            os.remove(result.int8_path)
+            raise ExportError(f"int8 model not kept: {result.agreement.summary()} against PyTorch fp32 on "
+                              f"{result.agreement_inputs}, below --min-agreement {min_agreement:g} (--force keeps it)")
     return result
 
 
@@ -181,6 +227,9 @@ def _verify(module: InferenceModule, run, config: AlbertConfig, choices: bool, a
             expected = [t.numpy() for t in module(*batch)]
         got = run(batch)
         for name, e, g in zip(module.output_names, expected, got):
+            problem = q.nonfinite(name, e, "the PyTorch model's") or q.nonfinite(name, g, f"{path}'s")
+            if problem:
+                raise ExportError(problem)
             if e.shape != g.shape:
                 raise ExportError(f"{path}: output {name} has shape {g.shape} for input {shape}, PyTorch gives "
                                   f"{e.shape} (a shape was frozen into the graph)")
@@ -203,6 +252,17 @@ class ExportConfig:
                                                   "choices": tuple(FORMATS)})
     verify: bool = field(default=True, metadata={
         "help": "run the export on batches of other shapes and compare it with PyTorch (--no-verify: skip)"})
+    quantize: str = field(default="none", metadata={
+        "help": "int8: also write model.int8.onnx (ONNX Runtime dynamic int8, embeddings per-row int8), "
+                "always checked against PyTorch fp32", "choices": QUANTIZATIONS})
+    min_agreement: float = field(default=0.99, metadata={
+        "help": "the share of predictions the int8 model must leave unchanged, else it is not kept"})
+    force: bool = field(default=False, metadata={"help": "keep the int8 model below --min-agreement"})
+    verify_text: str = field(default="", metadata={
+        "help": "check int8 on these inputs: a text file, one input per line, a tab before a sentence pair "
+                "(default: random token ids)", "metavar": "FILE"})
+    verify_samples: int = field(default=256, metadata={
+        "help": "how many inputs check int8 (random ones, or the first lines of --verify-text)", "metavar": "N"})
 
 
 def cli(argv: list[str]) -> int:
@@ -210,8 +270,11 @@ def cli(argv: list[str]) -> int:
 
     parser = verb_parser("export", __doc__, epilog=(
         "example:\n  litebert export --model out/sst2/best --out out/sst2-onnx --format onnx\n"
+        "  litebert export --model out/sst2/best --out out/sst2-onnx --quantize int8 --verify-text dev.txt\n"
         "inputs: input_ids, attention_mask, token_type_ids (int64); ONNX verification needs onnxruntime"))
     add_config_args(parser, ExportConfig, "export")
     (cfg,) = parse_verb(parser, argv, ExportConfig)
-    print(export_model(cfg.model, cfg.out, cfg.format, verify=cfg.verify).summary())
+    print(export_model(cfg.model, cfg.out, cfg.format, verify=cfg.verify, quantize=cfg.quantize,
+                       min_agreement=cfg.min_agreement, force=cfg.force, verify_text=cfg.verify_text or None,
+                       verify_samples=cfg.verify_samples).summary())
     return 0

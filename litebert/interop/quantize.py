@@ -1,0 +1,348 @@
+"""int8 inference, two ways, and how to check that it still computes what fp32 does.
+
+  * ONNX (`quantize_onnx`): ONNX Runtime's dynamic quantization of litebert's export (weights int8 once,
+    activations quantized per call), plus the embedding tables as per-row int8. Two steps ORT does not do
+    by itself on this graph:
+      - the exporter writes each shared weight once and gives its other uses an Identity of it; ORT quantizes
+        only a MatMul whose weight is an initializer, so it would quantize the first of ALBERT's 12 layer
+        applications and leave the other 11 (and the fp32 weights) as they were. The Identities are
+        bypassed first, so every application reads the one int8 weight;
+      - the embedding lookups (Gather) are replaced by a lookup in an int8 table with one scale per row
+        (Gather int8 rows, Gather their scales, Cast, Mul). ORT's own Gather quantization uses one uint8
+        scale for the whole table, which a few large rows can stretch.
+  * PyTorch (`quantize_model`): torch.ao's dynamic quantization of every nn.Linear (fbgemm/x86 kernels,
+    int8 weights per tensor, activations quantized per call). The packed QKV projection that the encoder
+    shares across its layer applications becomes one int8 Linear too. torchao was measured and not used:
+    its int8 dynamic Linear on the CPU without torch.compile ran a 4096x768x3072 GEMM in 20 s (fp32: 0.5 s).
+
+`agreement` compares outputs with fp32's: the share of predictions unchanged (argmax of each *logits output,
+per row or per token; sign per label for multi-label heads; within 1% of the spread for regression; cosine
+>= 0.99 for hidden states) and the largest absolute difference. Non-finite outputs are an error, never
+agreement (NaN compares false, so a NaN output would otherwise pass every tolerance check).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from litebert.config import AlbertConfig
+from litebert.errors import ConfigError, LitebertError
+
+INT8_ONNX = "model.int8.onnx"  # beside model.onnx in an export directory
+
+
+class QuantizeError(LitebertError):
+    """An int8 model that cannot be made, or that does not compute what fp32 does."""
+
+
+def nonfinite(name: str, array: np.ndarray, whose: str) -> str | None:
+    """Why `array` cannot be compared (NaN/inf in it), or None. NaN compares false with everything, so a
+    tolerance or agreement check alone would pass a NaN output."""
+    if np.isfinite(array).all():
+        return None
+    return f"{whose} output {name} has {int((~np.isfinite(array)).sum())} NaN/inf values of {array.size}"
+
+
+# -- agreement --------------------------------------------------------------------------------------
+
+@dataclass
+class Agreement:
+    unchanged: int  # predictions (or vectors) equal to fp32's
+    total: int
+    max_abs_diff: float  # over every output element
+    what: str  # "predictions" | "vectors with cosine >= 0.99"
+
+    @property
+    def fraction(self) -> float:
+        return self.unchanged / max(self.total, 1)
+
+    def summary(self) -> str:
+        return (f"{100 * self.fraction:.2f}% of {self.what} unchanged ({self.unchanged}/{self.total}), "
+                f"max |diff| {self.max_abs_diff:.3g}")
+
+    def __add__(self, other: "Agreement") -> "Agreement":
+        return Agreement(self.unchanged + other.unchanged, self.total + other.total,
+                         max(self.max_abs_diff, other.max_abs_diff), self.what)
+
+
+def agreement(names: list[str], reference: list[np.ndarray], outputs: list[np.ndarray],
+              attention_mask: np.ndarray, problem_type: str | None = None) -> Agreement:
+    """How often `outputs` predict what `reference` (fp32) predicts, and their largest difference. Token-level
+    outputs count the unpadded positions only. Raises QuantizeError on NaN/inf in either."""
+    unchanged = total = 0
+    worst = 0.0
+    what = "predictions"
+    logits = [i for i, name in enumerate(names) if name.endswith("logits")]
+    for i, (name, e, g) in enumerate(zip(names, reference, outputs)):
+        problem = nonfinite(name, e, "the fp32 model's") or nonfinite(name, g, "the int8 model's")
+        if problem:
+            raise QuantizeError(problem)
+        if e.shape != g.shape:
+            raise QuantizeError(f"output {name} has shape {g.shape}, fp32 gives {e.shape}")
+        if e.size:
+            worst = max(worst, float(np.max(np.abs(e - g))))
+        if logits and i not in logits:
+            continue
+        if not logits:  # hidden states: one vector per row / token
+            what = "vectors with cosine >= 0.99"
+            e2, g2 = e.reshape(-1, e.shape[-1]), g.reshape(-1, g.shape[-1])
+            cos = (e2 * g2).sum(-1) / np.maximum(np.linalg.norm(e2, axis=-1) * np.linalg.norm(g2, axis=-1), 1e-12)
+            same = (cos >= 0.99).reshape(e.shape[:-1])
+        elif problem_type == "multi_label_classification":
+            same = ((e > 0) == (g > 0)).all(-1)
+        elif e.shape[-1] == 1:  # regression: no argmax to compare
+            spread = float(e.max() - e.min()) if e.size else 0.0
+            same = (np.abs(e - g) <= 0.01 * spread + 1e-6)[..., 0]
+        else:  # classes per row or per token; start/end_logits (B, T): the predicted position of each row
+            same = e.argmax(-1) == g.argmax(-1)
+        if same.ndim and same.shape == attention_mask.shape:  # token-level: unpadded positions only
+            same = same[attention_mask.astype(bool)]
+        unchanged += int(same.sum())
+        total += int(same.size)
+    return Agreement(unchanged, total, worst, what)
+
+
+def verification_batches(model_dir: str, config: AlbertConfig, choices: bool, text_file: str | None = None,
+                         n: int = 256, batch_size: int = 32, seed: int = 100) -> tuple[list[tuple], str]:
+    """Inputs to compare int8 with fp32 on, and what they are: `n` lines of `text_file` (one input per line, a
+    tab before a sentence pair) tokenized with the model's tokenizer, or `n` random sequences of 8-128 tokens
+    with some rows padded. Batches of (input_ids, attention_mask, token_type_ids)."""
+    limit = min(128, config.max_position_embeddings)
+    if text_file:
+        if choices:
+            raise ConfigError("--verify-text does not take multiple-choice inputs; leave it out (random inputs)")
+        from litebert.tokenizer import Tokenizer
+        try:
+            with open(text_file, encoding="utf-8") as f:
+                lines = [line.rstrip("\n") for line in f if line.strip()][:n]
+        except OSError as e:
+            raise ConfigError(f"--verify-text: cannot read {text_file}: {e.strerror}") from None
+        if not lines:
+            raise ConfigError(f"--verify-text: {text_file} has no lines")
+        tok = Tokenizer.from_pretrained(model_dir)
+        lines.sort(key=len)  # batches of similar lengths pad little
+        batches = []
+        for i in range(0, len(lines), batch_size):
+            parts = [line.split("\t", 1) for line in lines[i:i + batch_size]]
+            pairs = [p[1] if len(p) > 1 else "" for p in parts] if any(len(p) > 1 for p in parts) else None
+            enc = tok([p[0] for p in parts], pairs, max_length=limit, truncation=True)
+            batches.append((enc["input_ids"], enc["attention_mask"], enc["token_type_ids"]))
+        return batches, f"{len(lines)} lines of {text_file}"
+    g = torch.Generator().manual_seed(seed)
+    pad = config.pad_token_id if config.pad_token_id is not None else 0
+    batches = []
+    for start in range(0, n, batch_size):
+        T = int(torch.randint(min(8, limit), limit + 1, (1,), generator=g))
+        shape = (min(batch_size, n - start), 3, T) if choices else (min(batch_size, n - start), T)
+        ids = torch.randint(min(5, config.vocab_size - 1), config.vocab_size, shape, generator=g)
+        lengths = torch.randint(max(1, T // 2), T + 1, shape[:-1], generator=g)
+        mask = (torch.arange(T) < lengths[..., None]).long()  # each row padded after its own length
+        types = (torch.arange(T) >= lengths[..., None] // 2).long() if config.type_vocab_size > 1 else 0 * mask
+        batches.append((ids.masked_fill(mask == 0, pad), mask, types * mask))
+    return batches, f"{n} random inputs of up to {limit} tokens"
+
+
+def compare(reference, candidate, names: list[str], batches: list[tuple], problem_type: str | None = None
+            ) -> Agreement:
+    """`agreement` summed over `batches` between two callables (input_ids, attention_mask, token_type_ids) ->
+    outputs in `names` order (tensors or arrays)."""
+    def numpy(outputs):
+        return [o.float().numpy() if isinstance(o, torch.Tensor) else np.asarray(o) for o in outputs]
+
+    total = None
+    for batch in batches:
+        with torch.inference_mode():
+            expected, got = numpy(reference(*batch)), numpy(candidate(*batch))
+        part = agreement(names, expected, got, batch[1].numpy(), problem_type)
+        total = part if total is None else total + part
+    return total
+
+
+# -- PyTorch ----------------------------------------------------------------------------------------
+
+class Int8Weight(torch.Tensor):
+    """A stand-in for a packed QKV weight that runs `F.linear` as a dynamically quantized int8 Linear.
+
+    The encoder packs each attention's Q, K and V weights once per forward and calls
+    `F.linear(x, weight, bias)` with them at every application of the shared layer (litebert.model); handing
+    it this tensor instead routes those calls to one int8 GEMM without another forward to maintain. Its dtype
+    is int8, so litebert.gemm's fp32 kernel choice passes it to F.linear, where it is intercepted."""
+
+    @staticmethod
+    def __new__(cls, linear: nn.Module):
+        self = torch.Tensor._make_subclass(cls, torch.empty(0, dtype=torch.int8), False)  # int8: no fp32 GEMM
+        self.linear = linear
+        return self
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func in (F.linear, torch._C._nn.linear):
+            return args[1].linear(args[0])  # the bias is inside the quantized Linear
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def quantize_model(model: nn.Module) -> nn.Module:
+    """An inference-only int8 copy of a litebert model: every nn.Linear dynamically quantized (int8 weights,
+    activations quantized per call), the packed QKV included. The input model is left as it was."""
+    import warnings
+
+    from torch.ao.quantization import quantize_dynamic
+
+    from litebert.model import AlbertAttention
+
+    model = copy.deepcopy(model).eval()
+    with warnings.catch_warnings(), torch.no_grad():  # torch.ao's deprecation notices, on every call
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.filterwarnings("ignore", message=".*quantize_per_tensor.*")
+        for attention in {id(m): m for m in model.modules() if isinstance(m, AlbertAttention)}.values():
+            weight, bias = attention.packed_qkv()  # queries pre-scaled, as the fp32 path
+            packed = nn.Linear(weight.shape[1], weight.shape[0])
+            packed.weight.copy_(weight), packed.bias.copy_(bias)
+            attention.qkv_int8 = quantize_dynamic(nn.Sequential(packed), {nn.Linear}, dtype=torch.qint8)[0]
+            # an instance attribute shadows the method: the encoder's packing now returns the int8 weight
+            attention.packed_qkv = lambda w=Int8Weight(attention.qkv_int8), b=bias: (w, b)
+            for name in ("query", "key", "value"):  # only the training path reads them
+                setattr(attention, name, None)
+        quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8, inplace=True)
+    return model
+
+
+def load_int8_model(model_dir: str | os.PathLike, check_samples: int = 64, min_agreement: float = 0.99
+                    ) -> tuple[nn.Module, Agreement | None]:
+    """The model in `model_dir` (its config.json's class) as int8, ready to call under torch.inference_mode,
+    and its agreement with fp32 on `check_samples` random inputs (None with 0). Raises QuantizeError below
+    `min_agreement` or on NaN/inf."""
+    from litebert.heads import model_class
+    from litebert.weights import resolve_model_dir
+
+    model_dir = resolve_model_dir(model_dir)
+    config = AlbertConfig.load(model_dir)
+    cls = model_class(config)
+    model = cls.from_pretrained(model_dir).eval()
+    int8 = quantize_model(model)
+    if not check_samples:
+        return int8, None
+    batches, inputs = verification_batches(model_dir, model.config, cls.__name__ == "AlbertForMultipleChoice",
+                                           n=check_samples)
+    with torch.inference_mode():
+        out = model(*batches[0][:1], attention_mask=batches[0][1], token_type_ids=batches[0][2])
+    names = [name for name in out._fields if isinstance(getattr(out, name), torch.Tensor)]
+
+    def outputs(m):
+        return lambda ids, mask, types: [getattr(m(ids, attention_mask=mask, token_type_ids=types), name)
+                                         for name in names]
+    found = compare(outputs(model), outputs(int8), names, batches, model.config.problem_type)
+    if found.fraction < min_agreement:
+        raise QuantizeError(f"{model_dir}: int8 {found.summary()} against fp32 on {inputs}, below {min_agreement:g}")
+    return int8, found
+
+
+# -- ONNX -------------------------------------------------------------------------------------------
+
+def bypass_identities(graph) -> int:
+    """Point every reader of an Identity of an initializer at the initializer itself; returns how many."""
+    initializers = {i.name for i in graph.initializer}
+    outputs = {o.name for o in graph.output}
+    alias = {n.output[0]: n.input[0] for n in graph.node
+             if n.op_type == "Identity" and n.input[0] in initializers and n.output[0] not in outputs}
+    for node in graph.node:
+        for j, name in enumerate(node.input):
+            if name in alias:
+                node.input[j] = alias[name]
+    kept = [n for n in graph.node if not (n.op_type == "Identity" and n.output[0] in alias)]
+    del graph.node[:]
+    graph.node.extend(kept)
+    return len(alias)
+
+
+def quantize_embedding_tables(graph) -> list[str]:
+    """Replace each Gather from a 2-D float initializer (an embedding table) by a per-row int8 lookup:
+    int8 rows and one fp32 scale per row (symmetric, scale = max |row| / 127). Returns the tables' names."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    tables = {i.name: i for i in graph.initializer if i.data_type == TensorProto.FLOAT and len(i.dims) == 2}
+    readers: dict[str, list] = {}
+    for node in graph.node:
+        for name in node.input:
+            if name in tables:
+                readers.setdefault(name, []).append(node)
+    done = []
+    for name, nodes in readers.items():
+        axis = [a.i for n in nodes for a in n.attribute if a.name == "axis"]
+        if any(n.op_type != "Gather" or n.input[0] != name for n in nodes) or any(axis):
+            continue  # also read as a matrix (a tied decoder) or along another axis: left to the MatMul pass
+        table = numpy_helper.to_array(tables[name]).astype(np.float32)
+        scale = np.abs(table).max(axis=1, keepdims=True) / 127.0
+        scale[scale == 0] = 1.0  # an all-zero row (padding) stays zero
+        q = np.clip(np.rint(table / scale), -127, 127).astype(np.int8)
+        graph.initializer.remove(tables[name])
+        graph.initializer.extend([numpy_helper.from_array(q, name + "_int8"),
+                                  numpy_helper.from_array(scale.astype(np.float32), name + "_row_scale")])
+        for k, node in enumerate(nodes):
+            out, ids, tag = node.output[0], node.input[1], f"{name}_lookup{k}"
+            new = [helper.make_node("Gather", [name + "_int8", ids], [tag + "_q"], name=tag + "_rows"),
+                   helper.make_node("Gather", [name + "_row_scale", ids], [tag + "_s"], name=tag + "_scales"),
+                   helper.make_node("Cast", [tag + "_q"], [tag + "_f"], name=tag + "_cast", to=TensorProto.FLOAT),
+                   helper.make_node("Mul", [tag + "_f", tag + "_s"], [out], name=tag + "_dequantize")]
+            at = list(graph.node).index(node)
+            graph.node.remove(node)
+            for j, n in enumerate(new):
+                graph.node.insert(at + j, n)
+        done.append(name)
+    return done
+
+
+def quantize_onnx(src: str | os.PathLike, dst: str | os.PathLike, per_channel: bool = False) -> list[str]:
+    """Write an int8 copy of the ONNX model `src` to `dst`: embedding tables per-row int8, then ORT's dynamic
+    quantization of every MatMul/Gemm with a constant weight (int8 weights, uint8 activations quantized per
+    call). Returns the embedding tables quantized."""
+    import onnx
+    try:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+    except ImportError:
+        raise QuantizeError("int8 ONNX needs onnxruntime: pip install onnxruntime") from None
+
+    model = onnx.load(os.fspath(src))
+    bypass_identities(model.graph)
+    tables = quantize_embedding_tables(model.graph)
+    quiet = logging.getLogger()  # ORT's quantizer logs a pre-processing advice at WARNING on every call
+    level, quiet.level = quiet.level, logging.ERROR
+    try:
+        quantize_dynamic(model, os.fspath(dst), op_types_to_quantize=["MatMul", "Gemm"], per_channel=per_channel,
+                         weight_type=QuantType.QInt8)
+    finally:
+        quiet.setLevel(level)
+    return tables
+
+
+def onnx_session(path: str | os.PathLike, threads: int | None = None, spin: bool = True):
+    """An ONNX Runtime CPU session for an exported model (fp32 or int8), all graph optimisations on. With
+    spin=False its threads sleep between calls instead of spin-waiting (ORT's default), which would take the
+    cores from whatever else runs in the process (a benchmark's other sides, PyTorch in a server)."""
+    import onnxruntime as ort
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if not spin:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if threads:
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+    return ort.InferenceSession(os.fspath(path), options, providers=["CPUExecutionProvider"])
+
+
+def initializer_bytes(path: str | os.PathLike) -> dict[str, int]:
+    """Bytes of the ONNX file's initializers by element type name ("FLOAT", "INT8", ...)."""
+    import onnx
+    sizes: dict[str, int] = {}
+    for init in onnx.load(os.fspath(path)).graph.initializer:
+        kind = onnx.TensorProto.DataType.Name(init.data_type)
+        sizes[kind] = sizes.get(kind, 0) + onnx.numpy_helper.to_array(init).nbytes
+    return sizes
