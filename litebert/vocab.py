@@ -231,7 +231,7 @@ def extend_vocab(model_dir: str, out_dir: str, words: list[str] | None = None, c
     from litebert.config import AlbertConfig
     from litebert.files import same_path, write_dir_atomically
     from litebert.heads import model_class
-    from litebert.embed import SentenceEncoder, sentence_settings
+    from litebert.sentence import SentenceEncoder, sentence_settings
     from litebert.weights import resolve_model_dir
 
     if not words and not corpus:

@@ -46,16 +46,16 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple, Protocol
 import numpy as np
 import torch
 
-from litebert.config import AlbertConfig, read_json_object
+from litebert.config import AlbertConfig
 from litebert.errors import ConfigError, DataError
 from litebert.files import data_suffix
 from litebert.heads import (AlbertForMultipleChoice, AlbertForQuestionAnswering, AlbertForSequenceClassification,
                             AlbertForTokenClassification)
 from litebert.tasks.families import (MODEL_INPUTS, Encoder, FeatureSettings, Family, MaskedLanguageModel,
                                      batched_scores, family_for_config, read_calibration)
+from litebert.sentence import SENTENCE_CONFIG, sentence_settings
 from litebert.tokenizer import SPIECE_UNDERLINE, Tokenizer
 
-SENTENCE_CONFIG = "sentence_config.json"  # litebert.embed's: {"pooling", "max_length", ...} of an S-ALBERT model
 LEGACY = object()  # top_k not given: transformers' single-dict output
 
 
@@ -280,11 +280,6 @@ def entity_runs(entities: list[dict]) -> list[list[dict]]:
 
 # ----------------------------------------------------------------------------------------------------------------
 # tasks
-
-
-def sentence_settings(directory: str) -> dict:
-    path = os.path.join(directory, SENTENCE_CONFIG)
-    return read_json_object(path) if os.path.isfile(path) else {}
 
 
 @dataclass(frozen=True)
