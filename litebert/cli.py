@@ -31,6 +31,8 @@ VERBS: dict[str, tuple[str, str]] = {
     "serve": ("litebert.serving.server:cli", "an HTTP JSON server for a model, with dynamic batching"),
     "params": ("litebert.paper.params:cli", "parameter counts of every preset beside the paper's Tables 1 and 5"),
     "analyze": ("litebert.paper.analysis:cli", "layer-to-layer L2 / cosine transitions (paper Figure 1)"),
+    "reproduce": ("litebert.paper.reproduce:cli", "the paper's experiments (Tables 3-8, 11-12, Figures 1-2) as "
+                  "resumable grids of runs, with a report beside the paper's numbers"),
     "extend-vocab": ("litebert.vocab:cli", "add pieces to a tokenizer and resize a model's embeddings to match"),
 }
 

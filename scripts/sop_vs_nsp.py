@@ -6,6 +6,9 @@ NSP-trained model scores 52% on SOP (it learned topic, not order); the SOP-train
 on SOP.
 
     python scripts/sop_vs_nsp.py --corpus ../shared/data/pretrain/en_medium.txt --steps 1500 --out out/sop_vs_nsp
+
+The whole of Table 5 (no sentence objective as well, MLM/NSP/SOP accuracy, a downstream average, several seeds
+with their spread, the paper's numbers beside): `litebert reproduce objective` (docs/paper/).
 """
 
 from __future__ import annotations
@@ -16,24 +19,10 @@ import os
 
 from litebert.demo import MODEL  # the demo recipe's architecture
 from litebert.pretrain import PretrainConfig, pretrain
-from litebert.corpus.documents import iter_documents, resolve_inputs
 from litebert.corpus.pairs import PretrainDataset, prepare
 from litebert.corpus.tokenizer_training import train_tokenizer
+from litebert.paper.reproduce import split_corpus  # train.txt and heldout.txt (the last documents)
 from litebert.training.loop import TrainConfig
-
-
-def split_corpus(corpus: str | None, out: str, held_out_fraction: float) -> tuple[str, str]:
-    """Write the corpus's documents as train.txt and heldout.txt (the last documents), in the one-sentence-per-line
-    format."""
-    docs = list(iter_documents(resolve_inputs([corpus] if corpus else None)))
-    cut = int(len(docs) * (1 - held_out_fraction))
-    paths = []
-    for name, part in (("train", docs[:cut]), ("heldout", docs[cut:])):
-        path = os.path.join(out, f"{name}.txt")
-        with open(path, "w", encoding="utf-8") as f:
-            f.write("\n\n".join("\n".join(sentences) for sentences in part) + "\n")
-        paths.append(path)
-    return paths[0], paths[1]
 
 
 def main() -> None:

@@ -1,0 +1,275 @@
+"""`litebert reproduce`: every experiment runs end to end at the tiny scale, a killed grid resumes (finished rows
+kept, the killed row from its checkpoint) to the same results.json as an uninterrupted one, the paper-scale
+recipes are accepted by `litebert pretrain --config`, the paper's numbers are the ones in the shared tables,
+and the verdicts follow the rule the report states."""
+
+import json
+import re
+import sys
+
+import pytest
+
+import litebert.pretrain
+from litebert.cli import main as litebert_main
+from litebert.config import AlbertConfig
+from litebert.errors import ConfigError
+from litebert.paper import reproduce as R
+from paths import SHARED_DATA
+
+DEMO_CORPUS = str(R.DATA) + "/demo_corpus.txt.gz"
+VERDICTS = ("reproduced", "not reproduced", "within noise", "not measured")
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    """One tokenizer and one set of prepared pairs for all the tiny grids (made by the first that needs them)."""
+    return str(tmp_path_factory.mktemp("reproduce_data"))
+
+
+def argv_for(out, experiment, data_dir, *extra, steps=2):
+    return ["reproduce", experiment, "--out", str(out), "--scale", "tiny", "--data-dir", data_dir,
+            "--extra-corpus", DEMO_CORPUS, "--set", f"train.max_steps={steps}", *extra]
+
+
+def run(out, experiment, data_dir, *extra, steps=2):
+    assert litebert_main(argv_for(out, experiment, data_dir, *extra, steps=steps)) == 0
+    return json.loads((out / "results.json").read_text())
+
+
+# Each row is a `litebert pretrain` child process (~5 s of imports and plotting on 2 cores): the two 8-row grids
+# are left to the slow suite.
+EIGHT_ROWS = {"embedding", "sharing"}
+
+
+@pytest.mark.parametrize("experiment", [pytest.param(e, marks=pytest.mark.slow) if e in EIGHT_ROWS else e
+                                        for e in R.EXPERIMENTS])
+def test_every_experiment_runs_end_to_end_at_the_tiny_scale(experiment, data_dir, tmp_path, capsys):
+    exp = R.EXPERIMENTS[experiment]
+    extra = ["--downstream"] if experiment == "data" else []  # one grid fine-tunes too (the Avg column)
+    results = run(tmp_path, experiment, data_dir, *extra)
+    out = capsys.readouterr().out
+    assert f"[1/{len(exp.rows)}] {experiment}: {exp.rows[0].name}" in out and "left" in out
+    assert list(results["rows"]) == [r.name for r in exp.rows]
+    for name, entry in results["rows"].items():
+        run_ = entry["runs"]["12345"]
+        assert 0 <= run_["mlm_acc"] <= 1 and 0 <= run_["sop_acc"] <= 1 and run_["parameters"] > 0
+        assert run_["curve"][-1] == [run_["steps"], run_["mlm_acc"]]
+        assert entry["stats"]["mlm_acc"]["sd"] is None  # one seed: no spread
+    assert [c["claim"] for c in results["claims"]] == [c.text for c in exp.claims]
+    assert all(c["verdict"].split(" (")[0] in VERDICTS for c in results["claims"])
+    report = (tmp_path / "report.md").read_text()
+    assert report.startswith(f"# {exp.table}: ") and "litebert reproduce " + experiment in report
+    assert "## The paper's comparisons" in report and (tmp_path / "curves.png").stat().st_size > 1000
+    if exp.columns:  # the paper's table, quoted, beside ours
+        first = exp.rows[0].paper[exp.columns[-1]]
+        assert f"## The paper ({exp.table}" in report and str(first) in report
+    if experiment == "objective":
+        assert {"nsp_acc", "sop_acc"} <= set(results["rows"]["NSP"]["runs"]["12345"]) and results["chance"]
+    if experiment == "transitions":
+        layers = results["rows"]["ALBERT-large"]["model"]["num_hidden_layers"]
+        assert len(results["rows"]["BERT-large"]["runs"]["12345"]["angle"]) == layers
+        assert (tmp_path / "transitions.png").stat().st_size > 1000
+    if experiment == "depth":  # each depth continues the shallower one
+        runs = {name: e["runs"]["12345"] for name, e in results["rows"].items()}
+        assert runs["L=1"]["init_from"] is None and runs["L=3"]["init_from"] == runs["L=1"]["checkpoint"]
+    if experiment == "same-time":  # one wall-clock budget, measured into steps per row
+        state = json.loads((tmp_path / "grid.json").read_text())
+        assert set(state["steps"]) == {"BERT-large", "ALBERT-xxlarge"} and state["seconds_per_step"]
+    if experiment == "data":
+        runs = results["rows"]["with additional data"]["runs"]["12345"]
+        assert set(runs["downstream"]) == {"novel_authorship"} and 0 <= runs["avg"] <= 1
+        assert "downstream avg" in report
+
+
+# The rows' child processes run `litebert` through this: it writes down each training step it starts (row, step)
+# and dies (os._exit, as a kill would) at the step named by $REPRODUCE_KILL_AT, after the checkpoint before it.
+CHILD = """
+import os, sys
+import litebert.training.loop as loop
+real_step = loop.train_step
+def step(run, n):
+    row = run.cfg.out_dir.split(os.sep + "rows" + os.sep)[1].split(os.sep)[0]
+    if os.environ.get("REPRODUCE_KILL_AT") == f"{row}:{n}":
+        os._exit(9)
+    with open(os.environ["REPRODUCE_STEPS"], "a") as f:
+        f.write(f"{row}:{n}\\n")
+    return real_step(run, n)
+loop.train_step = step
+from litebert.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_killed_grid_resumes_to_the_same_results(data_dir, tmp_path, monkeypatch, capsys):
+    """The second row's process dies in its step 3, after its step-2 checkpoint: the rerun keeps the first
+    row's result, resumes the second at step 3, runs the third, and results.json equals an uninterrupted
+    grid's; --rows then reruns one row from scratch."""
+    monkeypatch.setattr(R, "VERB_COMMAND", [sys.executable, "-c", CHILD])
+    steps_file = tmp_path / "steps.txt"
+    monkeypatch.setenv("REPRODUCE_STEPS", str(steps_file))
+
+    def ran():
+        lines = steps_file.read_text().split() if steps_file.exists() else []
+        steps_file.unlink(missing_ok=True)
+        return lines
+
+    every = [f"{row}:{n}" for row in ("None", "NSP", "SOP") for n in (1, 2, 3, 4)]
+    extra = ("--set", "train.save_every=2")
+    whole = run(tmp_path / "whole", "objective", data_dir, *extra, steps=4)
+    assert ran() == every
+
+    monkeypatch.setenv("REPRODUCE_KILL_AT", "NSP:3")
+    assert litebert_main(argv_for(tmp_path / "killed", "objective", data_dir, *extra, steps=4)) == 2
+    assert "litebert pretrain exited with 9" in capsys.readouterr().err
+    assert ran() == every[:6]
+    killed_row = tmp_path / "killed" / "rows" / "NSP" / "seed12345"
+    assert (killed_row / "pretrain" / "step_2").is_dir() and not (killed_row / "result.json").exists()
+    first = (tmp_path / "killed" / "rows" / "None" / "seed12345" / "result.json").stat().st_mtime_ns
+
+    monkeypatch.delenv("REPRODUCE_KILL_AT")
+    resumed = run(tmp_path / "killed", "objective", data_dir, *extra, steps=4)
+    assert ran() == every[6:]  # NSP from step 3, then SOP; None not rerun
+    assert (tmp_path / "killed" / "rows" / "None" / "seed12345" / "result.json").stat().st_mtime_ns == first
+    assert resumed == whole
+    assert "objective: 1 finished row run(s) kept" in capsys.readouterr().out
+
+    assert run(tmp_path / "killed", "objective", data_dir, *extra, "--rows", "SOP", steps=4) == whole
+    assert ran() == every[8:]
+
+
+def test_a_grid_refuses_other_settings_in_its_directory(data_dir, tmp_path, capsys):
+    run(tmp_path, "dropout", data_dir)
+    code = litebert_main(["reproduce", "dropout", "--out", str(tmp_path), "--scale", "tiny", "--data-dir", data_dir,
+                          "--extra-corpus", DEMO_CORPUS, "--set", "train.max_steps=3"])
+    assert code == 2 and "other settings (set)" in capsys.readouterr().err
+
+
+def test_paper_scale_writes_recipes_that_pretrain_accepts(tmp_path, monkeypatch, capsys):
+    """Each recipe goes through `litebert pretrain --config` (its own parser and loader; pretrain itself is
+    stubbed): the paper's recipe, the row's change, warm starts pointing at the shallower row's last step."""
+    seen = []
+
+    class Loaded(Exception):
+        pass
+
+    def fake_pretrain(cfg, train_cfg, overrides):
+        seen.append((cfg, train_cfg, overrides))
+        raise Loaded
+
+    monkeypatch.setattr(litebert.pretrain, "pretrain", fake_pretrain)
+    for experiment in ("embedding", "depth", "objective"):
+        out = tmp_path / experiment
+        assert litebert_main(["reproduce", experiment, "--out", str(out), "--scale", "paper", "--seeds", "2",
+                              "--corpus", "books_wiki.txt"]) == 0
+        recipes = sorted((out / "recipes").glob("*.toml"))
+        rows = R.EXPERIMENTS[experiment].rows
+        assert len(recipes) == 2 * len(rows)
+        commands = (out / "commands.sh").read_text()
+        assert commands.count("torchrun --nproc-per-node $NPROC -m litebert.cli pretrain --config") == len(recipes)
+        assert "litebert tokenizer" in commands and "--vocab-size 30000" in commands and "books_wiki.txt" in commands
+        by_name = {}
+        for path in recipes:
+            seen.clear()
+            with pytest.raises(Loaded):
+                litebert.pretrain.cli(["--config", str(path)])
+            (cfg, train_cfg, overrides), = seen
+            config = AlbertConfig.from_preset(cfg.model, vocab_size=30000, **overrides)
+            assert (train_cfg.max_steps, train_cfg.batch_size, train_cfg.lr, train_cfg.optimizer) == \
+                (125000, 4096, 0.00176, "lamb")
+            assert config.max_position_embeddings == 512 and cfg.eval_data
+            by_name[path.stem] = (cfg, train_cfg, config)
+        for row in rows:
+            cfg, train_cfg, config = by_name[R.slug(row.name) + "-seed12346"]
+            assert train_cfg.seed == 12346
+            for key, value in row.model.items():
+                assert getattr(config, key) == value, (row.name, key)
+            if row.warm_start:
+                assert cfg.init_from.endswith(f"rows/{R.slug(row.warm_start)}/seed12346/pretrain/step_125000")
+        if experiment == "objective":
+            assert by_name["None-seed12345"][0].objective == "mlm"
+            assert by_name["NSP-seed12345"][0].data.endswith("train_nsp")
+    assert "nothing was run" in capsys.readouterr().out
+
+
+def test_rows_map_the_papers_sizes_onto_a_scale():
+    emb = R.EXPERIMENTS["embedding"]
+    cpu = R.SCALES["cpu"]
+    shared = R.scale_model(emb, emb.rows[5], cpu, 8000)  # all-shared E=128: the demo's shape
+    assert (shared["hidden_size"], shared["embedding_size"], shared["num_hidden_layers"], shared["num_hidden_groups"],
+            shared["num_attention_heads"], shared["intermediate_size"]) == (128, 64, 4, 1, 4, 512)
+    bert = R.scale_model(emb, emb.rows[3], cpu, 8000)  # not-shared E=768 = H: E follows H, every layer its own
+    assert (bert["embedding_size"], bert["num_hidden_groups"], bert["sharing"]) == (128, 4, "none")
+    width = R.EXPERIMENTS["width"]
+    wide = R.scale_model(width, width.rows[2], cpu, 8000)  # H=4096, 3 layers
+    assert (wide["hidden_size"], wide["num_attention_heads"], wide["intermediate_size"], wide["num_hidden_layers"]) \
+        == (512, 16, 2048, 2)
+    paper = R.scale_model(emb, emb.rows[0], R.SCALES["paper"], 30000)  # the paper's scale changes nothing
+    assert (paper["hidden_size"], paper["embedding_size"], paper["num_hidden_layers"]) == (768, 64, 12)
+    with pytest.raises(ConfigError, match="varies embedding_size"):
+        R.scale_model(emb, emb.rows[0], cpu, 8000, {"embedding_size": 32})
+    assert R.scale_model(emb, emb.rows[0], cpu, 8000, {"hidden_dropout_prob": 0.1})["hidden_dropout_prob"] == 0.1
+
+
+def test_verdicts_count_an_ordering_only_beyond_the_spread():
+    assert R.verdict("order", 0.03, 0.01) == "holds" and R.verdict("order", -0.03, 0.01) == "reversed"
+    assert R.verdict("order", 0.005, 0.01) == "noise" and R.verdict("order", 0.0, None) == "noise"
+    assert R.verdict("near", 0.01, 0.01, tol=0.05) == "holds" and R.verdict("near", 0.08, 0.01, tol=0.05) == "reversed"
+    assert R.verdict("near", 0.045, 0.01, tol=0.05) == "noise"
+
+    def results(values):  # row -> per-seed values of mlm_acc
+        rows = {}
+        for name, vs in values.items():
+            m, sd = R.mean_sd(vs)
+            rows[name] = {"paper": {}, "stats": {"mlm_acc": {"mean": m, "sd": sd, "n": len(vs)}}}
+        return {"rows": rows, "chance": {}}
+
+    claim = R.Claim("a > b", (("a", "b"),), "mlm_acc")
+    assert R.judge(claim, results({"a": [0.30, 0.31], "b": [0.20, 0.21]}))["verdict"] == "reproduced"
+    assert R.judge(claim, results({"a": [0.30, 0.20], "b": [0.21, 0.25]}))["verdict"] == "within noise"
+    assert R.judge(claim, results({"a": [0.10, 0.11], "b": [0.20, 0.21]}))["verdict"] == "not reproduced"
+    assert R.judge(claim, results({"a": [0.3], "b": [0.2]}))["verdict"] == "reproduced (one seed: spread unknown)"
+    assert R.judge(claim, results({"a": [0.3]}))["verdict"] == "not measured"
+    diff = R.Claim("a - b > c - d", (("a - b", "c - d"),), "mlm_acc")  # spread of a difference: sqrt(sum of var)
+    judged = R.judge(diff, results({"a": [0.5, 0.6], "b": [0.1, 0.1], "c": [0.3, 0.3], "d": [0.2, 0.2]}))
+    assert judged["pairs"][0]["ours"] == pytest.approx([0.45, 0.1]) and judged["verdict"] == "reproduced"
+
+
+PAPER_TABLES = SHARED_DATA.parent / "paper" / "albert_tables.md"
+
+
+@pytest.mark.skipif(not PAPER_TABLES.is_file(), reason="the shared paper tables are not on this machine")
+def test_the_papers_numbers_are_quoted_as_printed():
+    text = PAPER_TABLES.read_text()
+
+    def table(number):  # the rows of "**Table N ..." as lists of cells
+        block = text.split(f"**Table {number} ")[1].split("\n\n")[0]
+        return [[c.strip() for c in line.strip("|").split("|")] for line in block.splitlines()
+                if line.startswith("|") and not line.startswith("|---")][1:]
+
+    def same(ours, theirs):
+        return [str(ours.get(c)) if not isinstance(ours.get(c), float) else f"{ours[c]:g}" for c in ours] == \
+            [t if not re.fullmatch(r"[\d.]+", t) else f"{float(t):g}" for t in theirs]
+
+    for number, experiment, skip in ((3, "embedding", 2), (4, "sharing", 2), (5, "objective", 1), (11, "depth", 1),
+                                     (12, "width", 1)):
+        rows = R.EXPERIMENTS[experiment].rows
+        printed = table(number)[:len(rows)]
+        assert len(printed) == len(rows)
+        for row, line in zip(rows, printed):
+            assert same(dict(row.paper), line[skip:]), (experiment, row.name, line)
+    for experiment in ("same-time", "data", "dropout"):  # quoted in prose: "..., 64.0, Avg 80.1"
+        for row in R.EXPERIMENTS[experiment].rows:
+            cells = [f"{v:g}" if isinstance(v, float) and v != int(v) else (f"{v:.1f}" if isinstance(v, float) else v)
+                     for v in row.paper.values()]
+            assert ", ".join(cells[:-1]) + ", Avg " + cells[-1] in text, (experiment, row.name)
+
+
+def test_the_verb_takes_its_options_from_a_toml_table(tmp_path, capsys):
+    toml = tmp_path / "run.toml"
+    toml.write_text('[reproduce]\ncorpus = "no-such-corpus"\n')
+    code = litebert_main(["reproduce", "objective", "--out", str(tmp_path / "g"), "--scale", "tiny",
+                          "--config", str(toml)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "no-such-corpus" in err and not (tmp_path / "g").exists()
+    code = litebert_main(["reproduce", "objectives", "--out", str(tmp_path / "g")])
+    assert code == 2 and "one of: embedding, sharing, objective" in capsys.readouterr().err
