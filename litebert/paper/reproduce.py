@@ -611,7 +611,9 @@ def train_table(grid: Grid, out_dir: str, seed: int, steps: int | None = None, *
 
 def row_recipe(grid: Grid, row: Row, seed: int, steps: int, vocab_size: int, run_dir: str,
                init_from: str | None) -> dict[str, Any]:
-    """The row's [model], [pretrain] and [train] tables: the scale's recipe with the row's changes."""
+    """The row's [model], [pretrain] and [train] tables: the scale's recipe with the row's changes ([model]:
+    the fields that differ from the row's preset)."""
+    from litebert.config import AlbertConfig
     data = grid.data
     pretrain = {**grid.scale.pretrain, "data": data.path("train", row.data.get("pair_task", "sop"),
                                                          row.data.get("extra", False)),
@@ -620,7 +622,8 @@ def row_recipe(grid: Grid, row: Row, seed: int, steps: int, vocab_size: int, run
     if init_from:
         pretrain["init_from"] = init_from
     model = scale_model(grid.exp, row, grid.scale, vocab_size, grid.sets["model"])
-    return {"model": {k: v for k, v in model.items() if k != "vocab_size"}, "pretrain": pretrain,
+    preset = dataclasses.asdict(AlbertConfig.from_preset(row.base or grid.exp.base))
+    return {"model": {k: v for k, v in model.items() if k != "vocab_size" and v != preset[k]}, "pretrain": pretrain,
             "train": train_table(grid, run_dir, seed, steps)}
 
 
@@ -1164,15 +1167,15 @@ def write_paper_recipes(grid: Grid) -> list[str]:
             "# Set NPROC (processes per node) and the task directories ($GLUE_DIR, $SQUAD_DIR, $RACE_DIR).",
             "set -e", "NPROC=${NPROC:-8}", "",
             "# 1. hold out the last documents, train the tokenizer on the rest, cut the pairs",
-            "python -c " + q(f"from litebert.paper.reproduce import split_corpus; split_corpus({corpus!r}, "
-                             f"{data.split!r}, {d['held_out_fraction']})"),
+            "python -c " + q(f"from litebert.paper.reproduce import split_corpus; split_corpus({json.dumps(corpus)}, "
+                             f"{json.dumps(data.split)}, {d['held_out_fraction']})"),
             f"litebert tokenizer {q(os.path.join(data.split, 'train.txt'))} --out {q(data.tokenizer)} "
             f"--vocab-size {d['vocab_size']}"]
     variants = sorted({(r.data.get("pair_task", "sop"), bool(r.data.get("extra"))) for r in grid.exp.rows})
     if any(extra for _, extra in variants):
         cmds.append("python -c " + q(f"from litebert.paper.reproduce import split_corpus; split_corpus("
-                                     f"{list(grid.cfg.extra_corpus) or ['EXTRA_CORPUS.txt']!r}, {data.split!r}, 0, "
-                                     f"name='extra')"))
+                                     f"{json.dumps(list(grid.cfg.extra_corpus) or ['EXTRA_CORPUS.txt'])}, "
+                                     f"{json.dumps(data.split)}, 0, name=\"extra\")"))
     parts = [("train", t, e) for t, e in variants] + [("heldout", t, False) for t in grid.exp.held_out]
     for part, task, extra in parts:
         inputs = " ".join(q(p) for p in data.inputs(part, extra))
