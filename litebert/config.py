@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from litebert import files
 from litebert.errors import CheckpointError, ConfigError  # noqa: F401  (CheckpointError: re-exported)
 
 IGNORE_INDEX = -100  # the label of positions and pairs no loss reads (F.cross_entropy's default ignore_index)
@@ -186,14 +187,7 @@ def read_json_object(path: str) -> dict[str, Any]:
     """The JSON object in a config file; a missing, non-JSON or non-object file is a one-line error naming it."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no config file at {path}")
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: not a valid JSON config ({e})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a JSON object")
-    return data
+    return files.read_json_object(path, ConfigError)
 
 
 def _albert(h: int, layers: int, heads: int, v1: bool) -> dict[str, Any]:

@@ -187,6 +187,21 @@ def _same_bytes(a: Path, b: Path) -> bool:
                 return True
 
 
+def read_json_object(path: str | os.PathLike, error: type[Exception] = ValueError) -> dict[str, Any]:
+    """The JSON object in a file; a missing file is FileNotFoundError, a damaged (non-JSON, non-UTF-8) or
+    non-object one is `error` with a one-line message naming it."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no such file: {path}")
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise error(f"{path}: not valid JSON, damaged or truncated ({e})") from None
+    if not isinstance(data, dict):
+        raise error(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
 def data_suffix(path: str | os.PathLike) -> str:
     """The suffix that says a file's format, under any .gz: "train.jsonl.gz" -> ".jsonl"."""
     return Path(Path(path).name.lower().removesuffix(".gz")).suffix

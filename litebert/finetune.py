@@ -26,7 +26,7 @@ import torch
 from litebert import tasks as T
 from litebert.config import AlbertConfig
 from litebert.errors import CheckpointError, ConfigError, DataError, NonFiniteError
-from litebert.files import restore_replaced, write_dir_atomically, write_json
+from litebert.files import read_json_object, restore_replaced, write_dir_atomically, write_json
 from litebert.runconfig import add_config_args, load_toml, resolve_config
 from litebert.tasks.families import FeatureSettings, Family, Scored, family_for_config, family_of, model_scores
 from litebert.tasks.features import collate
@@ -362,14 +362,7 @@ def read_calibration(directory: str) -> dict[str, Any] | None:
 
 def _read_json(path: str) -> dict[str, Any]:
     """A JSON object a fine-tuned directory holds; CheckpointError naming the file when it is damaged."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{path}: not valid JSON, damaged or truncated ({e})") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    return data
+    return read_json_object(path, CheckpointError)
 
 
 def evaluate_checkpoint(model_dir: str, cfg: FinetuneConfig, split: str, device: str = "cpu"

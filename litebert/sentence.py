@@ -6,7 +6,6 @@ the training objectives). The pooling and the file names live here, in the model
 
 from __future__ import annotations
 
-import json
 import os
 from typing import NamedTuple
 
@@ -15,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from litebert.errors import CheckpointError, ConfigError
-from litebert.files import write_json
+from litebert.files import read_json_object, write_json
 from litebert.model import AlbertModel
 from litebert.weights import PretrainedMixin
 
@@ -37,16 +36,7 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> to
 def sentence_settings(model_dir: str) -> dict:
     """sentence_config.json of a model directory, or {} when it has none (a plain ALBERT checkpoint)."""
     path = os.path.join(model_dir, SENTENCE_CONFIG)
-    if not os.path.isfile(path):
-        return {}
-    try:
-        with open(path, encoding="utf-8") as f:
-            settings = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{path}: not valid JSON, damaged or truncated ({e})") from None
-    if not isinstance(settings, dict):
-        raise CheckpointError(f"{path}: expected a JSON object, got {type(settings).__name__}")
-    return settings
+    return read_json_object(path, CheckpointError) if os.path.isfile(path) else {}
 
 
 class PairOutput(NamedTuple):

@@ -15,7 +15,6 @@ The vocabulary layout is ALBERT's: <pad>=0, <unk>=1, [CLS]=2, [SEP]=3, [MASK]=4.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import unicodedata
@@ -27,7 +26,7 @@ import numpy as np
 import sentencepiece as spm
 
 from litebert.errors import CheckpointError, ConfigError
-from litebert.files import write_json
+from litebert.files import read_json_object, write_json
 from litebert.hub import fetch_from_hub, looks_like_hub_id
 
 SPIECE_UNDERLINE = "▁"
@@ -179,13 +178,7 @@ class Tokenizer:
         opts = NormalizerOptions()
         config_file = os.path.join(config_dir, "tokenizer_config.json")
         if os.path.isfile(config_file):
-            try:
-                with open(config_file, encoding="utf-8") as f:
-                    cfg = json.load(f)
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise CheckpointError(f"{config_file}: not valid JSON, corrupt or truncated ({e})") from None
-            if not isinstance(cfg, dict):
-                raise CheckpointError(f"{config_file}: expected a JSON object, got {type(cfg).__name__}")
+            cfg = read_json_object(config_file, CheckpointError)
             opts = NormalizerOptions(**{k: cfg[k] for k in vars(opts) if k in cfg})
         return cls(model_file, **vars(opts))
 

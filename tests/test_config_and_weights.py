@@ -160,7 +160,7 @@ def test_corrupt_truncated_and_mismatched_checkpoints_fail_with_one_line(tmp_pat
         (mismatched, CheckpointError, r"has shape .* the config expects"),
         (wrong_layout, CheckpointError, "unexpected encoder weights"),
         (tmp_path / "nowhere", FileNotFoundError, "no such directory: .*nowhere$"),
-        (bad_json, ConfigError, "not a valid JSON config"),
+        (bad_json, ConfigError, "not valid JSON, damaged or truncated"),
     ]:
         with pytest.raises(error, match=message):
             AlbertForMaskedLM.from_pretrained(directory)

@@ -548,7 +548,7 @@ def _garble(path: Path) -> None:
 
 # (what, file in the copied model dir, how it is damaged, the error's class, its words)
 MODEL_FILE_DAMAGE = [
-    ("truncated config.json", "config.json", _truncate, ConfigError, "not a valid JSON config"),
+    ("truncated config.json", "config.json", _truncate, ConfigError, "not valid JSON, damaged or truncated"),
     ("truncated model.safetensors", "model.safetensors", _truncate, CheckpointError, "corrupt or truncated"),
     ("garbled model.safetensors", "model.safetensors", _garble, CheckpointError, "corrupt or truncated"),
     ("truncated spiece.model", "spiece.model", _truncate, CheckpointError, "not a valid SentencePiece model"),
