@@ -33,10 +33,20 @@ TINY = dict(embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attentio
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")])}
 
 
+def free_ports(n: int) -> list[int]:
+    """n distinct free ports, held together while chosen: runs started side by side must not share one."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 def torchrun(*args: str) -> list[str]:
@@ -221,10 +231,11 @@ def test_two_nodes_equal_one_node(prepared, tmp_path):
     """`torchrun --nnodes 2` with c10d rendezvous, both "nodes" on 127.0.0.1, one process each: the same
     weights as one node with two processes (a shared filesystem: both see out_dir and the data)."""
     extra = ("--max-steps", "3", "--save-every", "2")
-    one_node = subprocess.Popen(torchrun("--nproc-per-node", "2", "--master-port", str(free_port()), "-m",
+    one_port, node_port = free_ports(2)
+    one_node = subprocess.Popen(torchrun("--nproc-per-node", "2", "--master-port", str(one_port), "-m",
                                          "litebert.cli", *pretrain_args(prepared, tmp_path / "one_node", *extra)),
                                 env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    endpoint = f"127.0.0.1:{free_port()}"
+    endpoint = f"127.0.0.1:{node_port}"
     nodes = [subprocess.Popen(torchrun("--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
                                        "--rdzv-endpoint", endpoint, "--rdzv-id", "litebert-test", "-m", "litebert.cli",
                                        *pretrain_args(prepared, tmp_path / "two_nodes", *extra)),
@@ -261,17 +272,20 @@ ELASTIC_WORKER = textwrap.dedent("""
 @pytest.mark.slow
 def test_an_elastic_restart_after_a_killed_worker_resumes_bit_identical(tmp_path):
     """torchrun --max-restarts 1: rank 1 is killed at step 7; the agent restarts both workers, which resume
-    from step_6 on their own (no --resume) and end with the uninterrupted run's weights, bit for bit."""
+    from step_6 on their own (no --resume) and end with the uninterrupted run's weights, bit for bit.
+    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: with torchrun's store shared, about half the restarts here failed to
+    join (stale addresses of the killed attempt, pytorch/pytorch#135712); setup_distributed then says so."""
     script = tmp_path / "worker.py"
     script.write_text(ELASTIC_WORKER)
 
-    def run(out, kill_at):
+    def run(out, kill_at, port):
         return subprocess.Popen(torchrun("--nproc-per-node", "2", "--max-restarts", "1", "--rdzv-backend", "c10d",
-                                         "--rdzv-endpoint", f"127.0.0.1:{free_port()}", str(script), str(out),
-                                         str(kill_at)),
-                                env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                         "--rdzv-endpoint", f"127.0.0.1:{port}", str(script), str(out), str(kill_at)),
+                                env={**ENV, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"},  # as the README says
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
-    straight, killed = finish([run(tmp_path / "straight", 0), run(tmp_path / "killed", 7)])
+    ports = free_ports(2)
+    straight, killed = finish([run(tmp_path / "straight", 0, ports[0]), run(tmp_path / "killed", 7, ports[1])])
     assert "attempt 1 finished" in killed and "attempt 1" not in straight
     assert "resuming from" in killed and "step_6" in killed
     assert_same_weights(tmp_path / "straight" / "run" / "step_10", tmp_path / "killed" / "run" / "step_10", exact=True)
@@ -355,6 +369,27 @@ def test_tf32_is_enabled_on_cuda_only_and_recorded(tmp_path, monkeypatch, matmul
     train(make_toy(), toy_batches(8, 8), toy_config(tmp_path, max_steps=1))
     runtime = ckpt.load_train_state(tmp_path / "run" / "step_1")["record"]["runtime"]
     assert runtime == {"device": "cpu", "tf32": False, "world_size": 1}
+
+
+def test_a_failed_join_after_an_elastic_restart_names_the_fix(monkeypatch):
+    import torch.distributed as dist
+    from litebert.errors import ConfigError
+    from litebert.training.distributed import setup_distributed
+
+    def refused(backend, **kw):
+        raise RuntimeError("Gloo connectFullMesh failed with [pair.cc:152] timed out connecting\nmore")
+
+    monkeypatch.setattr(dist, "init_process_group", refused)
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    with pytest.raises(ConfigError, match="TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1") as info:
+        setup_distributed("cpu")
+    assert "\n" not in str(info.value)
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "0")  # a first attempt's failure is torch's own
+    with pytest.raises(RuntimeError, match="connectFullMesh"):
+        setup_distributed("cpu")
 
 
 def test_the_process_group_waits_as_long_as_the_config_says(monkeypatch):

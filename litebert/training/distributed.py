@@ -67,7 +67,19 @@ def setup_distributed(device: str = "auto", timeout_minutes: float = 60.0) -> Di
         torch.cuda.set_device(dev)  # also makes it the device whose RNG state checkpoints save
     owns_group = not _group_exists() and world_size() > 1
     if owns_group:
-        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo", timeout=timedelta(minutes=timeout_minutes))
+        try:
+            dist.init_process_group("nccl" if dev.type == "cuda" else "gloo",
+                                    timeout=timedelta(minutes=timeout_minutes))
+        except RuntimeError as e:
+            restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0
+            if restarted and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+                # torchrun shares its rendezvous store with the workers; after a restart they can read the
+                # previous attempt's addresses and connect to ports nobody listens on any more.
+                raise ConfigError(f"joining the process group after elastic restart "
+                                  f"{os.environ['TORCHELASTIC_RESTART_COUNT']} failed ({str(e).splitlines()[0]}): "
+                                  "start torchrun with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 so that each restart "
+                                  "gets a fresh store (pytorch/pytorch#135712)") from e
+            raise
     return Dist(*rank_and_size(), local_rank, dev, owns_group)
 
 
