@@ -897,6 +897,11 @@ def collect(grid: Grid, state: Mapping[str, Any]) -> dict[str, Any]:
                 if values:
                     m, sd = mean_sd(values)
                     stats[key] = {"mean": m, "sd": sd, "n": len(values)}
+            for task in grid.scale.finetune["tasks"]:  # each task's best dev score beside the average
+                values = [r["downstream"][task]["score"] for r in runs.values() if task in r.get("downstream", {})]
+                if values:
+                    m, sd = mean_sd(values)
+                    stats[f"task:{task}"] = {"mean": m, "sd": sd, "n": len(values)}
             entry["stats"] = stats
         rows[row.name] = entry
     out = {"experiment": grid.exp.name, "table": grid.exp.table, "title": grid.exp.title, "scale": grid.scale.name,
@@ -991,7 +996,7 @@ def _fmt(metric: str, value: float) -> str:
         return f"{value / 1e6:.2f}M"
     if metric == "steps":
         return f"{value:.0f}"
-    if metric.endswith("acc") or metric in ("avg", "mlm_acc_late"):
+    if metric.endswith("acc") or metric in ("avg", "mlm_acc_late") or metric.startswith("task:"):
         return f"{100 * value:.1f}"
     return f"{value:.3f}"
 
@@ -1015,7 +1020,7 @@ def _our_columns(grid: Grid, results: Mapping[str, Any]) -> list[tuple[str, str]
         cols += [("l2_oscillation", "L2 oscillation"), ("angle_oscillation", "angle oscillation"),
                  ("l2_last_ratio", "last L2 / max L2")]
     if any("avg" in e.get("stats", {}) for e in results["rows"].values()):
-        cols.append(("avg", "downstream avg"))
+        cols += [(f"task:{t}", t) for t in grid.scale.finetune["tasks"]] + [("avg", "downstream avg")]
     return cols
 
 
