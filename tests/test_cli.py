@@ -65,6 +65,8 @@ TOML_RUNS = {
     "extend-vocab": ("extend-vocab", f'model = "{SENTINEL}"', ["--out", "extended", "--corpus", "c.txt"],
                      "no such directory"),
     "params": ("params", "json = true", [], None),
+    "reproduce": ("reproduce", f'corpus = "{SENTINEL}"', ["objective", "--out", "grid", "--scale", "tiny"],
+                  "no input files match"),
     "serve": ("serve", "port = 99999", ["--model", SENTINEL], "--port must be in 0..65535, got 99999"),
 }
 NOT_YET: dict[str, str] = {}  # verb -> why it cannot take --config yet (strict xfail: fails once it can)
