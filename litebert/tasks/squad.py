@@ -50,78 +50,93 @@ def read_squad(path: os.PathLike | str, errors: str = "raise") -> Examples:
     and wordnet_qa store it). Every answer must be the context's text at answer_start, and ids must be unique."""
     path = Path(path)
     seen: set[str] = set()
-
-    def example(ident, question, context, texts, starts, title="") -> QAExample:
-        if not isinstance(question, str) or not isinstance(context, str):
-            raise BadRecord("question and context must be strings")
-        if not isinstance(texts, list) or not isinstance(starts, list) or len(texts) != len(starts):
-            raise BadRecord(f"answers need equally long text and answer_start lists, got {texts!r} / {starts!r}")
-        answers = []
-        for text, start in zip(texts, starts):
-            if not isinstance(text, str) or not isinstance(start, int) or isinstance(start, bool):
-                raise BadRecord(f"answer {text!r} at {start!r}: need a string and an integer offset")
-            found = context[start: start + len(text)]
-            if found != text:
-                raise BadRecord(f"answer {text!r} does not match the context at {start} ({found!r})")
-            answers.append(Answer(text, start))
-        ident = str(ident)
-        if ident in seen:
-            raise BadRecord(f"duplicate id {ident!r}")
-        seen.add(ident)
-        return QAExample(ident, question, context, answers, title)
-
     if data_suffix(path) == ".jsonl":
-        def parse_flat(where: str, line: str) -> QAExample:
-            r = json_record(line)
-            answers = r.get("answers") or {"text": [], "answer_start": []}
-            if not isinstance(answers, dict):
-                raise BadRecord("answers should be {text: [...], answer_start: [...]}")
-            if "id" not in r or "question" not in r or "context" not in r:
-                raise BadRecord("a record needs id, question and context")
-            return example(r["id"], r["question"], r["context"], answers.get("text"), answers.get("answer_start"))
+        return collect(nonblank_lines(path), lambda where, line: _parse_flat(line, seen), path, errors)
+    data = _load_squad_data(path)
+    return collect(_nested_questions(path, data), lambda where, raw: _parse_nested(raw, seen), path, errors)
 
-        return collect(nonblank_lines(path), parse_flat, path, errors)
 
+def _qa_example(ident, question, context, texts, starts, title: str, seen: set[str]) -> QAExample:
+    """One checked QAExample, shared by both layouts so they agree on what a valid record is: each answer must
+    be the context's text at its offset, and an id already in `seen` is a duplicate (the id is then added)."""
+    if not isinstance(question, str) or not isinstance(context, str):
+        raise BadRecord("question and context must be strings")
+    if not isinstance(texts, list) or not isinstance(starts, list) or len(texts) != len(starts):
+        raise BadRecord(f"answers need equally long text and answer_start lists, got {texts!r} / {starts!r}")
+    answers = []
+    for text, start in zip(texts, starts):
+        if not isinstance(text, str) or not isinstance(start, int) or isinstance(start, bool):
+            raise BadRecord(f"answer {text!r} at {start!r}: need a string and an integer offset")
+        found = context[start: start + len(text)]
+        if found != text:
+            raise BadRecord(f"answer {text!r} does not match the context at {start} ({found!r})")
+        answers.append(Answer(text, start))
+    ident = str(ident)
+    if ident in seen:
+        raise BadRecord(f"duplicate id {ident!r}")
+    seen.add(ident)
+    return QAExample(ident, question, context, answers, title)
+
+
+def _parse_flat(line: str, seen: set[str]) -> QAExample:
+    """One JSON Lines record in the HF datasets layout; a missing answers field means unanswerable."""
+    r = json_record(line)
+    answers = r.get("answers") or {"text": [], "answer_start": []}
+    if not isinstance(answers, dict):
+        raise BadRecord("answers should be {text: [...], answer_start: [...]}")
+    if "id" not in r or "question" not in r or "context" not in r:
+        raise BadRecord("a record needs id, question and context")
+    return _qa_example(r["id"], r["question"], r["context"], answers.get("text"), answers.get("answer_start"), "",
+                       seen)
+
+
+def _load_squad_data(path: Path):
+    """The top-level "data" value of a SQuAD JSON file; a file that is not JSON, or has no "data", is one
+    DataError for the whole file (there are no records to count or skip)."""
     try:
         with open_text(path) as f:
-            data = json.load(f)["data"]
+            return json.load(f)["data"]
     except json.JSONDecodeError as e:
         raise DataError(f"{path}:{e.lineno}: invalid JSON ({e.msg})") from None
     except (KeyError, TypeError):
         raise DataError(f"{path}:1: not SQuAD JSON (no top-level \"data\" list)") from None
 
-    def questions():  # (where, (title, context, qa)); structural problems surface as BadRecords
-        if not isinstance(data, list):
-            yield f"{path}: data", BadRecord(f'"data" should be a list of articles, got {type(data).__name__}')
-            return
-        for i, article in enumerate(data):
-            paragraphs = article.get("paragraphs", []) if isinstance(article, dict) else None
-            if not isinstance(paragraphs, list):
-                yield f"{path}: data[{i}]", BadRecord("an article should be {title, paragraphs: [...]}, got "
-                                                      f"{_shown(article)}")
+
+def _nested_questions(path: Path, data):
+    """(where, (title, paragraph, qa)) for every question of the nested layout. A malformed article or paragraph
+    is yielded as a BadRecord in place of its questions, so `collect` counts or raises it like any bad record."""
+    if not isinstance(data, list):
+        yield f"{path}: data", BadRecord(f'"data" should be a list of articles, got {type(data).__name__}')
+        return
+    for i, article in enumerate(data):
+        paragraphs = article.get("paragraphs", []) if isinstance(article, dict) else None
+        if not isinstance(paragraphs, list):
+            yield f"{path}: data[{i}]", BadRecord("an article should be {title, paragraphs: [...]}, got "
+                                                  f"{_shown(article)}")
+            continue
+        for j, paragraph in enumerate(paragraphs):
+            qas = paragraph.get("qas", []) if isinstance(paragraph, dict) else None
+            if not isinstance(qas, list):
+                yield f"{path}: data[{i}].paragraphs[{j}]", BadRecord(
+                    f"a paragraph should be {{context, qas: [...]}}, got {_shown(paragraph)}")
                 continue
-            for j, paragraph in enumerate(paragraphs):
-                qas = paragraph.get("qas", []) if isinstance(paragraph, dict) else None
-                if not isinstance(qas, list):
-                    yield f"{path}: data[{i}].paragraphs[{j}]", BadRecord(
-                        f"a paragraph should be {{context, qas: [...]}}, got {_shown(paragraph)}")
-                    continue
-                for k, qa in enumerate(qas):
-                    yield f"{path}: data[{i}].paragraphs[{j}].qas[{k}]", (article.get("title", ""), paragraph, qa)
+            for k, qa in enumerate(qas):
+                yield f"{path}: data[{i}].paragraphs[{j}].qas[{k}]", (article.get("title", ""), paragraph, qa)
 
-    def parse_nested(where: str, raw) -> QAExample:
-        if isinstance(raw, BadRecord):
-            raise raw
-        title, paragraph, qa = raw
-        if not isinstance(qa, dict) or "id" not in qa or "question" not in qa:
-            raise BadRecord("a question needs id and question")
-        answers = [] if qa.get("is_impossible") else qa.get("answers", [])
-        if not isinstance(answers, list) or not all(isinstance(a, dict) for a in answers):
-            raise BadRecord("answers should be a list of {text, answer_start}")
-        return example(qa["id"], qa["question"], paragraph.get("context"), [a.get("text") for a in answers],
-                       [a.get("answer_start") for a in answers], title)
 
-    return collect(questions(), parse_nested, path, errors)
+def _parse_nested(raw, seen: set[str]) -> QAExample:
+    """One question of the nested layout (or the structural BadRecord `_nested_questions` put in its place);
+    is_impossible wins over any answers listed."""
+    if isinstance(raw, BadRecord):
+        raise raw
+    title, paragraph, qa = raw
+    if not isinstance(qa, dict) or "id" not in qa or "question" not in qa:
+        raise BadRecord("a question needs id and question")
+    answers = [] if qa.get("is_impossible") else qa.get("answers", [])
+    if not isinstance(answers, list) or not all(isinstance(a, dict) for a in answers):
+        raise BadRecord("answers should be a list of {text, answer_start}")
+    return _qa_example(qa["id"], qa["question"], paragraph.get("context"), [a.get("text") for a in answers],
+                       [a.get("answer_start") for a in answers], title, seen)
 
 
 def _shown(value, width: int = 60) -> str:
