@@ -389,6 +389,29 @@ def check_out_dir(out_dir: str, overwrite: bool) -> None:
                           "--overwrite")
 
 
+def _run_chunks(chunks, opt: InstanceOptions, tokenizer_dir: str, num_workers: int, collect) -> None:
+    """Pass each (i, documents) chunk's `_process_chunk` result to `collect`, in chunk order. With num_workers > 1
+    a process pool does the work with at most 2 * num_workers chunks in flight, so memory stays bounded however
+    large the corpus; otherwise it runs here, which is simpler to debug and needs no pickling."""
+    if num_workers <= 1:
+        _init_worker(tokenizer_dir)
+        for i, docs in chunks:
+            collect(_process_chunk(i, docs, opt))
+        return
+    import multiprocessing as mp
+
+    # fork: workers need only numpy + sentencepiece, and spawn cannot re-import a `python -` or notebook __main__
+    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    with ctx.Pool(num_workers, _init_worker, (tokenizer_dir,)) as pool:
+        pending = collections.deque()
+        for i, docs in chunks:
+            pending.append(pool.apply_async(_process_chunk, (i, docs, opt)))
+            while len(pending) >= 2 * num_workers:
+                collect(pending.popleft().get())
+        while pending:
+            collect(pending.popleft().get())
+
+
 def prepare(inputs: list[str] | None, out_dir: str, tokenizer_dir: str, options: InstanceOptions | None = None, *,
             num_workers: int = 2, shard_size: int = 100_000, chunk_chars: int = 1 << 20, paragraphs: bool = False,
             text_field: str = "text", progress: bool = True, overwrite: bool = False, **knobs) -> dict:
@@ -425,23 +448,7 @@ def prepare(inputs: list[str] | None, out_dir: str, tokenizer_dir: str, options:
             writer.add(result)
             bar.set_postfix(instances=sum(s["num_instances"] for s in writer.shards) + len(writer.buf["input_ids"]))
 
-        if num_workers <= 1:
-            _init_worker(tokenizer_dir)
-            for i, docs in chunks:
-                collect(_process_chunk(i, docs, opt))
-        else:
-            import multiprocessing as mp
-
-            # fork: workers need only numpy + sentencepiece, and spawn cannot re-import a `python -` or notebook __main__
-            ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-            with ctx.Pool(num_workers, _init_worker, (tokenizer_dir,)) as pool:
-                pending = collections.deque()
-                for i, docs in chunks:
-                    pending.append(pool.apply_async(_process_chunk, (i, docs, opt)))
-                    while len(pending) >= 2 * num_workers:
-                        collect(pending.popleft().get())
-                while pending:
-                    collect(pending.popleft().get())
+        _run_chunks(chunks, opt, tokenizer_dir, num_workers, collect)
         writer.flush()
         bar.close()
         n = sum(s["num_instances"] for s in writer.shards)
