@@ -64,6 +64,38 @@ def spm_message(error: Exception) -> str:
     return _SPM_INTERNALS.sub("", lines[-1]).strip()
 
 
+def _training_sentences(paths: list[str], pp: dict, max_bytes: int, stats: collections.Counter):
+    """The corpus's sentences normalised as encoding will see them (`preprocess_text` with `pp`), counted in
+    `stats`; empty ones are dropped, and ones over `max_bytes` are skipped and counted here because
+    sentencepiece's trainer would drop them without a word."""
+    from litebert.corpus.documents import iter_documents
+
+    for doc in iter_documents(paths, stats=stats):
+        for sentence in doc:
+            line = preprocess_text(sentence, **pp)
+            if not line:
+                continue
+            if len(line.encode("utf-8")) > max_bytes:
+                stats["skipped_too_long_sentences"] += 1  # sentencepiece would drop it without a word
+                continue
+            stats["sentences"] += 1
+            yield line
+
+
+def _training_error(error: RuntimeError, paths: list[str], stats: collections.Counter) -> Exception:
+    """The error to raise for sentencepiece's failed training, in the user's terms: no text at all, a vocab_size
+    the corpus cannot fill or hold (with the size that would work), or sentencepiece's own message cleaned."""
+    if stats["sentences"] == 0:
+        return DataError(f"no text found in {', '.join(paths)}{_skipped_words(stats, ' (', ')')}")
+    if m := _VOCAB_TOO_HIGH.search(str(error)):
+        return ConfigError(f"vocab_size={m.group(1)} is too large for this corpus: sentencepiece can build "
+                           f"at most {m.group(2)} pieces from it; pass a smaller --vocab-size or more text")
+    if m := _VOCAB_TOO_LOW.search(str(error)):
+        return ConfigError(f"vocab_size={m.group(1)} is too small for this corpus: its characters and the "
+                           f"special pieces need {m.group(2)} ids; pass --vocab-size {m.group(2)} or more")
+    return DataError(f"sentencepiece could not train on {', '.join(paths)}: {spm_message(error)}")
+
+
 def train_tokenizer(files: list[str] | None, out_dir: str, vocab_size: int | None = None, do_lower_case=True,
                     keep_accents=False, remove_space=True, seed: int = 12345, overwrite: bool = False,
                     **spm_options) -> Tokenizer:
@@ -82,7 +114,7 @@ def train_tokenizer(files: list[str] | None, out_dir: str, vocab_size: int | Non
     run (a full disk, a kill) leaves the previous tokenizer in out_dir as it was. A tokenizer this function did
     not make (no summary file), or one inside a model directory, is replaced only with overwrite=True.
     """
-    from litebert.corpus.documents import iter_documents, resolve_inputs
+    from litebert.corpus.documents import resolve_inputs
     from litebert.files import write_files_atomically, write_json
 
     paths = resolve_inputs(files)
@@ -100,38 +132,18 @@ def train_tokenizer(files: list[str] | None, out_dir: str, vocab_size: int | Non
     max_bytes = flags.pop("max_sentence_length", SPM_MAX_SENTENCE_LENGTH)
     stats: collections.Counter = collections.Counter()
 
-    def sentences():
-        for doc in iter_documents(paths, stats=stats):
-            for sentence in doc:
-                line = preprocess_text(sentence, **pp)
-                if not line:
-                    continue
-                if len(line.encode("utf-8")) > max_bytes:
-                    stats["skipped_too_long_sentences"] += 1  # sentencepiece would drop it without a word
-                    continue
-                stats["sentences"] += 1
-                yield line
-
     def fill(tmp) -> Tokenizer:
         prefix = os.path.join(tmp, "spiece")
-        lines = iter(reservoir_sample(sentences(), limit, seed)) if limit else sentences()
+        lines = _training_sentences(paths, pp, max_bytes, stats)
+        if limit:
+            lines = iter(reservoir_sample(lines, limit, seed))
         try:
             spm.SentencePieceTrainer.train(
                 sentence_iterator=lines, input_sentence_size=0, model_prefix=prefix, vocab_size=vocab_size,
                 pad_id=0, unk_id=1, bos_id=-1, eos_id=-1, control_symbols=["[CLS]", "[SEP]", "[MASK]"],
                 max_sentence_length=max_bytes, minloglevel=flags.pop("minloglevel", 2), **flags)
         except RuntimeError as e:
-            if stats["sentences"] == 0:
-                raise DataError(f"no text found in {', '.join(paths)}{_skipped_words(stats, ' (', ')')}") from None
-            if m := _VOCAB_TOO_HIGH.search(str(e)):
-                raise ConfigError(f"vocab_size={m.group(1)} is too large for this corpus: sentencepiece can build "
-                                  f"at most {m.group(2)} pieces from it; pass a smaller --vocab-size or more "
-                                  "text") from None
-            if m := _VOCAB_TOO_LOW.search(str(e)):
-                raise ConfigError(f"vocab_size={m.group(1)} is too small for this corpus: its characters and the "
-                                  f"special pieces need {m.group(2)} ids; pass --vocab-size {m.group(2)} or "
-                                  "more") from None
-            raise DataError(f"sentencepiece could not train on {', '.join(paths)}: {spm_message(e)}") from None
+            raise _training_error(e, paths, stats) from None
         os.remove(prefix + ".vocab")  # the .vocab listing is redundant with the model; HF never reads it
         tok = Tokenizer(prefix + ".model", **vars(opts))
         tok.save_pretrained(str(tmp))
