@@ -281,6 +281,34 @@ def prepare(cfg: FinetuneConfig) -> Prepared:
                     family.featurize(eval_examples, tok, labels, settings))
 
 
+def _write_best(directory: str, model, tokenizer, scored: Scored, primary: str, eval_split: str) -> None:
+    """Fill `directory` as a best/ checkpoint: the model and tokenizer, the score it won with (which a resumed
+    run must beat) and what the family calibrated on `eval_split`, so evaluating it later applies the same."""
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(str(directory))
+    write_json(os.path.join(directory, BEST_SCORE_NAME), {"primary_metric": primary, "metrics": scored.metrics})
+    if scored.calibration:
+        write_json(os.path.join(directory, CALIBRATION_NAME), {"split": eval_split, **scored.calibration})
+
+
+def _run_summary(cfg: FinetuneConfig, train_cfg: TrainConfig, run: Prepared, result: TrainResult, primary: str,
+                 final: dict, best_metrics: dict, best_dir: str) -> dict[str, Any]:
+    """summary.json's content: what was trained on and scored (with the rows skipped, by reason), the final and
+    best metrics beside the family's trivial baseline, and whether early stopping ended the run."""
+    split, ev = cfg.eval_split, run.eval_examples
+    return {"task": run.task.name, "kind": run.task.kind, "from_scratch": cfg.from_scratch, "model": cfg.model,
+            "examples": {"train": len(run.train_examples), split: len(ev),
+                         "skipped_train": len(run.train_examples.skipped),
+                         f"skipped_{split}": len(ev.skipped),
+                         "skipped_by_reason": {"train": run.train_examples.skip_counts, split: ev.skip_counts}},
+            # the metrics are over these rows only: say so beside them when some were left out
+            "scored_on": ev.scored_on(split),
+            "primary_metric": primary, "final": final, "best": best_metrics,
+            "baseline": run.family.baseline(run.task, run.train_examples, run.eval_examples), "steps": result.step,
+            "early_stopped": result.step < train_cfg.max_steps,
+            "best_dir": best_dir, "out_dir": train_cfg.out_dir}
+
+
 def finetune(cfg: FinetuneConfig, train_cfg: TrainConfig) -> dict[str, Any]:
     """Fine-tune, keep the best dev checkpoint (with what the family calibrated on dev), and return (and write)
     a summary."""
@@ -299,13 +327,6 @@ def finetune(cfg: FinetuneConfig, train_cfg: TrainConfig) -> dict[str, Any]:
         raise ConfigError("early stopping needs --eval-every N (it counts evaluations), in one process "
                           "(rank 0 alone evaluates)")
 
-    def write_best(m, scored: Scored, directory: str) -> None:
-        m.save_pretrained(directory)
-        run.tokenizer.save_pretrained(str(directory))
-        write_json(os.path.join(directory, BEST_SCORE_NAME), {"primary_metric": primary, "metrics": scored.metrics})
-        if scored.calibration:
-            write_json(os.path.join(directory, CALIBRATION_NAME), {"split": cfg.eval_split, **scored.calibration})
-
     def evaluate(m) -> dict[str, float]:
         scores = model_scores(m, run.family, run.eval_features, cfg.eval_batch_size, run.tokenizer.pad_id)
         check_finite_scores(scores, f"{train_cfg.out_dir}: evaluation on {cfg.eval_split}")
@@ -313,7 +334,8 @@ def finetune(cfg: FinetuneConfig, train_cfg: TrainConfig) -> dict[str, Any]:
         value = scored.metrics.get(primary, -float("inf"))
         improved = value > best["metric"]
         if improved:  # replaced whole or not at all: a kill mid-write keeps the previous best
-            write_dir_atomically(best_dir, lambda tmp: write_best(m, scored, tmp))
+            write_dir_atomically(best_dir, lambda tmp: _write_best(tmp, m, run.tokenizer, scored, primary,
+                                                                   cfg.eval_split))
             best.update(metric=value, metrics=scored.metrics)
         patience["stale"] = 0 if improved else patience["stale"] + 1
         patience["eval"] = {k: v for k, v in scored.metrics.items() if isinstance(v, (int, float))}
@@ -336,18 +358,7 @@ def finetune(cfg: FinetuneConfig, train_cfg: TrainConfig) -> dict[str, Any]:
         result = TrainResult(stop.step, {}, patience["eval"], None)
     # A resumed run that had finished trains no step: its final scores are the earlier summary's.
     final = dict(result.eval) or (earlier.get("final", {}) if earlier.get("steps") == result.step else {})
-    split, ev = cfg.eval_split, run.eval_examples
-    summary = {"task": run.task.name, "kind": run.task.kind, "from_scratch": cfg.from_scratch, "model": cfg.model,
-               "examples": {"train": len(run.train_examples), split: len(ev),
-                            "skipped_train": len(run.train_examples.skipped),
-                            f"skipped_{split}": len(ev.skipped),
-                            "skipped_by_reason": {"train": run.train_examples.skip_counts, split: ev.skip_counts}},
-               # the metrics are over these rows only: say so beside them when some were left out
-               "scored_on": ev.scored_on(split),
-               "primary_metric": primary, "final": final, "best": best["metrics"],
-               "baseline": run.family.baseline(run.task, run.train_examples, run.eval_examples), "steps": result.step,
-               "early_stopped": result.step < train_cfg.max_steps,
-               "best_dir": best_dir, "out_dir": train_cfg.out_dir}
+    summary = _run_summary(cfg, train_cfg, run, result, primary, final, best["metrics"], best_dir)
     if is_main_process():
         write_json(os.path.join(train_cfg.out_dir, "summary.json"), summary)
     return summary
