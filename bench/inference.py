@@ -216,7 +216,7 @@ def classifier_suite(args) -> None:
             raise SystemExit(f"{name} gave NaN/inf logits")
         differ = sum(int((e.argmax(-1) != x.argmax(-1)).sum()) for e, x in zip(reference, got))
         agreement[name] = {"differ_pct": round(100 * differ / samples, 2), "differ": differ,
-                           "max_abs_logit_diff": round(max(float(np.abs(e - x).max()) for e, x in zip(reference, got)), 5)}
+                           "max_abs_logit_diff": float(f"{max(float(np.abs(e - x).max()) for e, x in zip(reference, got)):.3g}")}
 
     order = ["litebert_fp32", "litebert_bf16", "litebert_int8", "litebert_onnx_fp32", "litebert_onnx_int8",
              "transformers_fp32", "ort_fp32", "ort_int8"]
@@ -251,6 +251,8 @@ def classifier_suite(args) -> None:
     result["agreement_vs_litebert_fp32"] = agreement
     result["files_mb"] = {name: round(os.path.getsize(path) / 1e6, 2) for name, path in files.items()}
     result["files_mb"]["parameters_fp32"] = round(sum(p.numel() * 4 for p in ours.parameters()) / 1e6, 2)
+    for (mode, precision), path in ort_files.items():  # both of transformers' variants, chosen or not
+        result["files_mb"][f"ort_{precision}_{mode}"] = round(os.path.getsize(path) / 1e6, 2)
     result["litebert_onnx_int8_size_ratio"] = round(os.path.getsize(files["litebert_onnx_int8"]) /
                                                     os.path.getsize(files["litebert_onnx_fp32"]), 3)
     result["litebert_onnx_int8_initializer_bytes"] = initializer_bytes(files["litebert_onnx_int8"])

@@ -150,6 +150,8 @@ def export_model(model_dir: str | os.PathLike, out_dir: str | os.PathLike, fmt: 
         reference = model(*sample[:1], attention_mask=sample[1], token_type_ids=sample[2])
     output_names = [name for name in reference._fields if isinstance(getattr(reference, name), torch.Tensor)]
     module = InferenceModule(model, output_names).eval()
+    if quantize == "int8":  # before the export, so that a bad --verify-text fails fast
+        batches, agreement_inputs = q.verification_batches(model_dir, config, choices, verify_text, verify_samples)
 
     out_dir = os.fspath(out_dir)
     os.makedirs(out_dir, exist_ok=True)
@@ -177,8 +179,7 @@ def export_model(model_dir: str | os.PathLike, out_dir: str | os.PathLike, fmt: 
         result.not_verified_because = ("onnxruntime is not installed: pip install onnxruntime" if verify
                                        else "skipped on request: --no-verify")
     if quantize == "int8":
-        batches, result.agreement_inputs = q.verification_batches(model_dir, config, choices, verify_text,
-                                                                  verify_samples)
+        result.agreement_inputs = agreement_inputs
         result.int8_path = os.path.join(out_dir, q.INT8_ONNX)
         try:
             q.quantize_onnx(path, result.int8_path)
@@ -256,7 +257,8 @@ class ExportConfig:
         "help": "int8: also write model.int8.onnx (ONNX Runtime dynamic int8, embeddings per-row int8), "
                 "always checked against PyTorch fp32", "choices": QUANTIZATIONS})
     min_agreement: float = field(default=0.99, metadata={
-        "help": "the share of predictions the int8 model must leave unchanged, else it is not kept"})
+        "help": "the share of predictions the int8 model must leave unchanged, else it is not kept",
+        "metavar": "FRACTION"})
     force: bool = field(default=False, metadata={"help": "keep the int8 model below --min-agreement"})
     verify_text: str = field(default="", metadata={
         "help": "check int8 on these inputs: a text file, one input per line, a tab before a sentence pair "
