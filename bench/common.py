@@ -58,16 +58,26 @@ def configure(args: argparse.Namespace) -> None:
 
 
 def machine() -> dict:
-    flags = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line for line in f if line.startswith("flags")), "")
-    except OSError:
-        pass
-    isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f" {f}" in flags]
-    return {"cpu": platform.processor() or platform.machine(), "isa": isa, "threads": torch.get_num_threads(),
+    """Where the figures were taken, so that runs on different machines can be read side by side: the CPU
+    model, the ISA extensions that decide which GEMM kernels exist, whether it has bf16 kernels, the fp32 GEMM
+    backend litebert chose (litebert.gemm; transformers always runs torch's default, MKL), threads, versions
+    and the load average (other processes on a shared machine move every absolute figure)."""
+    from litebert import gemm
+    load = os.getloadavg()
+    return {"cpu": gemm.cpu_model(), "isa": gemm.isa(), "bf16_kernels": gemm.bf16_supported(),
+            "litebert_gemm": gemm.backend().record(), "threads": torch.get_num_threads(),
             "torch": torch.__version__, "python": platform.python_version(), "malloc": MALLOC,
-            "loadavg_1min": round(os.getloadavg()[0], 2)}
+            "loadavg_1min": round(load[0], 2), "loadavg_5_15min": [round(load[1], 2), round(load[2], 2)]}
+
+
+def gemm_used(precision: str, side: str) -> str:
+    """The GEMM kernels behind a side's linear layers at `precision` ("litebert", or a peer that calls
+    torch's F.linear): fp32 on litebert.gemm's choice or torch's default (MKL); bf16 autocast on oneDNN where
+    the CPU has bf16 kernels, else torch's reference fallback."""
+    from litebert import gemm
+    if precision == "fp32":
+        return gemm.backend().name if side == "litebert" else "mkl"
+    return "onednn" if gemm.bf16_supported() else "torch reference (no bf16 kernels)"
 
 
 def emit(record: dict) -> None:

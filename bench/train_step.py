@@ -6,23 +6,34 @@ here, and the same for both sides), fp32 or bf16 autocast. transformers runs
 with whichever of its "eager" and "sdpa" attention is faster here (both are timed, the faster is kept and
 named in the output). Steps are interleaved; `speedup` is peer median / litebert median from this one run.
 MFU = model FLOPs (3x forward, see common.forward_flops) per second / the matmul ceiling of that precision,
-measured by a GEMM burst interleaved with the steps (bench/gemm.py's fastest path), so under the same load.
+measured by a GEMM burst on each backend's fastest path (bench/gemm.py), interleaved with the steps so under
+the same load; each backend's ceiling is printed, MFU divides by the fastest. Each side names the precision
+and the GEMM kernels it ran (litebert's fp32 backend is litebert.gemm's choice; transformers runs torch's).
+
+Precision "auto": litebert runs what `--precision auto` picks (litebert.gemm.choose_precision on this batch),
+timed beside litebert in fp32 and in bf16 (`auto_vs_best`: the better of those two over auto's median, ~1 or
+more when auto picked right); transformers runs the chosen precision. On a CPU without bf16 kernels the bf16
+side is timed once (it is tens of times slower there).
 
     .venv/bin/python bench/train_step.py            # 8x128 and 2x512, fp32 and bf16 (~4 min)
+    .venv/bin/python bench/train_step.py --preset tiny --shapes 32x64 --precisions fp32,bf16,auto  # the demo's
     .venv/bin/python bench/train_step.py --quick    # smoke run on a tiny model
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import statistics
+import time
 
 import torch
 
-from common import (base_parser, configure, emit, forward_flops, interleaved, load_pair, machine, pretraining_batch,
-                    ratio, save_random_model, stats)
-from gemm import gflops, paths
+from common import (base_parser, configure, emit, forward_flops, gemm_used, interleaved, load_pair, machine,
+                    pretraining_batch, ratio, save_random_model, stats)
+from gemm import BACKEND_OF, gflops, paths
 
+from litebert import gemm
 from litebert.config import AlbertConfig
 
 
@@ -44,28 +55,59 @@ def make_step(model, batch: dict, precision: str):
     return step
 
 
-def gemm_probe(precision: str) -> tuple[callable, int]:
-    """A fixed burst of GEMMs at ALBERT's FFN shape on the fastest path for this precision, and its FLOPs.
+class GemmProbe:
+    """A fixed burst of GEMMs at ALBERT's FFN shape on each GEMM backend's fastest path for this precision.
 
-    It runs interleaved with the model steps as a third side, so the ceiling that MFU divides by is
-    measured under the same machine load as the steps (this machine is shared; a ceiling taken a minute
-    earlier can be 2x off)."""
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    It runs interleaved with the model steps as one more side, so the ceiling that MFU divides by is measured
+    under the same machine load as the steps (this machine is shared; a ceiling taken a minute earlier can be
+    2x off). Each call times every backend's part of the burst, so the ceiling of each backend is reported
+    and MFU divides by the fastest."""
+
     M, K, N = 1024, 768, 3072
-    fns = paths(M, K, N, dtype)
-    best = max(fns, key=lambda k: statistics.median(gflops(fns[k], 2 * M * K * N, 2, 5)))
-    n = 40 if precision == "bf16" else 8  # ~0.1-0.2 s per burst
 
-    def burst():
-        for _ in range(n):
-            fns[best]()
-    return burst, n * 2 * M * K * N
+    def __init__(self, precision: str):
+        dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+        fns, _ = paths(self.M, self.K, self.N, dtype)
+        self.flops = 2 * self.M * self.K * self.N
+        self.best: dict[str, tuple[callable, int]] = {}  # backend -> (its fastest path, calls per burst)
+        for backend in sorted({BACKEND_OF[name] for name in fns}):
+            mine = {name: fn for name, fn in fns.items() if BACKEND_OF[name] == backend}
+            rates = {name: statistics.median(gflops(fn, self.flops, 1, 3)) for name, fn in mine.items()}
+            name = max(rates, key=rates.get)
+            self.best[backend] = (mine[name], max(1, round(0.1 * rates[name] * 1e9 / self.flops)))  # ~0.1 s
+        self.seconds: dict[str, list[float]] = {backend: [] for backend in self.best}
+
+    def __call__(self) -> None:
+        for backend, (fn, n) in self.best.items():
+            start = time.perf_counter()
+            for _ in range(n):
+                fn()
+            self.seconds[backend].append(time.perf_counter() - start)
+
+    def ceilings(self) -> dict[str, float]:
+        """GFLOP/s per backend at the median of this probe's bursts."""
+        return {backend: round(n * self.flops / statistics.median(self.seconds[backend]) / 1e9, 1)
+                for backend, (_, n) in self.best.items() if self.seconds[backend]}
+
+
+_probe: GemmProbe | None = None  # the last probe made, read by mfu_fields (inference.py calls both in turn)
+
+
+def gemm_probe(precision: str) -> tuple[GemmProbe, int]:
+    """A GemmProbe for this precision (a side to interleave with the steps) and the FLOPs of one burst."""
+    global _probe
+    _probe = GemmProbe(precision)
+    return _probe, sum(n * _probe.flops for _, n in _probe.best.values())
 
 
 def mfu_fields(result: dict, times: dict, flops: int, probe_flops: int) -> None:
-    """Adds the ceiling (median of the interleaved GEMM probe) and every side's MFU at its median."""
-    peak = probe_flops / statistics.median(times.pop("gemm_probe")) / 1e9
+    """Adds the ceiling of each GEMM backend (medians of the interleaved probe), the fastest of them as the
+    ceiling, and every side's MFU against it."""
+    times.pop("gemm_probe")
+    by_backend = _probe.ceilings()
+    peak = max(by_backend.values())
     result["ceiling_gflops"] = round(peak, 1)
+    result["ceiling_gflops_by_backend"] = by_backend
     for side, seconds in times.items():
         result[side]["mfu"] = round(flops / statistics.median(seconds) / 1e9 / peak, 3)
 
@@ -91,26 +133,61 @@ def main() -> None:
         flops = 3 * forward_flops(config, B, T, mlm_positions=masked, loss_rows=masked + B)
         for precision in args.precisions.split(","):
             ours, theirs = load_pair(directory, "AlbertForPreTraining", "sdpa")
-            steps = {"litebert": make_step(ours, batch, precision)}
+            extra, auto = {}, None
+            if precision == "auto":  # litebert as `--precision auto` runs it, beside its fp32 and bf16 selves
+                auto = choose_precision(ours, batch)
+                extra = {f"litebert_{p}": make_step(copy.deepcopy(ours), batch, p) for p in ("fp32", "bf16")}
+            runs = auto.precision if auto else precision  # what the litebert and transformers sides run
+            steps = {"litebert": make_step(ours, batch, runs)}
             candidates = {"sdpa": theirs}
             if args.attn in ("auto", "eager"):
                 candidates["eager"] = load_pair(directory, "AlbertForPreTraining", "eager")[1]
             if args.attn == "eager":
                 del candidates["sdpa"]
-            trial = interleaved({k: make_step(m, batch, precision) for k, m in candidates.items()}, 1, 1)
+            trial = interleaved({k: make_step(m, batch, runs) for k, m in candidates.items()}, 1, 1)
             attn = min(trial, key=lambda k: trial[k][0])
-            steps["transformers"] = make_step(candidates[attn], batch, precision)
-            steps["gemm_probe"], probe_flops = gemm_probe(precision)
+            steps["transformers"] = make_step(candidates[attn], batch, runs)
+            once = {}
+            if "litebert_bf16" in extra and not gemm.bf16_supported():  # reference kernels: tens of times slower
+                once["litebert_bf16"] = timed_once(extra.pop("litebert_bf16"))  # than fp32, far outside noise
+            steps.update(extra)
+            steps["gemm_probe"], probe_flops = gemm_probe(runs)
             times = interleaved(steps, args.warmup, repeats)
             result = {"bench": "train_step", "preset": preset, "shape": shape, "precision": precision,
                       "optimizer": "AdamW(fused)", "peer_attn": attn, "repeats": repeats,
                       "tokens": B * T, "model_gflop_per_step": round(flops / 1e9, 2)}
-            for side in ("litebert", "transformers"):
-                result[side] = stats(times[side], B * T, "tokens")
+            for side in ("litebert", "transformers", *extra, *once):
+                result[side] = stats(times[side] if side in times else once[side], B * T, "tokens")
+                side_precision = side.removeprefix("litebert_") if side in extra or side in once else runs
+                result[side].update(precision=side_precision, gemm=gemm_used(side_precision, side.split("_")[0]))
+            for side in once:
+                result[side]["timed_once"] = "no bf16 kernels on this CPU: one step, no warm-up"
             result["speedup"] = ratio(times, "litebert", "transformers")
+            if auto:
+                result["auto_choice"] = auto.record()
+                best = min(statistics.median(times.get(s) or once[s]) for s in ("litebert_fp32", "litebert_bf16"))
+                result["auto_vs_best"] = round(best / statistics.median(times["litebert"]), 3)  # >= ~1: as fast
             mfu_fields(result, times, flops, probe_flops)
             result["machine"] = machine()
             emit(result)
+
+
+def choose_precision(model, batch: dict):
+    """What `--precision auto` picks for this model and batch: litebert.gemm.choose_precision over one forward
+    and backward, as the training loop measures it."""
+    def run(precision: str) -> None:
+        with autocast(precision):
+            model(**batch).loss.backward()
+    choice = gemm.choose_precision(run, "cpu", work=batch["input_ids"].numel(), unit="tokens")
+    model.zero_grad(set_to_none=True)
+    print(f"# {choice}", flush=True)
+    return choice
+
+
+def timed_once(step) -> list[float]:
+    start = time.perf_counter()
+    step()
+    return [time.perf_counter() - start]
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from torch import nn
 
 from litebert.config import IGNORE_INDEX, AlbertConfig
 from litebert.errors import ConfigError
+from litebert.gemm import dense, linear
 from litebert.weights import PretrainedMixin
 
 
@@ -133,20 +134,20 @@ class AlbertAttention(nn.Module):
         no_grad = qkv is not None and not qkv[0].requires_grad
         if output_positions is None or no_grad:
             weight, bias = qkv if qkv is not None else self.packed_qkv()
-            q, k, v = F.linear(x, weight, bias).view(B, T, 3, nh, hs).unbind(2)
+            q, k, v = linear(x, weight, bias).view(B, T, 3, nh, hs).unbind(2)
             if output_positions is not None:  # without gradients, the packed QKV for every token and then the
                 # queries at the positions: ~1% more work, but an export then holds each weight once (a
                 # second weight form here would be traced and saved as a second copy of Q, K and V)
                 x = x.gather(1, output_positions[..., None].expand(-1, -1, H))  # (B, Tq, H)
                 q = q.gather(1, output_positions[..., None, None].expand(-1, -1, nh, hs))  # (B, Tq, nh, hs)
         else:  # the module's own projections: slicing the packed weight would cost its gradient a zero-fill
-            k, v = self.key(x).view(B, T, nh, hs), self.value(x).view(B, T, nh, hs)
+            k, v = dense(self.key, x).view(B, T, nh, hs), dense(self.value, x).view(B, T, nh, hs)
             x = x.gather(1, output_positions[..., None].expand(-1, -1, H))  # (B, Tq, H)
-            q = (self.query(x) * self.query_scale).view(B, -1, nh, hs)
+            q = (dense(self.query, x) * self.query_scale).view(B, -1, nh, hs)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, nh, Tq, hs), (B, nh, T, hs) x 2
         y = attention(q, k, v, attn_mask, self.attention_dropout if self.training else 0.0)
         y = y.transpose(1, 2).reshape(B, -1, H)  # (B, Tq, H)
-        return self.LayerNorm(x + self.output_dropout(self.dense(y)))
+        return self.LayerNorm(x + self.output_dropout(dense(self.dense, y)))
 
 
 class AlbertLayer(nn.Module):
@@ -167,7 +168,8 @@ class AlbertLayer(nn.Module):
                 output_positions: torch.Tensor | None = None) -> torch.Tensor:
         a = self.attention(x, attn_mask, qkv, output_positions)
         # Dropout on the FFN output as in TF ALBERT (HF omits it; identical in eval mode and for v2's p=0).
-        return self.full_layer_layer_norm(self.dropout(self.ffn_output(self.activation(self.ffn(a)))) + a)
+        h = dense(self.ffn_output, self.activation(dense(self.ffn, a)))  # dense(m, x): m(x) on litebert.gemm
+        return self.full_layer_layer_norm(self.dropout(h) + a)
 
 
 class AlbertLayerGroup(nn.Module):
@@ -201,7 +203,7 @@ class AlbertTransformer(nn.Module):
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None,
                 output_positions: torch.Tensor | None = None) -> torch.Tensor:
         """(B, T, E) -> (B, T, H); with `output_positions` (B, Tq), the last layer computes only those rows."""
-        x = self.embedding_hidden_mapping_in(x)  # (B, T, E) -> (B, T, H)
+        x = dense(self.embedding_hidden_mapping_in, x)  # (B, T, E) -> (B, T, H)
         layers = [layer for g in self.layer_to_group for layer in self.albert_layer_groups[g].albert_layers]
         packed: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id(attention) -> its QKV, packed once
         for i, layer in enumerate(layers):
@@ -280,7 +282,7 @@ class AlbertMLMHead(nn.Module):
         nn.init.zeros_(self.bias)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self.decoder(self.LayerNorm(self.activation(self.dense(h))))  # (..., V)
+        return dense(self.decoder, self.LayerNorm(self.activation(dense(self.dense, h))))  # (..., V)
 
 
 class AlbertSOPHead(nn.Module):

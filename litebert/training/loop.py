@@ -38,6 +38,8 @@ import torch
 from torch import nn
 
 from litebert.errors import ConfigError, LitebertError
+from litebert.gemm import PrecisionChoice, autocast, choose_precision
+from litebert.gemm import backend as gemm_backend
 from litebert.runconfig import dump_toml
 from litebert.training import checkpoint as ckpt
 from litebert.training.data import BatchFn, ShuffledData, as_batch_fn, count_tokens
@@ -81,7 +83,9 @@ class TrainConfig:
     eps: float = field(default=1e-6, metadata=_help("optimizer epsilon"))
     clip_norm: float = field(default=1.0, metadata=_help("clip gradients to this global norm; 0 disables"))
     precision: str = field(default="fp32", metadata=_help(
-        "fp32, or bf16 autocast (weights, gradients and optimizer state stay fp32)", choices=("fp32", "bf16")))
+        "fp32, bf16 autocast (weights, gradients and optimizer state stay fp32), or auto: bf16 where this CPU/GPU "
+        "has bf16 kernels and a timed step of this run measures it faster, else fp32 (the choice and the rates go "
+        "to train_config.toml [precision])", choices=("fp32", "bf16", "auto")))
     compile: bool = field(default=False, metadata=_help("torch.compile the model"))
     find_unused_parameters: bool = field(default=False, metadata=_help(
         "DDP only: allow trainable parameters outside the loss in a model of your own (litebert's verbs freeze "
@@ -325,11 +329,10 @@ class Run:
     tokenizer: str | os.PathLike | None
     resumed_from: Path | None
     gradients_checked: bool = False  # the DDP check of the first backward (train_step)
+    precision: str = "fp32"  # what runs: cfg.precision, or what "auto" chose
 
     def autocast(self):
-        if self.cfg.precision == "bf16":
-            return torch.autocast(self.env.device.type, dtype=torch.bfloat16)
-        return nullcontext()
+        return autocast(self.precision, self.env.device.type)
 
     def save(self) -> Path | None:
         return self.state.save(self.cfg.out_dir, tokenizer=self.tokenizer, keep_last=self.cfg.keep_last,
@@ -361,6 +364,11 @@ def _start(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, env
     if resumed_from is not None:
         state.restore(resumed_from)
         log.info("resumed from %s at step %d", resumed_from, state.progress.step)
+    precision = cfg.precision
+    if precision == "auto":
+        choice = _auto_precision(model, batch_fn, env, state.progress.step)
+        chosen = {**choice.record(), "gemm_backend": gemm_backend().name}
+        precision, configs = choice.precision, {**(configs or {}), "precision": chosen}
     metrics = MetricsLog(out, writes=env.is_main)
     if env.is_main:
         out.mkdir(parents=True, exist_ok=True)
@@ -374,7 +382,35 @@ def _start(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, env
                                                   else None, find_unused_parameters=cfg.find_unused_parameters)
     model.train()
     return Run(cfg, env, model, net, torch.compile(net) if cfg.compile else net, optimizer, schedule, batch_fn,
-                accum, state, metrics, tokenizer, resumed_from)
+                accum, state, metrics, tokenizer, resumed_from, precision=precision)
+
+
+def _auto_precision(model: nn.Module, batch_fn: BatchFn, env: Dist, step: int) -> PrecisionChoice:
+    """--precision auto: this run's next micro-batch, forward and backward in fp32 and in bf16, timed (gradients
+    discarded, RNG streams untouched; timings summed over ranks so all agree). Nothing runs on a device
+    without bf16 kernels: fp32. See litebert.gemm.choose_precision."""
+    batch: dict[str, torch.Tensor] = {}
+
+    def run(precision: str) -> None:
+        if not batch:
+            batch.update({k: v.to(env.device) for k, v in batch_fn(step, 0, env.rank, env.world_size).items()})
+        with autocast(precision, env.device.type):
+            loss = model(**batch).loss
+        loss.backward()
+
+    def summed_over_ranks(seconds: list[float]) -> list[float]:
+        return all_reduce_sum(torch.tensor(seconds, device=env.device)).tolist()
+
+    model.train()
+    with preserved_rng():
+        choice = choose_precision(run, env.device, combine=summed_over_ranks)
+    model.zero_grad(set_to_none=True)
+    if batch:
+        choice = dataclasses.replace(choice, unit="tokens", rates={  # seconds are per micro-batch
+            p: round(count_tokens(batch) / s, 1) for p, s in choice.seconds.items()})
+    if env.is_main:
+        print(f"litebert: {choice}; fp32 GEMMs on {gemm_backend().name}", flush=True)
+    return choice
 
 
 def _enable_gradient_checkpointing(model: nn.Module) -> None:

@@ -1,0 +1,439 @@
+"""Which kernels run the model's matmuls on this machine: the fp32 GEMM backend, and bf16 or fp32 for
+`--precision auto`. Both are measured, not assumed: the fastest path depends on the CPU and on the model.
+
+fp32 GEMM backends for the large linear layers (packed QKV, attention output, FFN, E->H projection, MLM head):
+  mkl     torch's default: F.linear and its autograd (MKL sgemm in the x86 builds of torch)
+  onednn  oneDNN's fp32 inner product on plain (dense) tensors, `torch.ops.mkldnn._linear_pointwise`, in a
+          custom autograd Function whose backward also runs on oneDNN (dx = dy W, dW = dy^T x, on views:
+          no layout conversions). Strict fp32: it is used only while oneDNN's fp32 math mode is left at
+          full precision, never with a bf16/tf32 down-conversion.
+MKL sgemm runs at the AVX-512 FMA peak on Intel CPUs, but was measured at less than half of oneDNN's rate on
+an AMD EPYC with AVX-512 (MKL takes a narrower path on non-Intel CPUs); on an AVX2-only AMD EPYC (Zen 3) MKL
+was the faster again. So the choice is a short measurement (forward and backward separately, ALBERT-like
+shapes, ~0.5 s) on first use, cached per machine in ~/.cache/litebert/gemm.json under the CPU model, torch
+version and thread count. Override: env LITEBERT_GEMM=mkl|onednn|auto, or `set_backend(...)`.
+
+Attention's batched matmuls stay on torch's default: this torch exposes no fp32 oneDNN batched matmul.
+Under autocast, torch.compile, tracing or ONNX export, `linear` is plain F.linear.
+
+bf16 or fp32 (`--precision auto`): bf16 autocast where the CPU has bf16 kernels (oneDNN's AVX512-BF16, AMX or
+AVX-NE-CONVERT paths; torch otherwise falls back to slow reference code) *and* a measurement of the model's
+own step at its own shapes finds it faster; fp32 otherwise. `choose_precision` does this; the training loop
+records the choice and the rates in the run's train_config.toml.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import logging
+import os
+import platform
+import statistics
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+log = logging.getLogger("litebert")
+
+BACKENDS = ("mkl", "onednn")
+ENV = "LITEBERT_GEMM"  # mkl | onednn | auto
+CACHE_ENV = "LITEBERT_CACHE_DIR"  # default ~/.cache/litebert
+ONEDNN_MARGIN = 0.05  # oneDNN must be this much faster to be chosen: torch's default has no Python in the way
+ONEDNN_MIN_MACS = 1 << 21  # a measured choice of oneDNN leaves GEMMs under ~2M multiply-adds to F.linear
+
+
+# -- the machine --------------------------------------------------------------------------------------------------
+
+@functools.cache
+def _cpuinfo() -> dict[str, str]:
+    """The first processor's fields of /proc/cpuinfo ({} where there is none)."""
+    fields: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if not line.strip():
+                    break
+                key, _, value = line.partition(":")
+                fields[key.strip()] = value.strip()
+    except OSError:
+        pass
+    return fields
+
+
+def cpu_flags() -> set[str]:
+    return set(_cpuinfo().get("flags", "").split())
+
+
+def cpu_model() -> str:
+    """The CPU as people name it, with vendor/family/model (a VM may show only "AMD EPYC")."""
+    info = _cpuinfo()
+    name = info.get("model name") or platform.processor() or platform.machine()
+    if "cpu family" in info:
+        name += f" ({info.get('vendor_id', '?')} family {info['cpu family']} model {info.get('model', '?')})"
+    return name
+
+
+def isa() -> list[str]:
+    """The instruction-set extensions that decide which GEMM kernels exist: avx2, avx512f, avx512_bf16, amx."""
+    flags = cpu_flags()
+    found = [f for f in ("avx2", "fma", "avx512f", "avx512bw", "avx512_bf16", "avx_ne_convert") if f in flags]
+    return found + (["amx"] if {"amx_tile", "amx_bf16"} <= flags else [])
+
+
+def bf16_supported(device: torch.device | str = "cpu") -> bool:
+    """Whether this device has bf16 matmul kernels (not merely a slow reference fallback). On CPU: oneDNN's own
+    probe, which needs AVX512BW/VL/DQ (AVX512-BF16, AMX) or AVX-NE-CONVERT."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return device.type == "cpu" and torch.backends.mkldnn.is_available() and \
+        bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def onednn_available() -> bool:
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+def _onednn_is_strict_fp32() -> bool:
+    """oneDNN's fp32 math mode: "none"/"ieee" is fp32; "bf16"/"tf32" would round inputs (not allowed here)."""
+    try:
+        return torch.backends.mkldnn.matmul.fp32_precision in ("none", "ieee")
+    except (AttributeError, RuntimeError):
+        return torch.get_float32_matmul_precision() == "highest"
+
+
+# -- the kernels --------------------------------------------------------------------------------------------------
+
+def _onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    # (..., K) x (N, K)^T -> (..., N); any strides (oneDNN reads the weight's layout from its strides)
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+def _forward(kernel: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return _onednn_linear(x, weight, bias) if kernel == "onednn" else F.linear(x, weight, bias)
+
+
+def _grad_input(kernel: str, g: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """dy (M, N), W (N, K) -> dx = dy W (M, K)."""
+    return _onednn_linear(g, weight.t(), None) if kernel == "onednn" else g.mm(weight)
+
+
+def _grad_weight(kernel: str, g: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """dy (M, N), x (M, K) -> dW = dy^T x (N, K)."""
+    return _onednn_linear(g.t(), x.t(), None) if kernel == "onednn" else g.t().mm(x)
+
+
+class _Linear(torch.autograd.Function):
+    """y = x W^T + b with the chosen kernel forward and the chosen kernel for both backward GEMMs."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, forward_kernel: str, backward_kernel: str):
+        ctx.save_for_backward(x, weight)
+        ctx.kernel, ctx.has_bias = backward_kernel, bias is not None
+        return _forward(forward_kernel, x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        g = grad.reshape(-1, grad.shape[-1])  # (M, N)
+        dx = dw = db = None
+        if ctx.needs_input_grad[0]:
+            dx = _grad_input(ctx.kernel, g, weight).view(x.shape)
+        if ctx.needs_input_grad[1]:
+            dw = _grad_weight(ctx.kernel, g, x.reshape(-1, x.shape[-1]))
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            db = g.sum(0)
+        return dx, dw, db, None, None
+
+
+# -- the choice ---------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class GemmChoice:
+    """The kernel for y = x W^T + b (forward) and for dx, dW (backward); where the choice came from; and the
+    measured GFLOP/s per backend and direction when it was measured."""
+
+    forward: str
+    backward: str
+    source: str  # "env", "set_backend", "cache", "measured", or "unavailable" (oneDNN missing: mkl)
+    gflops: dict[str, dict[str, float]] = field(default_factory=dict)
+    min_macs: int = 0  # smaller GEMMs stay on F.linear (a measured choice; a forced one applies everywhere)
+
+    @property
+    def name(self) -> str:
+        if self.forward == self.backward:
+            return self.forward
+        return f"{self.forward} forward, {self.backward} backward"
+
+    def record(self) -> dict:
+        return {"backend": self.name, **{k: v for k, v in asdict(self).items() if k != "min_macs"}}
+
+
+_forced: str | None = None
+_chosen: dict[tuple, GemmChoice] = {}  # per (threads, forced, env) in this process
+
+
+def set_backend(name: str | None) -> None:
+    """Force "mkl" or "onednn" for this process ("auto" or None: measure/cache, unless LITEBERT_GEMM says
+    otherwise). set_backend wins over the environment variable."""
+    global _forced
+    if name not in (None, "auto", *BACKENDS):
+        raise ValueError(f"GEMM backend must be one of auto, {', '.join(BACKENDS)}; got {name!r}")
+    _forced = None if name == "auto" else name
+
+
+@contextlib.contextmanager
+def forced_backend(name: str):
+    """`set_backend(name)` for the duration of a with-block."""
+    global _forced
+    before = _forced
+    set_backend(name)
+    try:
+        yield
+    finally:
+        _forced = before
+
+
+def backend() -> GemmChoice:
+    """The GEMM choice for this process at its current thread count (measured and cached on first use)."""
+    key = (torch.get_num_threads(), _forced, os.environ.get(ENV))
+    choice = _chosen.get(key)
+    if choice is None:
+        choice = _chosen[key] = _resolve((key[2] or "auto").strip().lower() or "auto")
+    return choice
+
+
+def _resolve(env: str) -> GemmChoice:
+    if env not in ("auto", *BACKENDS):
+        warnings.warn(f"{ENV}={env!r} is not one of auto, {', '.join(BACKENDS)}; measuring (auto)")
+        env = "auto"
+    name, source = (_forced, "set_backend") if _forced else (env, "env")
+    if name != "auto":
+        if name == "onednn" and not onednn_available():
+            warnings.warn("oneDNN is not available in this torch build: GEMMs run on torch's default (mkl)")
+            return GemmChoice("mkl", "mkl", "unavailable")
+        return GemmChoice(name, name, source)
+    if not onednn_available():
+        return GemmChoice("mkl", "mkl", "unavailable")
+    key = cache_key()
+    cached = _read_cache().get(key)
+    if _valid(cached) and not _measured_under_load(cached):
+        return GemmChoice(cached["forward"], cached["backward"], "cache", cached.get("gflops", {}), ONEDNN_MIN_MACS)
+    choice = measure_backends()
+    _write_cache(key, {"forward": choice.forward, "backward": choice.backward, "gflops": choice.gflops,
+                       "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                       "loadavg_1min": round(os.getloadavg()[0], 2)})
+    log.info("GEMM backend for %s: %s (%s)", key, choice.name, choice.gflops)
+    return choice
+
+
+def _valid(entry: object) -> bool:
+    return isinstance(entry, dict) and entry.get("forward") in BACKENDS and entry.get("backward") in BACKENDS
+
+
+def _measured_under_load(entry: dict) -> bool:
+    """A choice measured while other processes kept every core busy is measured again once the machine is
+    quiet (load below half the cores): a loaded measurement can rank the kernels wrongly."""
+    cores = os.cpu_count() or 1
+    return float(entry.get("loadavg_1min", 0.0)) >= cores and os.getloadavg()[0] < cores / 2
+
+
+# Shapes of the measurement: ALBERT-base's two FFN GEMMs at 256 tokens, and a small model's (the demo's H 128).
+MEASURE_SHAPES = ((256, 768, 3072), (256, 3072, 768), (512, 128, 512))
+
+
+def measure_backends(shapes=MEASURE_SHAPES, repeats: int = 4) -> GemmChoice:
+    """Times each backend's forward GEMM and backward pair (dx, dW) on `shapes`, interleaved (min over
+    repeats, the least disturbed by other processes), and picks per direction; oneDNN must win by
+    ONEDNN_MARGIN. Returns the choice with the GFLOP/s it measured."""
+    g = torch.Generator().manual_seed(0)
+    cases = []
+    for M, K, N in shapes:
+        x, w, b, dy = (torch.randn(*s, generator=g) for s in ((M, K), (N, K), (N,), (M, N)))
+        cases.append((x, w, b, dy, 2 * M * K * N))
+    work = {"forward": lambda k, x, w, b, dy: _forward(k, x, w, b),
+            "backward": lambda k, x, w, b, dy: (_grad_input(k, dy, w), _grad_weight(k, dy, x))}
+    flops = {"forward": sum(c[-1] for c in cases), "backward": 2 * sum(c[-1] for c in cases)}
+    seconds = {(k, d): [] for k in BACKENDS for d in work}
+    with torch.no_grad():
+        for r in range(repeats + 1):  # the first round warms up (oneDNN creates its primitives)
+            for kernel in (BACKENDS if r % 2 else BACKENDS[::-1]):
+                for direction, fn in work.items():
+                    start = time.perf_counter()
+                    for x, w, b, dy, _ in cases:
+                        fn(kernel, x, w, b, dy)
+                    if r:
+                        seconds[kernel, direction].append(time.perf_counter() - start)
+    best = {kd: min(s) for kd, s in seconds.items()}
+    pick = {d: "onednn" if best["onednn", d] < (1 - ONEDNN_MARGIN) * best["mkl", d] else "mkl" for d in work}
+    gflops = {k: {d: round(flops[d] / best[k, d] / 1e9, 1) for d in work} for k in BACKENDS}
+    return GemmChoice(pick["forward"], pick["backward"], "measured", gflops, ONEDNN_MIN_MACS)
+
+
+# -- the cache ----------------------------------------------------------------------------------------------------
+
+def cache_path() -> Path:
+    root = os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "litebert")
+    return Path(root) / "gemm.json"
+
+
+def cache_key() -> str:
+    return f"{cpu_model()} | {' '.join(isa())} | torch {torch.__version__} | {torch.get_num_threads()} threads"
+
+
+def _read_cache() -> dict:
+    path = cache_path()
+    try:
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict):
+            raise ValueError(f"expected a JSON object, found {type(data).__name__}")
+        return data
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as e:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+        warnings.warn(f"ignoring the unreadable GEMM cache {path} ({e}); measuring again")
+        return {}
+
+
+def _write_cache(key: str, entry: dict) -> None:
+    """Adds `entry` under `key`: written to a unique temporary file beside the cache, then renamed over it, so
+    a reader (or another process writing at the same time) sees the old file or the new one, never a part."""
+    path = cache_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = _read_cache()
+        data[key] = entry
+        fd, tmp = tempfile.mkstemp(prefix=".gemm-", suffix=".json", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(data, f, indent=1, sort_keys=True)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError as e:  # a read-only home: measure again next time, but run
+        warnings.warn(f"could not write the GEMM cache {path}: {e}")
+
+
+# -- the call sites -----------------------------------------------------------------------------------------------
+
+def _plain_only(x: torch.Tensor, weight: torch.Tensor, min_macs: int) -> bool:
+    """Where only F.linear will do: not fp32 on CPU, under autocast, while compiling, tracing or exporting (the
+    TorchScript-based ONNX export traces; torch.export compiles), or a GEMM too small to pay oneDNN's fixed
+    cost per call (~50 us here, against ~9 us for F.linear)."""
+    return (x.device.type != "cpu" or x.dtype != torch.float32 or weight.dtype != torch.float32
+            or x.numel() * weight.shape[0] < min_macs or torch.is_autocast_enabled("cpu")
+            or torch.compiler.is_compiling() or torch.jit.is_tracing() or torch.jit.is_scripting()
+            or not _onednn_is_strict_fp32())
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear through this machine's fastest fp32 GEMM (see the module docstring); the same result to fp32
+    rounding, and the same gradients."""
+    choice = backend()
+    if (choice.forward == "mkl" and choice.backward == "mkl") or _plain_only(x, weight, choice.min_macs):
+        return F.linear(x, weight, bias)
+    if not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
+                                         or (bias is not None and bias.requires_grad))):
+        return _forward(choice.forward, x, weight, bias)
+    return _Linear.apply(x, weight, bias, choice.forward, choice.backward)
+
+
+def dense(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """`module(x)` for the model's nn.Linear layers, through `linear`. A module that is not a plain nn.Linear
+    (e.g. swapped for a quantized one) or that has hooks (e.g. paper.analysis reads the E->H projection's
+    output) is called as itself, so it behaves exactly as before."""
+    if (type(module) is not torch.nn.Linear or module._forward_hooks or module._forward_pre_hooks
+            or torch.nn.modules.module._global_forward_hooks or torch.nn.modules.module._global_forward_pre_hooks):
+        return module(x)
+    return linear(x, module.weight, module.bias)
+
+
+# -- bf16 or fp32 -------------------------------------------------------------------------------------------------
+
+PRECISIONS = ("fp32", "bf16", "auto")
+
+
+def autocast(precision: str, device_type: str = "cpu"):
+    """The context a precision runs under: bf16 autocast, or nothing (fp32)."""
+    if precision == "bf16":
+        return torch.autocast(device_type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+@dataclass(frozen=True)
+class PrecisionChoice:
+    precision: str  # "fp32" or "bf16": what runs
+    reason: str
+    seconds: dict[str, float] = field(default_factory=dict)  # per candidate: median seconds per measured call
+    rates: dict[str, float] = field(default_factory=dict)  # per candidate: `unit` per second
+    unit: str = "calls"
+
+    def record(self) -> dict:
+        return {"requested": "auto", "chosen": self.precision, "reason": self.reason,
+                **{f"{p}_{self.unit}_per_s": r for p, r in self.rates.items()}}
+
+    def __str__(self) -> str:
+        rates = ", ".join(f"{p} {r:,.1f} {self.unit}/s" for p, r in self.rates.items())
+        return f"precision auto -> {self.precision} ({self.reason}{'; ' + rates if rates else ''})"
+
+
+def choose_precision(run: Callable[[str], object], device: torch.device | str = "cpu", work: float = 1.0,
+                     unit: str = "calls", repeats: int = 3,
+                     combine: Callable[[list[float]], list[float]] | None = None) -> PrecisionChoice:
+    """bf16 or fp32 for `--precision auto`. `run(precision)` makes one representative call under that precision
+    (a training step's forward and backward at the run's batch shape, or an inference forward); `work` is what
+    one call does (e.g. tokens) for the rates. Without bf16 kernels on `device`: fp32, nothing measured.
+    Otherwise each is warmed up once and timed `repeats` times, interleaved; the lower median wins (a tie
+    within 2% goes to fp32, the exact one). `combine` (e.g. a sum over ranks) makes all processes agree."""
+    device = torch.device(device)
+    if not bf16_supported(device):
+        return PrecisionChoice("fp32", f"{device.type} has no bf16 matmul kernels (ISA: {' '.join(isa()) or '?'})",
+                               unit=unit)
+    candidates = ("fp32", "bf16")
+    seconds: dict[str, list[float]] = {p: [] for p in candidates}
+    for r in range(repeats + 1):
+        for p in (candidates if r % 2 == 0 else candidates[::-1]):
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            start = time.perf_counter()
+            run(p)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            if r:  # round 0 is the warm-up
+                seconds[p].append(time.perf_counter() - start)
+    medians = [statistics.median(seconds[p]) for p in candidates]
+    if combine is not None:
+        medians = list(combine(medians))
+    med = dict(zip(candidates, medians))
+    chosen = "bf16" if med["bf16"] < 0.98 * med["fp32"] else "fp32"
+    ratio = med["fp32"] / med["bf16"]
+    return PrecisionChoice(chosen, f"bf16 measured {ratio:.2f}x fp32's speed at this model's shapes",
+                           {p: round(s, 5) for p, s in med.items()},
+                           {p: round(work / s, 2) for p, s in med.items()}, unit)
+
+
+def choose_inference_precision(model: torch.nn.Module, inputs: dict, repeats: int = 3) -> PrecisionChoice:
+    """`choose_precision` for inference: `model(**inputs)` under inference_mode (tokens per second)."""
+    device = next(model.parameters()).device
+    tokens = float(inputs["input_ids"].numel()) if "input_ids" in inputs else 1.0
+
+    def run(precision: str) -> None:
+        with torch.inference_mode(), autocast(precision, device.type):
+            model(**inputs)
+    return choose_precision(run, device, tokens, "tokens", repeats)
+
+
+__all__ = ["BACKENDS", "GemmChoice", "PrecisionChoice", "autocast", "backend", "bf16_supported", "cache_key",
+           "cache_path", "choose_inference_precision", "choose_precision", "cpu_model", "dense", "forced_backend",
+           "isa", "linear", "measure_backends", "set_backend"]
