@@ -365,6 +365,36 @@ def test_bf16_and_onnxruntime_backends(models, tmp_path):
         litebert.pipeline("feature-extraction", tmp_path / "onnx", backend="onnx")(texts[0])
 
 
+def test_int8_and_auto_precisions(models, tmp_path):
+    from litebert.gemm import bf16_supported
+    from litebert.interop.export import ExportError, export_model
+    texts = [r["text"] for r in rows("novel_authorship", 8)]
+    fp32 = litebert.pipeline(model=models["authorship"], top_k=None)(texts)
+
+    int8 = litebert.pipeline(model=models["authorship"], precision="int8", top_k=None)
+    quantized = [m for m in int8.backend.model.modules() if isinstance(m, torch.ao.nn.quantized.dynamic.Linear)]
+    assert len(quantized) >= 4  # FFN in and out, attention output, packed QKV, classifier...
+    # this tiny classifier keeps 96% of its predictions in int8: `litebert export` refuses it below 99% unless forced
+    with pytest.raises(ExportError, match="int8 model not kept: 9[0-9.]+% of predictions unchanged"):
+        litebert.pipeline(model=models["authorship"], backend="onnx", precision="int8")  # exported on the fly
+    export_model(models["authorship"], tmp_path / "int8", quantize="int8", force=True)
+    onnx_int8 = litebert.pipeline(model=tmp_path / "int8", backend="onnx", precision="int8", top_k=None)
+    assert onnx_int8.backend.path.endswith("model.int8.onnx")
+    for out in (int8(texts), onnx_int8(texts)):
+        assert sum(a[0]["label"] == f[0]["label"] for a, f in zip(out, fp32)) >= 7
+        assert max(abs(a[0]["score"] - f[0]["score"]) for a, f in zip(out, fp32)) < 0.1
+
+    auto = litebert.pipeline(model=models["authorship"], precision="auto", top_k=None)
+    out = auto(texts)  # the first batch measures fp32 against bf16, then runs in the faster
+    assert auto.backend.choice is not None and auto.backend.precision == auto.backend.choice.precision
+    if not bf16_supported():
+        assert auto.backend.precision == "fp32" and "no bf16" in auto.backend.choice.reason
+    if auto.backend.precision == "fp32":
+        assert_same(out, fp32, atol=1e-5)
+    with pytest.raises(ConfigError, match="onnxruntime backend runs in fp32 or int8"):
+        litebert.pipeline(model=models["authorship"], backend="onnx", precision="bf16")
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # tasks, bad inputs
 

@@ -23,10 +23,12 @@ Tasks (the default is the checkpoint's: its config.json's head, or fill-mask for
 Calling a pipeline with a list gives a list with one output per input; anything else is one input and gives
 its output (a single string to text-classification gives [{label, score}], as transformers). Inputs are
 featurized by their task family (litebert.tasks.families), batched by length, and run on a backend:
-  TorchBackend   PyTorch, precision "fp32" or "bf16" (autocast)
-  OnnxBackend    ONNX Runtime on the directory's model.onnx, or on litebert's own export made on the fly
+  TorchBackend   PyTorch, precision "fp32", "bf16" (autocast), "int8" (dynamic quantization of every Linear) or
+                 "auto" (bf16 where the first batch runs measurably faster in it on this machine, else fp32)
+  OnnxBackend    ONNX Runtime on the directory's model.onnx ("fp32") or model.int8.onnx ("int8"), or on
+                 litebert's own export (and quantization) made on the fly
 A backend (the Backend protocol) is a callable from one padded batch to the model's outputs by name, so other
-engines and precisions (int8) plug in beside these.
+engines plug in beside these.
 
 transformers' own quirks kept: a multi-mask fill gives sequences with [CLS]/[SEP] (its decode), and a simple
 group's word is its tokens decoded. Not kept: transformers' fill-mask answers a list of one input as if it
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -49,8 +52,10 @@ import torch
 from litebert.config import AlbertConfig
 from litebert.errors import ConfigError, DataError
 from litebert.files import data_suffix
+from litebert.gemm import PrecisionChoice, autocast, choose_inference_precision
 from litebert.heads import (AlbertForMultipleChoice, AlbertForQuestionAnswering, AlbertForSequenceClassification,
                             AlbertForTokenClassification)
+from litebert.interop.quantize import INT8_ONNX
 from litebert.tasks.families import (MODEL_INPUTS, Encoder, FeatureSettings, Family, MaskedLanguageModel,
                                      batched_scores, family_for_config, read_calibration)
 from litebert.sentence import SENTENCE_CONFIG, sentence_settings
@@ -86,13 +91,18 @@ def check_precision(backend: type, precision: str) -> None:
 
 
 class TorchBackend:
-    """PyTorch on the CPU, in fp32 or under bf16 autocast."""
+    """PyTorch on the CPU: fp32, bf16 autocast, int8 (torch.ao dynamic quantization of every nn.Linear, see
+    litebert.interop.quantize), or auto: fp32 or bf16, whichever runs the first batch faster here."""
 
-    name, PRECISIONS = "torch", ("fp32", "bf16")
+    name, PRECISIONS = "torch", ("fp32", "bf16", "int8", "auto")
 
     def __init__(self, model: torch.nn.Module, precision: str = "fp32"):
         check_precision(TorchBackend, precision)
+        if precision == "int8":
+            from litebert.interop.quantize import quantize_model
+            model = quantize_model(model)
         self.model, self.precision = model.eval(), precision
+        self.choice: PrecisionChoice | None = None  # what "auto" measured, after the first batch
 
     @classmethod
     def load(cls, family: Family, directory: str, precision: str) -> "TorchBackend":
@@ -100,8 +110,13 @@ class TorchBackend:
         return cls(family.load(directory), precision)
 
     def __call__(self, batch: dict[str, torch.Tensor]):
-        with torch.inference_mode(), torch.autocast("cpu", torch.bfloat16, enabled=self.precision == "bf16"):
-            return self.model(**{k: batch[k] for k in MODEL_INPUTS})
+        inputs = {k: batch[k] for k in MODEL_INPUTS}
+        if self.precision == "auto":
+            self.choice = choose_inference_precision(self.model, inputs)
+            self.precision = self.choice.precision
+            logging.getLogger("litebert").info("pipeline: %s", self.choice)
+        with torch.inference_mode(), autocast(self.precision):
+            return self.model(**inputs)
 
 
 class MissingOutput(ConfigError, AttributeError):
@@ -123,7 +138,8 @@ class OnnxBackend:
     of the checkpoint (its config.json's class) into a temporary directory, checked against PyTorch as every
     export is."""
 
-    name, PRECISIONS = "onnxruntime", ("fp32",)
+    name, PRECISIONS = "onnxruntime", ("fp32", "int8")
+    FILES = {"fp32": "model.onnx", "int8": INT8_ONNX}  # a `litebert export [--quantize int8]` directory
 
     def __init__(self, path: str, precision: str = "fp32", keep: Any = None):
         check_precision(OnnxBackend, precision)
@@ -139,12 +155,13 @@ class OnnxBackend:
     @classmethod
     def load(cls, family: Family, directory: str, precision: str) -> "OnnxBackend":
         check_precision(cls, precision)
-        path = os.path.join(directory, "model.onnx")
+        path = os.path.join(directory, cls.FILES[precision])
         if os.path.isfile(path):
             return cls(path, precision)
         from litebert.interop.export import export_model
         tmp = tempfile.TemporaryDirectory(prefix="litebert-onnx-")
-        return cls(export_model(directory, tmp.name, "onnx").path, precision, keep=tmp)
+        export_model(directory, tmp.name, "onnx", quantize="int8" if precision == "int8" else "none")
+        return cls(os.path.join(tmp.name, cls.FILES[precision]), precision, keep=tmp)
 
     def __call__(self, batch: dict[str, torch.Tensor]) -> GraphOutputs:
         outputs = self.session.run(None, {k: batch[k].numpy() for k in self.input_names})
@@ -404,7 +421,7 @@ def pipeline(task: str | None = None, model: str | os.PathLike | None = None, *,
              **options: Any) -> Pipeline:
     """A pipeline for `task` (default: the checkpoint's) on the model directory (or Hub id) `model`.
 
-    backend: "torch" (precision "fp32" or "bf16") or "onnxruntime" ("fp32"). max_length: tokens per input
+    backend: "torch" (precision "fp32", "bf16", "int8" or "auto") or "onnxruntime" ("fp32" or "int8"). max_length: tokens per input
     (default 512, 384 for question answering, the trained one for sentence embeddings; capped by the model's
     positions). Question answering: windows start doc_stride tokens apart (default 128, at most half a
     window), questions keep max_query_length tokens, answers at most max_answer_length. Other keywords are the
