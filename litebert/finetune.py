@@ -31,6 +31,7 @@ from litebert.runconfig import add_config_args, load_toml, resolve_config
 from litebert.tasks.families import FeatureSettings, Family, Scored, family_for_config, family_of, model_scores
 from litebert.tasks.features import collate
 from litebert.training.distributed import resolve_device
+from litebert.training.state import EarlyStopping
 from litebert.training.loop import (TrainConfig, TrainResult, is_main_process, shuffled_batches, train,
                                     world_size)
 
@@ -113,15 +114,6 @@ class FinetuneConfig:
         if self.early_stopping_patience < 0:
             raise ConfigError("invalid FinetuneConfig: early_stopping_patience must be >= 0, got "
                               f"{self.early_stopping_patience}")
-
-
-class EarlyStopped(Exception):
-    """Raised by the batch of the step after the evaluation that used up the patience: the loop ends before
-    that step changes a weight, with the evaluation logged and the best model already in best/."""
-
-    def __init__(self, step: int):
-        super().__init__(f"early stop after step {step}")
-        self.step = step  # the last step trained
 
 
 def resolve_task(cfg: FinetuneConfig) -> T.Task:
@@ -322,10 +314,6 @@ def finetune(cfg: FinetuneConfig, train_cfg: TrainConfig) -> dict[str, Any]:
         restore_replaced(best_dir)
     best = previous_best(best_dir, primary, train_cfg.resume)
     earlier = read_summary(train_cfg.out_dir) if train_cfg.resume else {}
-    patience = {"stale": 0, "eval": {}}  # evaluations since best/ improved; the last evaluation's metrics
-    if cfg.early_stopping_patience and (train_cfg.eval_every == 0 or world_size() > 1):
-        raise ConfigError("early stopping needs --eval-every N (it counts evaluations), in one process "
-                          "(rank 0 alone evaluates)")
 
     def evaluate(m) -> dict[str, float]:
         scores = model_scores(m, run.family, run.eval_features, cfg.eval_batch_size, run.tokenizer.pad_id)
@@ -337,25 +325,15 @@ def finetune(cfg: FinetuneConfig, train_cfg: TrainConfig) -> dict[str, Any]:
             write_dir_atomically(best_dir, lambda tmp: _write_best(tmp, m, run.tokenizer, scored, primary,
                                                                    cfg.eval_split))
             best.update(metric=value, metrics=scored.metrics)
-        patience["stale"] = 0 if improved else patience["stale"] + 1
-        patience["eval"] = {k: v for k, v in scored.metrics.items() if isinstance(v, (int, float))}
-        return patience["eval"]
+        return {k: v for k, v in scored.metrics.items() if isinstance(v, (int, float))}
 
     pad_id, features = run.tokenizer.pad_id, run.train_features
     micro, _ = train_cfg.accumulation(world_size())
     batch_fn = shuffled_batches(len(features), train_cfg.batch_size, micro, train_cfg.seed,
                                 lambda idx, _position: collate([features[i] for i in idx], pad_id))
-
-    def batch_or_stop(step: int, *where: int):
-        if cfg.early_stopping_patience and patience["stale"] >= cfg.early_stopping_patience:
-            raise EarlyStopped(step)
-        return batch_fn(step, *where)
-
-    try:
-        result = train(model, batch_or_stop, train_cfg, evaluate, tokenizer=cfg.tokenizer or run.model_dir,
-                       configs={"finetune": dataclasses.asdict(cfg)})
-    except EarlyStopped as stop:
-        result = TrainResult(stop.step, {}, patience["eval"], None)
+    stopping = EarlyStopping(primary, cfg.early_stopping_patience) if cfg.early_stopping_patience else None
+    result = train(model, batch_fn, train_cfg, evaluate, tokenizer=cfg.tokenizer or run.model_dir,
+                   configs={"finetune": dataclasses.asdict(cfg)}, early_stopping=stopping)
     # A resumed run that had finished trains no step: its final scores are the earlier summary's.
     final = dict(result.eval) or (earlier.get("final", {}) if earlier.get("steps") == result.step else {})
     summary = _run_summary(cfg, train_cfg, run, result, primary, final, best["metrics"], best_dir)

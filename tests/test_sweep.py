@@ -155,5 +155,24 @@ def test_early_stopping_ends_the_run_after_patience_evaluations_without_improvem
     assert result["best"]["accuracy"] == result["final"]["accuracy"]
     evals = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
     assert [r["step"] for r in evals if "eval_accuracy" in r] == [1, 2, 3]
-    with pytest.raises(ValueError, match="needs --eval-every"):
+    assert (tmp_path / "run" / "step_3").is_dir()  # the step it stopped at is kept, as a finished run's last
+    with pytest.raises(ValueError, match=r"needs evaluations every N steps \(--eval-every N\)"):
         finetune(cfg, TrainConfig(eval_every=0, out_dir=str(tmp_path / "other"), progress=False))
+
+
+def test_early_stopping_counts_on_across_a_resume(setup, tmp_path):
+    """The patience count is checkpointed: a run interrupted after step 2 (one evaluation without improvement)
+    stops at step 3 on resume, as the uninterrupted run does, not at step 4."""
+    model, data = setup
+    cfg = FinetuneConfig(model=str(model), task="novel_authorship", data_dir=str(data), max_length=32,
+                         early_stopping_patience=2)
+
+    def train_cfg(max_steps: int, resume: bool) -> TrainConfig:
+        return TrainConfig(optimizer="adamw", lr=0.0, batch_size=8, max_steps=max_steps, eval_every=1,
+                           save_every=1, out_dir=str(tmp_path / "run"), resume=resume, progress=False)
+    first = finetune(cfg, train_cfg(2, False))
+    assert first["steps"] == 2 and not first["early_stopped"]
+    resumed = finetune(cfg, train_cfg(50, True))
+    assert resumed["steps"] == 3 and resumed["early_stopped"]
+    evals = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    assert [r["step"] for r in evals if "eval_accuracy" in r] == [1, 2, 3]  # step 2's evaluation read back, not redone

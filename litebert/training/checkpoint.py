@@ -25,7 +25,6 @@ import os
 import random
 import re
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 

@@ -47,7 +47,8 @@ from litebert.training.distributed import (Dist, all_reduce_sum, barrier, broadc
                                            resolve_device, setup_distributed, teardown_distributed)
 from litebert.training.metrics_log import MetricsLog
 from litebert.training.optim import clip_grad_norm, make_optimizer, make_schedule
-from litebert.training.state import RunRecord, TrainState, label_identity, model_identity, preserved_rng, set_seed
+from litebert.training.state import (EarlyStopping, RunRecord, TrainState, label_identity, model_identity,
+                                     preserved_rng, set_seed)
 
 # Not used here: finetune.py imports them from the loop, where they lived before data.py and distributed.py.
 from litebert.training.data import shuffled_batches  # noqa: F401
@@ -157,7 +158,8 @@ Evaluate = Callable[[nn.Module], Mapping[str, float]]
 
 def train(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, evaluate: Evaluate | None = None, *,
           tokenizer: str | os.PathLike | None = None, configs: Mapping[str, Any] | None = None,
-          evaluate_start: bool = False, identity: Mapping[str, Any] | None = None) -> TrainResult:
+          evaluate_start: bool = False, identity: Mapping[str, Any] | None = None,
+          early_stopping: EarlyStopping | None = None) -> TrainResult:
     """Train `model` for cfg.max_steps optimizer steps (see the module docstring for the contracts).
 
     tokenizer: a tokenizer dir or file copied into every checkpoint, so each one is a complete model dir.
@@ -166,20 +168,28 @@ def train(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, eval
                0, kept in every checkpoint and returned as `start_eval` by every later resume.
     identity:  more of what defines the run, e.g. {"data": a fingerprint of the data}; recorded with the
                model's architecture, its labels and the tokenizer's hash, and compared on resume.
+    early_stopping: ends the run once it has seen its patience of evaluations without a better metric
+               (needs `evaluate` and cfg.eval_every); checkpointed with the run, so a resume stops where the
+               uninterrupted run would.
     Under torchrun each process calls this with the same arguments; the process group is set up here.
     """
     from tqdm.auto import tqdm
 
     env = setup_distributed(cfg.device, cfg.dist_timeout_minutes)
     try:
-        run = _start(model, data, cfg, env, tokenizer, configs, identity)
+        if early_stopping is not None and (evaluate is None or cfg.eval_every == 0):
+            raise ConfigError("early stopping needs evaluations every N steps (--eval-every N): it counts them")
+        run = _start(model, data, cfg, env, tokenizer, configs, identity, early_stopping)
         progress = run.state.progress
         result = TrainResult(progress.step, {}, {}, run.resumed_from)
+        stop = False
         if evaluate is not None:
             result.start_eval, result.eval = _owed_evaluations(run, evaluate, evaluate_start)
+            owed = progress.step > 0 and run.resumed_from is not None and _eval_due(cfg, progress.step)
+            stop = _count_evaluation(run, early_stopping, result.eval, owed)  # the resumed step's, made or read
         with tqdm(total=cfg.max_steps, initial=progress.step, disable=not (env.is_main and cfg.progress),
                   dynamic_ncols=True, desc="train") as bar:
-            while progress.step < cfg.max_steps:
+            while progress.step < cfg.max_steps and not stop:
                 progress.step += 1
                 step, last = progress.step, progress.step == cfg.max_steps
                 stats = train_step(run, step)
@@ -196,6 +206,11 @@ def train(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, eval
                 evaluated = evaluate is not None and _eval_due(cfg, step)
                 if evaluated:
                     result.eval = _evaluate(run, evaluate, step, path)
+                    stop = _count_evaluation(run, early_stopping, result.eval, True)
+                    if stop and not saved:  # the run ends here, as at max_steps: its last step is kept
+                        result.checkpoint = path = run.save() or result.checkpoint
+                        if path is not None:
+                            ckpt.write_evaluation(path, result.eval)
                 if saved or evaluated:
                     run.metrics.plot()
         result.step = progress.step
@@ -292,6 +307,19 @@ def _evaluate(run: Run, evaluate: Evaluate, step: int, checkpoint: Path | None =
     return result
 
 
+def _count_evaluation(run: Run, early_stopping: EarlyStopping | None, metrics: dict[str, float],
+                      evaluated: bool) -> bool:
+    """Feeds the evaluation of this step (if `evaluated`, which every rank knows alike) to early stopping;
+    True when the run stops here. Rank 0 evaluates, so rank 0 decides and every rank follows."""
+    if early_stopping is None or not evaluated:
+        return False
+    stop = broadcast_object(early_stopping.update(metrics) if run.env.is_main else None)
+    if stop and run.env.is_main:
+        log.info("early stopping at step %d: %d evaluations without a better %s than %.4g", run.state.progress.step,
+                 early_stopping.stale, early_stopping.metric, early_stopping.best)
+    return stop
+
+
 def _owed_evaluations(run: Run, evaluate: Evaluate, evaluate_start: bool
                       ) -> tuple[dict[str, float], dict[str, float]]:
     """(start_eval, eval) at the start of a call. The initial weights are evaluated once per run (a resume
@@ -341,7 +369,7 @@ class Run:
 
 def _start(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, env: Dist,
            tokenizer: str | os.PathLike | None, configs: Mapping[str, Any] | None,
-           identity: Mapping[str, Any] | None) -> Run:
+           identity: Mapping[str, Any] | None, early_stopping: EarlyStopping | None = None) -> Run:
     """Seed, build optimizer and schedule, resume if asked, write the run's config, wrap the model."""
     out = Path(cfg.out_dir)
     micro_batch, accum = cfg.accumulation(env.world_size)
@@ -359,7 +387,7 @@ def _start(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, env
     optimizer = make_optimizer(model, cfg.optimizer, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2), cfg.eps)
     schedule = make_schedule(optimizer, cfg.warmup_steps, cfg.max_steps, cfg.lr_decay_power)
     batch_fn = as_batch_fn(data, cfg.batch_size, micro_batch, cfg.seed)
-    state = TrainState(model, optimizer, schedule, batch_fn, env, accum, record)
+    state = TrainState(model, optimizer, schedule, batch_fn, env, accum, record, early_stopping)
     resumed_from = _checkpoint_to_resume(out, cfg.resume, env)
     if resumed_from is not None:
         state.restore(resumed_from)

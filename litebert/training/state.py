@@ -12,8 +12,9 @@ over them and restoring another:
     record      what the run is (architecture, label set, tokenizer, data), compared on resume so that a
                 resume with another model, data, tokenizer or labels is refused by name; what it measured once
                 (the evaluation of the initial weights); and the device choices it ran with (TF32)
+    early_stopping  (with early stopping only) the best metric so far and the evaluations since it improved
 
-The last five go into `train_state.pt`, each under its name, except that progress's keys sit at the top level
+The others go into `train_state.pt`, each under its name, except that progress's keys sit at the top level
 (step, rng, world_size, accumulation_steps), where every checkpoint so far has them: a checkpoint written
 before this layout resumes, and `load_train_state(path)["step"]` reads the same in all of them. The record
 is checked first, before any weight is loaded: a mismatch is named, not a size error from load_state_dict.
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import random
 from collections.abc import Iterable, Mapping
@@ -148,17 +150,57 @@ def _short(value: Any) -> str:
     return text[:12] if isinstance(value, str) and len(text) == 64 else text if len(text) <= 80 else text[:77] + "..."
 
 
+class EarlyStopping:
+    """Ends a run after `patience` evaluations in a row without a better `metric` (higher is better).
+
+    A named object of the checkpointed state: a checkpoint holds the count over the evaluations before its own
+    step, and the loop then feeds it that step's evaluation (made, or read back on resume) exactly once, so a
+    resumed run stops where the uninterrupted one would have."""
+
+    def __init__(self, metric: str, patience: int):
+        if patience < 1:
+            raise ValueError(f"early stopping needs a patience >= 1, got {patience}")
+        self.metric, self.patience = metric, patience
+        self.best, self.stale = -math.inf, 0
+
+    @property
+    def stopped(self) -> bool:
+        return self.stale >= self.patience
+
+    def update(self, metrics: Mapping[str, float]) -> bool:
+        """Counts one evaluation; True when the run should stop. An evaluation without the metric counts as
+        not better (a score that could not be computed never resets the patience)."""
+        value = metrics.get(self.metric, -math.inf)
+        if value > self.best:
+            self.best, self.stale = value, 0
+        else:
+            self.stale += 1
+        return self.stopped
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"metric": self.metric, "best": self.best, "stale": self.stale}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.best, self.stale = float(state["best"]), int(state["stale"])
+
+
 class TrainState:
     """The model and the named objects of a run (see the module docstring), saved and restored together."""
 
+    OPTIONAL = ("record", "early_stopping")  # objects that older checkpoints (or other runs) may not have
+
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, schedule: Any, batch_fn: BatchFn,
-                 env: Dist, accumulation_steps: int, record: RunRecord | None = None):
+                 env: Dist, accumulation_steps: int, record: RunRecord | None = None,
+                 early_stopping: EarlyStopping | None = None):
         self.model, self.env = model, env
         self.progress = Progress(env, accumulation_steps)
         self.record = record or RunRecord({})
         # Restored in this order; progress last, so that its RNG states are the ones training continues with.
         self.objects = {"record": self.record, "optimizer": optimizer, "schedule": schedule,
-                        "data": DataPosition(batch_fn, self.progress), "progress": self.progress}
+                        "data": DataPosition(batch_fn, self.progress)}
+        if early_stopping is not None:
+            self.objects["early_stopping"] = early_stopping
+        self.objects["progress"] = self.progress
 
     def save(self, out_dir: str | os.PathLike, *, tokenizer: str | os.PathLike | None = None, keep_last: int = 0,
              extra: dict[str, Any] | None = None) -> Path | None:
@@ -182,7 +224,7 @@ class TrainState:
         ckpt.load_model_weights(self.model, path)
         states = _named_layout(saved, self.objects)
         for name, obj in self.objects.items():
-            if states[name] is not None:  # None: an object that older checkpoints do not have (record)
+            if states[name] is not None:  # None: an OPTIONAL object the checkpoint does not have
                 obj.load_state_dict(states[name])
 
 
@@ -193,7 +235,7 @@ def _file_layout(states: dict[str, Any], extra: dict[str, Any] | None) -> dict[s
 
 def _named_layout(saved: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
     return {name: {k: saved[k] for k in PROGRESS_KEYS} if name == "progress" else
-            saved.get(name) if name == "record" else saved[name] for name in names}
+            saved.get(name) if name in TrainState.OPTIONAL else saved[name] for name in names}
 
 
 # -- RNG ---------------------------------------------------------------------------------------------------------
