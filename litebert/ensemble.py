@@ -24,8 +24,6 @@ checkpoints (step_N/, as --save-every/--keep-last left them), written to <out>/a
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -40,9 +38,8 @@ from litebert.config import AlbertConfig
 from litebert.errors import CheckpointError, ConfigError
 from litebert.files import write_dir_atomically, write_json
 from litebert.runconfig import add_config_args, resolve_config
-from litebert.finetune import (FinetuneConfig, _finetune_config, _parser, checked_max_length, feature_settings,
-                               load_tokenizer, read_calibration, read_split, resolve_task)
-from litebert.tasks.families import Family, Scored, family_for_config, family_of, model_scores
+from litebert.finetune import FinetuneConfig, Split, _finetune_config, _parser, read_task_split
+from litebert.tasks.families import Family, family_for_config, model_scores, read_calibration
 
 ENSEMBLE_NAME = "ensemble.json"
 
@@ -100,58 +97,6 @@ class Ensemble:
 def load_member(directory: str):
     config = AlbertConfig.load(directory)
     return family_for_config(config).head.from_pretrained(directory)
-
-
-@dataclass
-class Split:
-    """One split of the task, featurized once as every member reads it (the members share tokenizer and labels)."""
-
-    name: str
-    task: T.Task
-    family: Family
-    labels: list[str] | None
-    settings: Any
-    pad_id: int
-    examples: T.Examples
-    features: list
-
-    def score(self, scores: Sequence[np.ndarray], calibration: dict | None = None) -> Scored:
-        return self.family.score(self.task, self.examples, self.features, scores, self.labels, self.settings,
-                                 calibration)
-
-
-def read_task_split(cfg: FinetuneConfig, members: Sequence[str], split: str) -> Split:
-    """`split` of cfg's task, featurized with the first member's tokenizer, after checking every member is a
-    model of this task's family with the same labels and tokenizer (else their scores would not line up)."""
-    first = members[0]
-    config = AlbertConfig.load(first)
-    cfg = dataclasses.replace(cfg, model=first)
-    task = resolve_task(cfg)
-    family = family_of(task)
-    labels = [config.id2label[i] for i in range(config.num_labels)] if config.id2label else None
-    spiece = _file_hash(first, "spiece.model")
-    for d in members:
-        c = AlbertConfig.load(d)
-        if family_for_config(c) is not family:
-            raise ConfigError(f"{d} is not fine-tuned for {task.name} ({task.kind}): its architectures are "
-                              f"{c.architectures}")
-        mine = [c.id2label[i] for i in range(c.num_labels)] if c.id2label else None
-        if mine != labels:
-            raise ConfigError(f"{d} has labels {mine}, {first} has {labels}: members must share their labels")
-        if _file_hash(d, "spiece.model") != spiece:
-            raise ConfigError(f"{d} and {first} have different tokenizers: members must share one")
-    tok = load_tokenizer(cfg, first, config)
-    examples = read_split(task, cfg, split, labels, cfg.max_eval_examples)
-    settings = feature_settings(cfg, task, checked_max_length(cfg, task, first))
-    return Split(split, task, family, labels, settings, tok.pad_id, examples,
-                 family.featurize(examples, tok, labels, settings))
-
-
-def _file_hash(directory: str, name: str) -> str | None:
-    path = os.path.join(directory, name)
-    if not os.path.isfile(path):
-        return None
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def member_scores(directory: str, split: Split, batch_size: int) -> list[np.ndarray]:

@@ -18,7 +18,8 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -28,7 +29,8 @@ from litebert.config import AlbertConfig
 from litebert.errors import CheckpointError, ConfigError, DataError, NonFiniteError
 from litebert.files import read_json_object, restore_replaced, write_dir_atomically, write_json
 from litebert.runconfig import add_config_args, load_toml, resolve_config
-from litebert.tasks.families import FeatureSettings, Family, Scored, family_for_config, family_of, model_scores
+from litebert.tasks.families import (CALIBRATION_FILE, FeatureSettings, Family, Scored, family_for_config, family_of,
+                                     model_scores, read_calibration)
 from litebert.tasks.features import collate
 from litebert.training.distributed import resolve_device
 from litebert.training.state import EarlyStopping
@@ -36,7 +38,6 @@ from litebert.training.loop import (TrainConfig, TrainResult, is_main_process, s
                                     world_size)
 
 BEST_SCORE_NAME = "best_score.json"  # in best/, written with it: what it scored, so --resume keeps it unless beaten
-CALIBRATION_NAME = "calibration.json"  # in best/: what the family tuned on dev (thresholds), applied on test
 
 
 @dataclass(frozen=True)
@@ -215,13 +216,11 @@ def check_out_dir(cfg: FinetuneConfig, train_cfg: TrainConfig) -> None:
 
 
 def read_summary(out_dir: str) -> dict[str, Any]:
-    """The summary.json of an earlier run in out_dir, or {} (none, or unreadable)."""
+    """The summary.json of an earlier run in out_dir, or {} (none, or unreadable: a resume then rebuilds it)."""
     try:
-        with open(os.path.join(out_dir, "summary.json"), encoding="utf-8") as f:
-            summary = json.load(f)
-    except (OSError, ValueError):
+        return read_json_object(os.path.join(out_dir, "summary.json"), CheckpointError)
+    except (OSError, CheckpointError):
         return {}
-    return summary if isinstance(summary, dict) else {}
 
 
 def previous_best(best_dir: str, primary: str, resume: bool) -> dict[str, Any]:
@@ -280,7 +279,7 @@ def _write_best(directory: str, model, tokenizer, scored: Scored, primary: str, 
     tokenizer.save_pretrained(str(directory))
     write_json(os.path.join(directory, BEST_SCORE_NAME), {"primary_metric": primary, "metrics": scored.metrics})
     if scored.calibration:
-        write_json(os.path.join(directory, CALIBRATION_NAME), {"split": eval_split, **scored.calibration})
+        write_json(os.path.join(directory, CALIBRATION_FILE), {"split": eval_split, **scored.calibration})
 
 
 def _run_summary(cfg: FinetuneConfig, train_cfg: TrainConfig, run: Prepared, result: TrainResult, primary: str,
@@ -342,16 +341,62 @@ def finetune(cfg: FinetuneConfig, train_cfg: TrainConfig) -> dict[str, Any]:
     return summary
 
 
-def read_calibration(directory: str) -> dict[str, Any] | None:
-    path = os.path.join(directory, CALIBRATION_NAME)
-    if not os.path.isfile(path):
-        return None
-    return _read_json(path)
-
-
 def _read_json(path: str) -> dict[str, Any]:
     """A JSON object a fine-tuned directory holds; CheckpointError naming the file when it is damaged."""
     return read_json_object(path, CheckpointError)
+
+
+@dataclass
+class Split:
+    """One split of the task, featurized once as every member reads it (the members share tokenizer and labels)."""
+
+    name: str
+    task: T.Task
+    family: Family
+    labels: list[str] | None
+    settings: Any
+    pad_id: int
+    examples: T.Examples
+    features: list
+
+    def score(self, scores: Sequence[np.ndarray], calibration: dict | None = None) -> Scored:
+        return self.family.score(self.task, self.examples, self.features, scores, self.labels, self.settings,
+                                 calibration)
+
+
+def read_task_split(cfg: FinetuneConfig, members: Sequence[str], split: str) -> Split:
+    """`split` of cfg's task, featurized with the first member's tokenizer, after checking every member is a
+    model of this task's family with the same labels and tokenizer (else their scores would not line up)."""
+    first = members[0]
+    config = AlbertConfig.load(first)
+    cfg = dataclasses.replace(cfg, model=first)
+    task = resolve_task(cfg)
+    family = family_of(task)
+    labels = [config.id2label[i] for i in range(config.num_labels)] if config.id2label else None
+    spiece = _file_hash(first, "spiece.model")
+    for d in members:
+        c = AlbertConfig.load(d)
+        if c.architectures and (family.head.__name__ not in c.architectures or family_for_config(c) is not family):
+            raise ConfigError(f"{d} is not fine-tuned for {task.name} ({task.kind}): its architectures are "
+                              f"{c.architectures}; fine-tune it first (litebert finetune)")
+        mine = [c.id2label[i] for i in range(c.num_labels)] if c.id2label else None
+        if mine != labels:
+            raise ConfigError(f"{d} has labels {mine}, {first} has {labels}: members must share their labels")
+        if _file_hash(d, "spiece.model") != spiece:
+            raise ConfigError(f"{d} and {first} have different tokenizers: members must share one")
+    tok = load_tokenizer(cfg, first, config)
+    examples = read_split(task, cfg, split, labels, cfg.max_eval_examples)
+    settings = feature_settings(cfg, task, checked_max_length(cfg, task, first))
+    return Split(split, task, family, labels, settings, tok.pad_id, examples,
+                 family.featurize(examples, tok, labels, settings))
+
+
+def _file_hash(directory: str, name: str) -> str | None:
+    """sha256 of a file of the directory, or None where it has none."""
+    path = os.path.join(directory, name)
+    if not os.path.isfile(path):
+        return None
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def evaluate_checkpoint(model_dir: str, cfg: FinetuneConfig, split: str, device: str = "cpu"
@@ -360,24 +405,11 @@ def evaluate_checkpoint(model_dir: str, cfg: FinetuneConfig, split: str, device:
     family calibrated on dev during fine-tuning is applied, so a test split is never tuned on."""
     from litebert.weights import resolve_model_dir
     directory = resolve_model_dir(model_dir)
-    config = AlbertConfig.load(directory)
-    cfg = dataclasses.replace(cfg, model=directory)
-    task = resolve_task(cfg)
-    family = family_of(task)
-    tok = load_tokenizer(cfg, directory, config)
-    labels = [config.id2label[i] for i in range(config.num_labels)] if config.id2label else None
-    if config.architectures and (family.head.__name__ not in config.architectures
-                                 or family_for_config(config) is not family):
-        raise ConfigError(f"{directory} is not fine-tuned for {task.name} ({task.kind}): its architectures are "
-                          f"{config.architectures}; fine-tune it first (litebert finetune)")
-    examples = read_split(task, cfg, split, labels, cfg.max_eval_examples)
-    settings = feature_settings(cfg, task, checked_max_length(cfg, task, directory))
-    features = family.featurize(examples, tok, labels, settings)
-    model = family.head.from_pretrained(directory).to(resolve_device(device))  # model_scores moves batches to it
-    scores = model_scores(model, family, features, cfg.eval_batch_size, tok.pad_id)
+    data = read_task_split(cfg, [directory], split)
+    model = data.family.head.from_pretrained(directory).to(resolve_device(device))  # model_scores moves batches
+    scores = model_scores(model, data.family, data.features, cfg.eval_batch_size, data.pad_id)
     check_finite_scores(scores, f"{directory} on {split}")
-    return family.score(task, examples, features, scores, labels, settings, read_calibration(directory)), task, \
-        examples
+    return data.score(scores, read_calibration(directory)), data.task, data.examples
 
 
 def _parser(prog: str, description: str, train_args: bool) -> argparse.ArgumentParser:

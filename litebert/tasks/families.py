@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -31,7 +30,8 @@ import numpy as np
 import torch
 
 from litebert.config import AlbertConfig
-from litebert.errors import ConfigError
+from litebert.errors import CheckpointError, ConfigError
+from litebert.files import read_json_object
 from litebert.heads import (AlbertForMultipleChoice, AlbertForQuestionAnswering, AlbertForSequenceClassification,
                             AlbertForTokenClassification, model_class)
 from litebert.model import AlbertForMaskedLM, AlbertForPreTraining, AlbertModel, encoder_of
@@ -644,8 +644,7 @@ def read_calibration(directory: str) -> dict[str, Any] | None:
     path = os.path.join(directory, CALIBRATION_FILE)
     if not os.path.isfile(path):
         return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    return read_json_object(path, CheckpointError)  # a damaged file is named, not a JSONDecodeError
 
 
 def family_of(task) -> Family:
