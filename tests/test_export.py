@@ -93,9 +93,13 @@ def test_verification_catches_a_trace_that_ignores_padding(tmp_path, monkeypatch
             padded = False
         return sample_batch(config, shape, padded, seed)
 
+    export_model(model_dir, tmp_path / "ts", "torchscript")
+    before = (tmp_path / "ts" / "model.pt").read_bytes()
     monkeypatch.setattr(export, "sample_batch", unpadded_first)
     with pytest.raises(ExportError, match="differs from PyTorch"):
         export_model(model_dir, tmp_path / "ts", "torchscript")
+    # the failed export was written and checked beside ts/, never in it: the good one is still there, alone
+    assert (tmp_path / "ts" / "model.pt").read_bytes() == before and sorted(os.listdir(tmp_path)) == ["model", "ts"]
 
 
 def test_cli(tmp_path, capsys):

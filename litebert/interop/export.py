@@ -27,6 +27,7 @@ import contextlib
 import os
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -34,6 +35,7 @@ from torch import nn
 
 from litebert.config import AlbertConfig
 from litebert.errors import ConfigError, LitebertError
+from litebert.files import copy_file, write_files_atomically
 from litebert.interop import quantize as q
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
@@ -122,12 +124,47 @@ def export_model(model_dir: str | os.PathLike, out_dir: str | os.PathLike, fmt: 
     """Export the model in `model_dir` (litebert or HF layout) to `out_dir/model.onnx|model.pt`, copy its
     config and tokenizer beside it, and check the export against PyTorch on fresh batch shapes. With
     quantize="int8" (ONNX only), also write out_dir/model.int8.onnx, checked against PyTorch fp32 on
-    `verify_samples` random inputs or the lines of `verify_text`, and refused (ExportError, the file removed)
-    when fewer than `min_agreement` of its predictions are unchanged, unless `force`."""
-    from litebert.files import copy_file
+    `verify_samples` random inputs or the lines of `verify_text`, and refused (ExportError) when fewer than
+    `min_agreement` of its predictions are unchanged, unless `force`.
+
+    Each file is written and checked beside out_dir and moved in only when it passed: a failed export (a
+    check, a full disk) leaves what out_dir held before. A new fp32 ONNX export removes an older
+    model.int8.onnx there (it was quantized from another graph)."""
     from litebert.heads import model_class
     from litebert.weights import resolve_model_dir
 
+    _check_options(fmt, quantize, min_agreement)
+    model_dir = resolve_model_dir(model_dir)
+    cls = model_class(AlbertConfig.load(model_dir))
+    model = cls.from_pretrained(model_dir).eval()
+    config, choices = model.config, cls.__name__ == "AlbertForMultipleChoice"
+    T = min(11, config.max_position_embeddings)
+    sample = sample_batch(config, (2, 3, T) if choices else (2, T), padded=True)
+    with torch.no_grad():
+        reference = model(*sample[:1], attention_mask=sample[1], token_type_ids=sample[2])
+    output_names = [name for name in reference._fields if isinstance(getattr(reference, name), torch.Tensor)]
+    module = InferenceModule(model, output_names).eval()
+    if quantize == "int8":  # before the export, so that a bad --verify-text fails fast
+        batches, agreement_inputs = q.verification_batches(model_dir, config, choices, verify_text, verify_samples)
+    result = ExportResult(os.path.join(os.fspath(out_dir), FORMATS[fmt]), cls.__name__, output_names, None, None)
+
+    def fill(tmp: Path) -> None:
+        staged = os.path.join(tmp, FORMATS[fmt])
+        _write_graph(module, sample, staged, fmt, choices)
+        for name in COPIED_FILES:  # out_dir may be the model directory: these copies then change nothing
+            if os.path.isfile(os.path.join(model_dir, name)):
+                copy_file(os.path.join(model_dir, name), os.path.join(tmp, name))
+        _check_graph(result, module, staged, fmt, config, choices, atol, verify)
+
+    owned = (FORMATS[fmt], *([q.INT8_ONNX] if fmt == "onnx" else []), *COPIED_FILES)
+    write_files_atomically(out_dir, fill, owned=owned, last=("config.json",))
+    if quantize == "int8":
+        result.agreement_inputs = agreement_inputs
+        _write_int8(result, module, config, batches, min_agreement, force)
+    return result
+
+
+def _check_options(fmt: str, quantize: str, min_agreement: float) -> None:
     if fmt not in FORMATS:
         raise ExportError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}")
     if quantize not in QUANTIZATIONS:
@@ -137,64 +174,53 @@ def export_model(model_dir: str | os.PathLike, out_dir: str | os.PathLike, fmt: 
                           "litebert.interop.quantize.quantize_model")
     if not 0.0 <= min_agreement <= 1.0:
         raise ConfigError(f"--min-agreement is a fraction in [0, 1], got {min_agreement}")
-    model_dir = resolve_model_dir(model_dir)
-    config = AlbertConfig.load(model_dir)
-    cls = model_class(config)
-    model = cls.from_pretrained(model_dir).eval()
-    config = model.config
-    choices = cls.__name__ == "AlbertForMultipleChoice"
-    axes = ("batch", "choices", "sequence") if choices else ("batch", "sequence")
-    T = min(11, config.max_position_embeddings)
-    sample = sample_batch(config, (2, 3, T) if choices else (2, T), padded=True)
-    with torch.no_grad():
-        reference = model(*sample[:1], attention_mask=sample[1], token_type_ids=sample[2])
-    output_names = [name for name in reference._fields if isinstance(getattr(reference, name), torch.Tensor)]
-    module = InferenceModule(model, output_names).eval()
-    if quantize == "int8":  # before the export, so that a bad --verify-text fails fast
-        batches, agreement_inputs = q.verification_batches(model_dir, config, choices, verify_text, verify_samples)
 
-    out_dir = os.fspath(out_dir)
-    os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, FORMATS[fmt])
+
+def _write_graph(module: InferenceModule, sample: tuple[torch.Tensor, ...], path: str, fmt: str,
+                 choices: bool) -> None:
+    axes = ("batch", "choices", "sequence") if choices else ("batch", "sequence")
     with _quiet_tracing(), torch.no_grad():
         if fmt == "torchscript":
             torch.jit.trace(module, sample).save(path)
         else:
             # The TorchScript-based exporter: torch.export would need the padding shortcut as torch.cond.
-            torch.onnx.export(module, sample, path, input_names=list(INPUT_NAMES), output_names=output_names,
+            torch.onnx.export(module, sample, path, input_names=list(INPUT_NAMES), output_names=module.output_names,
                               dynamic_axes={name: dict(enumerate(axes)) for name in INPUT_NAMES},
                               opset_version=ONNX_OPSET, dynamo=False)
-    # --out may be the model directory itself: the export then sits beside the weights it came from, which
-    # is a reasonable place for it and overwrites nothing, so it is allowed and the copies become no-ops.
-    for name in COPIED_FILES:
-        if os.path.isfile(os.path.join(model_dir, name)):
-            copy_file(os.path.join(model_dir, name), os.path.join(out_dir, name))
 
-    result = ExportResult(path, cls.__name__, output_names, None, None)
+
+def _check_graph(result: ExportResult, module: InferenceModule, path: str, fmt: str, config: AlbertConfig,
+                 choices: bool, atol: float, verify: bool) -> None:
+    """Runs the written graph at `path` against PyTorch (errors name result.path, where it is going)."""
     run = _runner(path, fmt) if verify else None
     if run is not None:
         result.verified_with = "torch.jit" if fmt == "torchscript" else "onnxruntime"
-        result.max_abs_diff = _verify(module, run, config, choices, atol, path)
+        result.max_abs_diff = _verify(module, run, config, choices, atol, result.path)
     else:  # _runner gives None only for ONNX without onnxruntime
         result.not_verified_because = ("onnxruntime is not installed: pip install onnxruntime" if verify
                                        else "skipped on request: --no-verify")
-    if quantize == "int8":
-        result.agreement_inputs = agreement_inputs
-        result.int8_path = os.path.join(out_dir, q.INT8_ONNX)
-        try:
-            q.quantize_onnx(path, result.int8_path)
-            run = _runner(result.int8_path, "onnx")
-            result.agreement = q.compare(module, lambda *batch: run(batch), output_names, batches,
-                                         config.problem_type)
-        except q.QuantizeError as e:
-            if os.path.exists(result.int8_path):
-                os.remove(result.int8_path)
-            raise ExportError(f"int8 model not kept: {e}") from None
+
+
+def _write_int8(result: ExportResult, module: InferenceModule, config: AlbertConfig, batches: list,
+                min_agreement: float, force: bool) -> None:
+    """model.int8.onnx from result.path, kept only when it agrees with PyTorch fp32 (or `force`)."""
+    final = os.path.join(os.path.dirname(result.path), q.INT8_ONNX)
+    staged = os.path.join(os.path.dirname(result.path), f".tmp-{q.INT8_ONNX}")
+    try:
+        q.quantize_onnx(result.path, staged)
+        run = _runner(staged, "onnx")
+        result.agreement = q.compare(module, lambda *batch: run(batch), result.output_names, batches,
+                                     config.problem_type)
         if result.agreement.fraction < min_agreement and not force:
-            os.remove(result.int8_path)
             raise ExportError(f"int8 model not kept: {result.agreement.summary()} against PyTorch fp32 on "
                               f"{result.agreement_inputs}, below --min-agreement {min_agreement:g} (--force keeps it)")
-    return result
+        os.replace(staged, final)
+    except q.QuantizeError as e:
+        raise ExportError(f"int8 model not kept: {e}") from None
+    finally:
+        if os.path.exists(staged):
+            os.remove(staged)
+    result.int8_path = final
 
 
 def _runner(path: str, fmt: str):
