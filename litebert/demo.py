@@ -17,13 +17,13 @@ Each stage is the same Python API the CLI verbs use; the pretraining recipe is l
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
 from dataclasses import dataclass, field
 
 from litebert.errors import ConfigError
+from litebert.files import write_json
 from litebert.finetune import FinetuneConfig, finetune
 from litebert.pretrain import PretrainConfig, format_summary, pretrain
 from litebert.runconfig import BUNDLED_CONFIGS, add_config_args, load_toml, parse_verb, resolve_config, verb_parser
@@ -122,8 +122,7 @@ def run(out_dir: str, quick: bool = False, seed: int = 12345) -> dict:
         runs[name] = finetune(cfg, train_cfg)
     summary = {"pretrain": short, "pretrain128": pre, "finetune": runs, "minutes": (time.time() - t0) / 60,
                "out_dir": out_dir}
-    with open(os.path.join(out_dir, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
+    write_json(os.path.join(out_dir, "summary.json"), summary)
     return summary
 
 

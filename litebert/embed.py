@@ -41,6 +41,7 @@ import torch
 from torch import nn
 
 from litebert.errors import ConfigError, DataError, NonFiniteError
+from litebert.files import atomic_open, write_json
 from litebert.model import encoder_of
 from litebert.sentence import OBJECTIVES, POOLING, SentenceEncoder, pool  # noqa: F401  (re-exported for callers)
 
@@ -202,8 +203,7 @@ def train_sentence_encoder(cfg: SentenceConfig, train_cfg) -> dict:
     summary = {"objective": cfg.objective, "pooling": model.pooling, "train_pairs": len(pairs), "steps": result.step,
                "before": result.start_eval, "after": dict(result.eval), "checkpoint": str(result.checkpoint)}
     if is_main_process():
-        with open(os.path.join(train_cfg.out_dir, "summary.json"), "w") as f:
-            json.dump(summary, f, indent=2)
+        write_json(os.path.join(train_cfg.out_dir, "summary.json"), summary)
     return summary
 
 
@@ -264,6 +264,8 @@ def cli(argv: list[str]) -> int:
     if not sentences:
         raise DataError(f"{files.input}: no sentences")
     vectors = embed(model, tokenizer, sentences, model.pooling, batch_size, cfg.max_length)
-    np.save(files.out, vectors)
-    print(f"wrote {files.out}: {vectors.shape[0]} x {vectors.shape[1]} ({model.pooling} pooling)")
+    out = files.out if files.out.endswith(".npy") else files.out + ".npy"  # what np.save would have written
+    with atomic_open(out, "wb") as f:
+        np.save(f, vectors)
+    print(f"wrote {out}: {vectors.shape[0]} x {vectors.shape[1]} ({model.pooling} pooling)")
     return 0

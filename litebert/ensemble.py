@@ -36,7 +36,7 @@ import torch
 from litebert import tasks as T
 from litebert.config import AlbertConfig
 from litebert.errors import CheckpointError, ConfigError
-from litebert.files import write_dir_atomically, write_json
+from litebert.files import atomic_open, write_dir_atomically, write_json
 from litebert.runconfig import add_config_args, resolve_config
 from litebert.finetune import FinetuneConfig, Split, _finetune_config, _parser, read_task_split
 from litebert.tasks.families import Family, family_for_config, model_scores, read_calibration
@@ -235,7 +235,7 @@ def write_report(out: str | os.PathLike, report: dict[str, Any], predictions: tu
                                                              split.examples, preds))
     else:
         report["predictions"] = os.path.join(out, f"{split.name}_predictions.jsonl")
-        with open(report["predictions"], "w", encoding="utf-8") as f:
+        with atomic_open(report["predictions"]) as f:
             for ex, p in zip(split.examples, preds):
                 f.write(json.dumps({"id": ex.id, "prediction": p}, ensure_ascii=False) + "\n")
     write_json(os.path.join(out, ENSEMBLE_NAME), report)

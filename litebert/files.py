@@ -6,12 +6,13 @@ intact (the new one is staged beside it, fsync'ed, then renamed into place).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from litebert.errors import ConfigError
 
@@ -43,14 +44,18 @@ def naming(error: OSError, path: str | os.PathLike, staging: Path | None = None,
     return named
 
 
-def write_text_atomically(path: str | os.PathLike, text: str) -> None:
-    """Replace `path` by `text` (UTF-8): written to a sibling temporary file, fsync'ed, then renamed."""
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike, mode: str = "w", **kwargs: Any) -> Iterator[IO]:
+    """`open(path, mode)` for writing a whole file that replaces `path` only when the with-block ends without
+    an error: written to a sibling temporary file, fsync'ed, then renamed. Text modes default to UTF-8."""
+    if "b" not in mode:
+        kwargs.setdefault("encoding", "utf-8")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".tmp-{path.name}")
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
+        with open(tmp, mode, **kwargs) as f:
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -59,6 +64,12 @@ def write_text_atomically(path: str | os.PathLike, text: str) -> None:
         if isinstance(e, OSError):
             raise naming(e, path) from None
         raise
+
+
+def write_text_atomically(path: str | os.PathLike, text: str) -> None:
+    """Replace `path` by `text` (UTF-8), atomically (atomic_open)."""
+    with atomic_open(path) as f:
+        f.write(text)
 
 
 def write_json(path: str | os.PathLike, obj: Any, indent: int | None = 2) -> None:

@@ -27,7 +27,7 @@ import torch
 from litebert import tasks as T
 from litebert.config import AlbertConfig
 from litebert.errors import CheckpointError, ConfigError, DataError, NonFiniteError
-from litebert.files import read_json_object, restore_replaced, write_dir_atomically, write_json
+from litebert.files import atomic_open, read_json_object, restore_replaced, write_dir_atomically, write_json
 from litebert.runconfig import add_config_args, load_toml, resolve_config
 from litebert.tasks.families import (CALIBRATION_FILE, FeatureSettings, Family, Scored, family_for_config, family_of,
                                      model_scores, read_calibration)
@@ -528,7 +528,7 @@ def cli_predict(argv: list[str]) -> int:
         path = T.write_glue_predictions(args.out, task, examples, preds)
     else:
         path = args.out
-        with open(path, "w", encoding="utf-8") as f:
+        with atomic_open(path) as f:
             for ex, p in zip(examples, preds):
                 f.write(json.dumps({"id": ex.id, "prediction": p}, ensure_ascii=False) + "\n")
     print(f"wrote {len(preds)} predictions to {path}")

@@ -34,6 +34,7 @@ from litebert.model import AlbertForPreTraining
 from litebert.corpus.batches import make_batch
 from litebert.corpus.pairs import PretrainDataset
 from litebert.errors import CheckpointError, ConfigError, DataError
+from litebert.files import write_json
 from litebert.runconfig import add_config_args, load_toml, resolve_config
 from litebert.training.distributed import is_main_process
 from litebert.training.loop import ShuffledData, TrainConfig, train
@@ -261,11 +262,7 @@ def pretrain(cfg: PretrainConfig, train_cfg: TrainConfig, model_overrides: dict[
                       "eval_mlm_loss": {"unigram": base["unigram_loss"]}}
         if task:
             references[f"eval_{task}_acc"] = {"majority label": base["majority_pair_acc"]}
-        os.makedirs(train_cfg.out_dir, exist_ok=True)
-        path = os.path.join(train_cfg.out_dir, REFERENCES_NAME)
-        with open(path + ".tmp", "w") as f:
-            json.dump(references, f, indent=1)
-        os.replace(path + ".tmp", path)
+        write_json(os.path.join(train_cfg.out_dir, REFERENCES_NAME), references, indent=1)
     # The untrained (or --init-from) model is evaluated by the loop: on the training device, on rank 0, once
     # per run (a resume reads it from its checkpoint). A resume of a finished run returns its recorded final
     # evaluation.
@@ -279,8 +276,7 @@ def pretrain(cfg: PretrainConfig, train_cfg: TrainConfig, model_overrides: dict[
                "tokens_seen": result.step * train_cfg.batch_size * dataset.max_seq_length,
                "checkpoint": str(result.checkpoint), "out_dir": train_cfg.out_dir}
     if is_main_process():
-        with open(os.path.join(train_cfg.out_dir, "summary.json"), "w") as f:
-            json.dump(summary, f, indent=2)
+        write_json(os.path.join(train_cfg.out_dir, "summary.json"), summary)
     return summary
 
 

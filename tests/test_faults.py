@@ -896,3 +896,26 @@ def test_convert_and_extend_vocab_refuse_to_replace_a_model_unless_told(model_di
     assert litebert_main(["extend-vocab", "--model", str(model_dir), "--out", str(out), "--words", str(words),
                           "--overwrite"]) == 0
     assert AlbertConfig.load(out).vocab_size == 301 and debris(tmp_path) == []
+
+
+def test_a_result_file_is_replaced_whole_or_not_at_all(tmp_path):
+    """predict/evaluate/embed/ensemble outputs and GLUE submissions go through files.atomic_open: a failure while
+    writing (here an exception; a full disk or a kill alike) leaves the previous file as it was, and no litter."""
+    from litebert.tasks.registry import TASKS, write_glue_predictions
+    from litebert.tasks.records import TextExample
+    path = tmp_path / "predictions.jsonl"
+    path.write_text("the previous result\n")
+    with pytest.raises(RuntimeError, match="mid-write"):
+        with files.atomic_open(path) as f:
+            f.write('{"id": 1}\n')
+            raise RuntimeError("mid-write")
+    assert path.read_text() == "the previous result\n" and os.listdir(tmp_path) == ["predictions.jsonl"]
+    submission = tmp_path / "SST-2.tsv"
+    submission.write_text("index\tprediction\n0\t1\n")
+    examples = [TextExample("0", "a", None, "1"), TextExample("1", "b", None, "0")]
+    with pytest.raises(IndexError):  # the second prediction is not a label: found after the first row was written
+        write_glue_predictions(submission, TASKS["SST-2"], examples, ["0", 7])
+    assert submission.read_text() == "index\tprediction\n0\t1\n"
+    with files.atomic_open(tmp_path / "vectors.npy", "wb") as f:
+        np.save(f, np.ones((2, 3), np.float32))
+    assert np.load(tmp_path / "vectors.npy").shape == (2, 3)

@@ -8,7 +8,6 @@ layer fires its hook once per application, in order.
 from __future__ import annotations
 
 import itertools
-import json
 import os
 from dataclasses import dataclass, field
 
@@ -16,6 +15,7 @@ import torch
 from torch import nn
 
 from litebert.errors import ConfigError, DataError
+from litebert.files import write_json
 
 
 @torch.no_grad()
@@ -97,8 +97,7 @@ def cli(argv: list[str]) -> int:
         results[name] = layer_transitions(
             model, batch["input_ids"], batch["attention_mask"])
     plot_transitions(results, cfg.out)
-    with open(os.path.splitext(cfg.out)[0] + ".json", "w") as f:
-        json.dump(results, f, indent=1)
+    write_json(os.path.splitext(cfg.out)[0] + ".json", results, indent=1)
     for name, r in results.items():
         print(f"{name}: L2 {' '.join(f'{x:.2f}' for x in r['l2'])}")
         print(f"{'':{len(name)}}  cos {' '.join(f'{x:.2f}' for x in r['cosine'])}")

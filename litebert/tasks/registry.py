@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from litebert.errors import ConfigError
+from litebert.files import atomic_open
 from litebert.tasks.families import family_of
 from litebert.tasks.readers import read_choice_jsonl, read_conll, read_race, read_swag, read_table
 from litebert.tasks.records import Examples, TextExample
@@ -152,7 +153,7 @@ def write_glue_predictions(path: os.PathLike | str, task: str | Task, examples: 
             raise ConfigError(f"task {task.name} has no GLUE submission file name; pass a file path")
         path.mkdir(parents=True, exist_ok=True)
         path = path / task.submission
-    with open(path, "w", encoding="utf-8", newline="\n") as f:
+    with atomic_open(path, newline="\n") as f:
         f.write("index\tprediction\n")
         for example, pred in zip(examples, predictions):
             value = f"{float(pred):.3f}" if task.labels is None else pred if pred in task.labels else \
