@@ -538,6 +538,7 @@ def cli_predict(argv: list[str]) -> int:
 def predict_inputs(cfg: FinetuneConfig, args: argparse.Namespace, task: str | None) -> int:
     """`litebert predict` on raw inputs: each batch of inputs through the pipeline, written (and flushed) as one
     JSON line per input, {"id" (a JSONL/CSV row's), "input", "output"}, as soon as it is done."""
+    import contextlib
     import itertools
     import sys
     from pathlib import Path
@@ -570,9 +571,10 @@ def predict_inputs(cfg: FinetuneConfig, args: argparse.Namespace, task: str | No
     else:
         chunk = 1 if sys.stdin.isatty() else chunk  # typed by hand: answer each line at once
         records = read_inputs(sys.stdin, "stdin")
-    out = open(args.out, "w", encoding="utf-8") if args.out else sys.stdout
     written = 0
-    try:
+    # --out is replaced when every input is done (atomic_open; a kill leaves the old file and .tmp-NAME)
+    with stream or contextlib.nullcontext(), \
+            atomic_open(args.out) if args.out else contextlib.nullcontext(sys.stdout) as out:
         while batch := list(itertools.islice(records, chunk)):
             for r in batch:
                 try:
@@ -584,10 +586,6 @@ def predict_inputs(cfg: FinetuneConfig, args: argparse.Namespace, task: str | No
                 out.write(json.dumps(line, ensure_ascii=False) + "\n")
             out.flush()
             written += len(batch)
-    finally:
-        for f in (stream, out if args.out else None):
-            if f is not None:
-                f.close()
     if args.out:
         print(f"wrote {written} {pipe.task} outputs to {args.out}")
     return 0
