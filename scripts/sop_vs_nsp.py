@@ -21,7 +21,7 @@ from litebert.demo import MODEL  # the demo recipe's architecture
 from litebert.pretrain import PretrainConfig, pretrain
 from litebert.corpus.pairs import PretrainDataset, prepare
 from litebert.corpus.tokenizer_training import train_tokenizer
-from litebert.paper.reproduce import split_corpus  # train.txt and heldout.txt (the last documents)
+from litebert.paper.grid import split_corpus  # train.txt and heldout.txt (the last documents)
 from litebert.training.loop import TrainConfig
 
 

@@ -14,9 +14,12 @@ from litebert.cli import main as litebert_main
 from litebert.config import AlbertConfig
 from litebert.errors import ConfigError
 from litebert.paper import reproduce as R
+from litebert.paper.experiments import DATA, EXPERIMENTS, SCALES, Claim, scale_model
+from litebert.paper.grid import slug
+from litebert.paper.report import judge, mean_sd, verdict
 from paths import SHARED_DATA
 
-DEMO_CORPUS = str(R.DATA) + "/demo_corpus.txt.gz"
+DEMO_CORPUS = str(DATA) + "/demo_corpus.txt.gz"
 VERDICTS = ("reproduced", "not reproduced", "within noise", "not measured")
 
 
@@ -42,9 +45,9 @@ EIGHT_ROWS = {"embedding", "sharing"}
 
 
 @pytest.mark.parametrize("experiment", [pytest.param(e, marks=pytest.mark.slow) if e in EIGHT_ROWS else e
-                                        for e in R.EXPERIMENTS])
+                                        for e in EXPERIMENTS])
 def test_every_experiment_runs_end_to_end_at_the_tiny_scale(experiment, data_dir, tmp_path, capsys):
-    exp = R.EXPERIMENTS[experiment]
+    exp = EXPERIMENTS[experiment]
     extra = ["--downstream"] if experiment == "data" else []  # one grid fine-tunes too (the Avg column)
     results = run(tmp_path, experiment, data_dir, *extra)
     out = capsys.readouterr().out
@@ -162,7 +165,7 @@ def test_paper_scale_writes_recipes_that_pretrain_accepts(tmp_path, monkeypatch,
         assert litebert_main(["reproduce", experiment, "--out", str(out), "--scale", "paper", "--seeds", "2",
                               "--corpus", "books_wiki.txt"]) == 0
         recipes = sorted((out / "recipes").glob("*.toml"))
-        rows = R.EXPERIMENTS[experiment].rows
+        rows = EXPERIMENTS[experiment].rows
         assert len(recipes) == 2 * len(rows)
         commands = (out / "commands.sh").read_text()
         assert commands.count("torchrun --nproc-per-node $NPROC -m litebert.cli pretrain --config") == len(recipes)
@@ -179,12 +182,12 @@ def test_paper_scale_writes_recipes_that_pretrain_accepts(tmp_path, monkeypatch,
             assert config.max_position_embeddings == 512 and cfg.eval_data
             by_name[path.stem] = (cfg, train_cfg, config)
         for row in rows:
-            cfg, train_cfg, config = by_name[R.slug(row.name) + "-seed12346"]
+            cfg, train_cfg, config = by_name[slug(row.name) + "-seed12346"]
             assert train_cfg.seed == 12346
             for key, value in row.model.items():
                 assert getattr(config, key) == value, (row.name, key)
             if row.warm_start:
-                assert cfg.init_from.endswith(f"rows/{R.slug(row.warm_start)}/seed12346/pretrain/step_125000")
+                assert cfg.init_from.endswith(f"rows/{slug(row.warm_start)}/seed12346/pretrain/step_125000")
         if experiment == "objective":
             assert by_name["None-seed12345"][0].objective == "mlm"
             assert by_name["NSP-seed12345"][0].data.endswith("train_nsp")
@@ -192,45 +195,45 @@ def test_paper_scale_writes_recipes_that_pretrain_accepts(tmp_path, monkeypatch,
 
 
 def test_rows_map_the_papers_sizes_onto_a_scale():
-    emb = R.EXPERIMENTS["embedding"]
-    cpu = R.SCALES["cpu"]
-    shared = R.scale_model(emb, emb.rows[5], cpu, 8000)  # all-shared E=128: the demo's shape
+    emb = EXPERIMENTS["embedding"]
+    cpu = SCALES["cpu"]
+    shared = scale_model(emb, emb.rows[5], cpu, 8000)  # all-shared E=128: the demo's shape
     assert (shared["hidden_size"], shared["embedding_size"], shared["num_hidden_layers"], shared["num_hidden_groups"],
             shared["num_attention_heads"], shared["intermediate_size"]) == (128, 64, 4, 1, 4, 512)
-    bert = R.scale_model(emb, emb.rows[3], cpu, 8000)  # not-shared E=768 = H: E follows H, every layer its own
+    bert = scale_model(emb, emb.rows[3], cpu, 8000)  # not-shared E=768 = H: E follows H, every layer its own
     assert (bert["embedding_size"], bert["num_hidden_groups"], bert["sharing"]) == (128, 4, "none")
-    width = R.EXPERIMENTS["width"]
-    wide = R.scale_model(width, width.rows[2], cpu, 8000)  # H=4096, 3 layers
+    width = EXPERIMENTS["width"]
+    wide = scale_model(width, width.rows[2], cpu, 8000)  # H=4096, 3 layers
     assert (wide["hidden_size"], wide["num_attention_heads"], wide["intermediate_size"], wide["num_hidden_layers"]) \
         == (512, 16, 2048, 2)
-    paper = R.scale_model(emb, emb.rows[0], R.SCALES["paper"], 30000)  # the paper's scale changes nothing
+    paper = scale_model(emb, emb.rows[0], SCALES["paper"], 30000)  # the paper's scale changes nothing
     assert (paper["hidden_size"], paper["embedding_size"], paper["num_hidden_layers"]) == (768, 64, 12)
     with pytest.raises(ConfigError, match="varies embedding_size"):
-        R.scale_model(emb, emb.rows[0], cpu, 8000, {"embedding_size": 32})
-    assert R.scale_model(emb, emb.rows[0], cpu, 8000, {"hidden_dropout_prob": 0.1})["hidden_dropout_prob"] == 0.1
+        scale_model(emb, emb.rows[0], cpu, 8000, {"embedding_size": 32})
+    assert scale_model(emb, emb.rows[0], cpu, 8000, {"hidden_dropout_prob": 0.1})["hidden_dropout_prob"] == 0.1
 
 
 def test_verdicts_count_an_ordering_only_beyond_the_spread():
-    assert R.verdict("order", 0.03, 0.01) == "holds" and R.verdict("order", -0.03, 0.01) == "reversed"
-    assert R.verdict("order", 0.005, 0.01) == "noise" and R.verdict("order", 0.0, None) == "noise"
-    assert R.verdict("near", 0.01, 0.01, tol=0.05) == "holds" and R.verdict("near", 0.08, 0.01, tol=0.05) == "reversed"
-    assert R.verdict("near", 0.045, 0.01, tol=0.05) == "noise"
+    assert verdict("order", 0.03, 0.01) == "holds" and verdict("order", -0.03, 0.01) == "reversed"
+    assert verdict("order", 0.005, 0.01) == "noise" and verdict("order", 0.0, None) == "noise"
+    assert verdict("near", 0.01, 0.01, tol=0.05) == "holds" and verdict("near", 0.08, 0.01, tol=0.05) == "reversed"
+    assert verdict("near", 0.045, 0.01, tol=0.05) == "noise"
 
     def results(values):  # row -> per-seed values of mlm_acc
         rows = {}
         for name, vs in values.items():
-            m, sd = R.mean_sd(vs)
+            m, sd = mean_sd(vs)
             rows[name] = {"paper": {}, "stats": {"mlm_acc": {"mean": m, "sd": sd, "n": len(vs)}}}
         return {"rows": rows, "chance": {}}
 
-    claim = R.Claim("a > b", (("a", "b"),), "mlm_acc")
-    assert R.judge(claim, results({"a": [0.30, 0.31], "b": [0.20, 0.21]}))["verdict"] == "reproduced"
-    assert R.judge(claim, results({"a": [0.30, 0.20], "b": [0.21, 0.25]}))["verdict"] == "within noise"
-    assert R.judge(claim, results({"a": [0.10, 0.11], "b": [0.20, 0.21]}))["verdict"] == "not reproduced"
-    assert R.judge(claim, results({"a": [0.3], "b": [0.2]}))["verdict"] == "reproduced (one seed: spread unknown)"
-    assert R.judge(claim, results({"a": [0.3]}))["verdict"] == "not measured"
-    diff = R.Claim("a - b > c - d", (("a - b", "c - d"),), "mlm_acc")  # spread of a difference: sqrt(sum of var)
-    judged = R.judge(diff, results({"a": [0.5, 0.6], "b": [0.1, 0.1], "c": [0.3, 0.3], "d": [0.2, 0.2]}))
+    claim = Claim("a > b", (("a", "b"),), "mlm_acc")
+    assert judge(claim, results({"a": [0.30, 0.31], "b": [0.20, 0.21]}))["verdict"] == "reproduced"
+    assert judge(claim, results({"a": [0.30, 0.20], "b": [0.21, 0.25]}))["verdict"] == "within noise"
+    assert judge(claim, results({"a": [0.10, 0.11], "b": [0.20, 0.21]}))["verdict"] == "not reproduced"
+    assert judge(claim, results({"a": [0.3], "b": [0.2]}))["verdict"] == "reproduced (one seed: spread unknown)"
+    assert judge(claim, results({"a": [0.3]}))["verdict"] == "not measured"
+    diff = Claim("a - b > c - d", (("a - b", "c - d"),), "mlm_acc")  # spread of a difference: sqrt(sum of var)
+    judged = judge(diff, results({"a": [0.5, 0.6], "b": [0.1, 0.1], "c": [0.3, 0.3], "d": [0.2, 0.2]}))
     assert judged["pairs"][0]["ours"] == pytest.approx([0.45, 0.1]) and judged["verdict"] == "reproduced"
 
 
@@ -252,13 +255,13 @@ def test_the_papers_numbers_are_quoted_as_printed():
 
     for number, experiment, skip in ((3, "embedding", 2), (4, "sharing", 2), (5, "objective", 1), (11, "depth", 1),
                                      (12, "width", 1)):
-        rows = R.EXPERIMENTS[experiment].rows
+        rows = EXPERIMENTS[experiment].rows
         printed = table(number)[:len(rows)]
         assert len(printed) == len(rows)
         for row, line in zip(rows, printed):
             assert same(dict(row.paper), line[skip:]), (experiment, row.name, line)
     for experiment in ("same-time", "data", "dropout"):  # quoted in prose: "..., 64.0, Avg 80.1"
-        for row in R.EXPERIMENTS[experiment].rows:
+        for row in EXPERIMENTS[experiment].rows:
             cells = [f"{v:g}" if isinstance(v, float) and v != int(v) else (f"{v:.1f}" if isinstance(v, float) else v)
                      for v in row.paper.values()]
             assert ", ".join(cells[:-1]) + ", Avg " + cells[-1] in text, (experiment, row.name)

@@ -1,0 +1,187 @@
+"""One grid of `litebert reproduce`: the verb's options (ReproduceConfig), the data its rows share (the corpus
+split, the tokenizer, the prepared pairs: GridData) and where each row's run lives (Grid). Apart from the verb so
+that report.py can read a Grid without importing reproduce.py: imports point one way."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass, field
+from typing import Any
+
+from litebert.errors import ConfigError
+from litebert.files import write_text_atomically
+from litebert.paper.experiments import EXPERIMENTS, Experiment, Row, Scale
+
+
+# -- the verb's options, the grid's data -----------------------------------------------------------------------
+
+@dataclass
+class ReproduceConfig:
+    """The options of `litebert reproduce` (the [reproduce] table of --config)."""
+
+    experiment: list[str] = field(default_factory=list, metadata={
+        "positional": True, "required": True, "help": f"one of: {', '.join(EXPERIMENTS)}"})
+    out: str = field(default="", metadata={"required": True, "metavar": "DIR", "help": (
+        "the grid's directory: data, one directory per row and seed, report.md, results.json, plots")})
+    scale: str = field(default="cpu", metadata={"choices": ("cpu", "paper", "tiny"), "help": (
+        "cpu: small models, minutes per row on 2 cores; paper: write the paper-size recipes and commands, "
+        "run nothing; tiny: seconds per row (tests)")})
+    seeds: int = field(default=1, metadata={"help": "runs per row with seeds seed, seed+1, ...: cells are mean ± sd"})
+    seed: int = field(default=12345, metadata={"help": "the first seed (data preparation always uses this one)"})
+    budget_minutes: float | None = field(default=None, metadata={"help": (
+        "same-time: wall-clock minutes per row (default: the scale's); other experiments: set the step budget "
+        "of every row to what the first row does in this many minutes")})
+    rows: list[str] = field(default_factory=list, metadata={"help": "rerun only these rows, from scratch"})
+    corpus: str | None = field(default=None, metadata={"metavar": "FILE", "help": (
+        "pretraining text (one sentence per line, blank line between documents; JSONL; .gz) (default: the "
+        "scale's, the bundled demo corpus at cpu)")})
+    extra_corpus: list[str] = field(default_factory=list, metadata={"metavar": "FILE", "help": (
+        "the additional text of `data` and `curves` (e.g. ../shared/data/corpus/en/bible_*.jsonl)")})
+    set: list[str] = field(default_factory=list, metadata={"metavar": "KEY=VALUE", "help": (
+        "override any recipe field: model.X (AlbertConfig), train.X (TrainConfig), pretrain.X, "
+        "data.X (vocab_size, max_seq_length, dupe_factor, held_out_fraction, max_documents), finetune.X")})
+    downstream: bool | None = field(default=None, metadata={"help": (
+        "fine-tune every row on the bundled tasks with one fixed recipe (default: on at cpu, off at tiny)")})
+    data_dir: str | None = field(default=None, metadata={"metavar": "DIR", "help": (
+        "where the tokenizer and prepared data go (default: OUT/data); grids with the same corpus and scale "
+        "may share it")})
+    report_dir: str | None = field(default=None, metadata={"metavar": "DIR", "help": (
+        "where report.md, results.json and the plots go (default: --out)")})
+    report_only: bool = field(default=False, metadata={"help": "write the report from the finished rows, run nothing"})
+
+    def __post_init__(self) -> None:
+        if self.seeds < 1:
+            raise ConfigError(f"--seeds must be >= 1, got {self.seeds}")
+        if self.budget_minutes is not None and self.budget_minutes <= 0:
+            raise ConfigError(f"--budget-minutes must be > 0, got {self.budget_minutes}")
+
+
+def split_corpus(inputs: list[str] | str | None, out_dir: str, held_out_fraction: float,
+                 max_documents: int | None = None, max_sentences: int | None = None, name: str = "train"
+                 ) -> tuple[str, str]:
+    """Write the corpus's documents as `{name}.txt` and `heldout.txt` (its last documents, at least one) in the
+    one-sentence-per-line format; with max_documents / max_sentences, only the first documents / sentences of
+    each. held_out_fraction 0 writes no held-out file (the additional corpus)."""
+    from litebert.corpus.documents import iter_documents, resolve_inputs
+    docs = []
+    for doc in iter_documents(resolve_inputs(inputs)):
+        docs.append(doc[:max_sentences] if max_sentences else doc)
+        if max_documents and len(docs) >= max_documents:
+            break
+    cut = min(int(len(docs) * (1 - held_out_fraction)), len(docs) - 1) if held_out_fraction > 0 else len(docs)
+    if cut < 1:
+        raise ConfigError(f"{inputs}: {len(docs)} documents leave none to train on after holding out "
+                          f"{held_out_fraction:.0%}")
+    os.makedirs(out_dir, exist_ok=True)
+    paths = []
+    for part, chunk in ((name, docs[:cut]), ("heldout", docs[cut:])):
+        path = os.path.join(out_dir, f"{part}.txt")
+        paths.append(path)
+        if chunk:
+            write_text_atomically(path, "\n\n".join("\n".join(sentences) for sentences in chunk) + "\n")
+    return paths[0], paths[1]
+
+
+class GridData:
+    """The grid's tokenizer and prepared directories, made once each (a directory with meta.json is done)."""
+
+    def __init__(self, root: str, scale: Scale, seed: int, corpus: str | None, extra: list[str]):
+        self.root, self.scale, self.seed, self.corpus, self.extra = root, scale, seed, corpus, extra
+        self.split = os.path.join(root, "split")
+        self.tokenizer = os.path.join(root, "tokenizer")
+
+    def _ensure_split(self) -> None:
+        if os.path.isfile(os.path.join(self.split, "heldout.txt")):
+            return
+        d = self.scale.data
+        split_corpus(self.corpus or d["corpus"], self.split, d["held_out_fraction"], d.get("max_documents"),
+                     d.get("max_sentences"))
+
+    def _ensure_tokenizer(self) -> None:
+        if os.path.isfile(os.path.join(self.tokenizer, "spiece.model")):
+            return
+        from litebert.corpus.tokenizer_training import train_tokenizer
+        tmp = self.tokenizer + ".tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        train_tokenizer([os.path.join(self.split, "train.txt")], tmp, vocab_size=self.scale.data["vocab_size"],
+                        seed=self.seed)
+        os.replace(tmp, self.tokenizer)
+
+    def path(self, part: str, task: str, extra: bool = False) -> str:
+        """Where the pairs of `part` (train | heldout) for `task` (sop | nsp) go, the additional text with extra."""
+        return os.path.join(self.root, f"{part}_{task}" + ("+extra" if extra else ""))
+
+    def inputs(self, part: str, extra: bool = False) -> list[str]:
+        return [os.path.join(self.split, f"{part}.txt")] + ([os.path.join(self.split, "extra.txt")] if extra else [])
+
+    def dir(self, part: str, task: str, extra: bool = False) -> str:
+        """The prepared pairs of `part`, made now if missing (a directory with meta.json is done)."""
+        from litebert.corpus.pairs import prepare
+        out = self.path(part, task, extra)
+        if os.path.isfile(os.path.join(out, "meta.json")):
+            return out
+        self._ensure_split()
+        self._ensure_tokenizer()
+        d = self.scale.data
+        if extra and not os.path.isfile(self.inputs(part, extra)[-1]):
+            if not self.extra:
+                raise ConfigError("this experiment adds text: give it with --extra-corpus FILE ... (e.g. "
+                                  "../shared/data/corpus/en/bible_kjv.jsonl)")
+            split_corpus(self.extra, self.split, 0, d.get("max_documents"), d.get("max_sentences"), name="extra")
+        prepare(self.inputs(part, extra), out, self.tokenizer, max_seq_length=d["max_seq_length"], pair_task=task,
+                dupe_factor=d["dupe_factor"] if part == "train" else 1, seed=self.seed, num_workers=1,
+                progress=False)
+        return out
+
+    def vocab_size(self) -> int:
+        from litebert.tokenizer import Tokenizer
+        self._ensure_split()
+        self._ensure_tokenizer()
+        return Tokenizer.from_pretrained(self.tokenizer).vocab_size
+
+
+# -- the grid: its rows' directories ---------------------------------------------------------------------------
+
+def slug(name: str) -> str:
+    return re.sub(r"[^\w.+-]+", "_", name.replace("=", "")).strip("_")
+
+
+@dataclass
+class Grid:
+    """One experiment at one scale in one directory."""
+
+    exp: Experiment
+    cfg: ReproduceConfig
+    scale: Scale
+    sets: dict[str, dict[str, Any]]
+    out: str
+    data: GridData
+
+    @property
+    def seeds(self) -> list[int]:
+        return [self.cfg.seed + k for k in range(self.cfg.seeds)]
+
+    def row_dir(self, row: Row, seed: int) -> str:
+        return os.path.join(self.out, "rows", slug(row.name), f"seed{seed}")
+
+    def result_path(self, row: Row, seed: int) -> str:
+        return os.path.join(self.row_dir(row, seed), "result.json")
+
+    def row(self, name: str) -> Row:
+        for row in self.exp.rows:
+            if name in (row.name, slug(row.name)):
+                return row
+        raise ConfigError(f"{self.exp.name} has no row {name!r}; its rows: {', '.join(r.name for r in self.exp.rows)}")
+
+
+def read_json(path: str) -> Any:
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+__all__ = ["ReproduceConfig", "split_corpus"]

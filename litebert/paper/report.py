@@ -1,0 +1,314 @@
+"""A grid's results, the paper's claims judged on them, and the report: results.json (every finished row's runs,
+their mean and spread, the verdicts), report.md (the grid's table beside the paper's) and the plots. It reads
+finished rows (their result.json) and runs none: running them is reproduce.py's."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from litebert.paper.experiments import DATA, SOURCE, Claim, scale_model
+from litebert.paper.grid import Grid, read_json
+
+METRICS = ("parameters", "steps", "mlm_acc", "mlm_loss", "sop_acc", "nsp_acc", "mlm_acc_late", "avg",
+           "l2_oscillation", "angle_oscillation", "l2_last_ratio")
+PAPER_COLUMN = {"avg": "Avg", "mlm_acc": "MLM acc", "sop_acc": "SOP acc", "nsp_acc": "NSP acc"}
+
+
+def mean_sd(values: list[float]) -> tuple[float, float | None]:
+    m = sum(values) / len(values)
+    if len(values) < 2:
+        return m, None
+    return m, math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
+
+
+def chance(grid: Grid) -> dict[str, float]:
+    """The majority label's accuracy on each held-out pair set (what a model that learned nothing scores)."""
+    from litebert.corpus.pairs import PretrainDataset
+    out = {}
+    for t in grid.exp.held_out:
+        held = PretrainDataset(grid.data.dir("heldout", t))
+        positive = sum(int(held[i]["sentence_order_label"]) for i in range(len(held))) / len(held)
+        out[f"{t}_acc"] = max(positive, 1 - positive)
+    return out
+
+
+def collect(grid: Grid, state: Mapping[str, Any]) -> dict[str, Any]:
+    """results.json: every finished row's runs, their mean and spread, the claims' verdicts. Nothing in it
+    depends on wall-clock time or on where the grid ran, so a resumed grid ends with the same file."""
+    rows: dict[str, Any] = {}
+    for row in grid.exp.rows:
+        runs = {str(s): r for s in grid.seeds if (r := read_json(grid.result_path(row, s))) is not None}
+        entry: dict[str, Any] = {"changes": {"model": dict(row.model), "data": dict(row.data),
+                                             **({"base": row.base} if row.base else {}),
+                                             **({"warm_start": row.warm_start} if row.warm_start else {})},
+                                 "paper": dict(row.paper), "runs": runs}
+        if runs:
+            entry["model"] = scale_model(grid.exp, row, grid.scale, grid.data.vocab_size(), grid.sets["model"])
+            stats = {}
+            for key in METRICS:
+                values = [r[key] for r in runs.values() if isinstance(r.get(key), (int, float))]
+                if values:
+                    m, sd = mean_sd(values)
+                    stats[key] = {"mean": m, "sd": sd, "n": len(values)}
+            for task in grid.scale.finetune["tasks"]:  # each task's best dev score beside the average
+                values = [r["downstream"][task]["score"] for r in runs.values() if task in r.get("downstream", {})]
+                if values:
+                    m, sd = mean_sd(values)
+                    stats[f"task:{task}"] = {"mean": m, "sd": sd, "n": len(values)}
+            entry["stats"] = stats
+        rows[row.name] = entry
+    out = {"experiment": grid.exp.name, "table": grid.exp.table, "title": grid.exp.title, "scale": grid.scale.name,
+           "seeds": grid.seeds, "settings": state.get("settings"), "steps": state.get("steps"),
+           "recipe": {"train": dict(grid.scale.train), "pretrain": dict(grid.scale.pretrain),
+                      "data": {k: (os.path.relpath(v, DATA) if k == "corpus" and v and v.startswith(DATA) else v)
+                               for k, v in grid.scale.data.items()},
+                      "finetune": dict(grid.scale.finetune)},
+           "chance": chance(grid) if any(rows[r]["runs"] for r in rows) else {},
+           "rows": rows}
+    out["claims"] = [judge(c, out) for c in grid.exp.claims]
+    return out
+
+
+def _side(expr: str, values: Mapping[str, tuple[float, float | None]]) -> tuple[float, float | None] | None:
+    """(value, variance or None) of "A", "A - B", a number, "chance"; None if a row has no value."""
+    total, var, known = 0.0, 0.0, True
+    for sign, term in zip((1, -1), expr.split(" - ")) if " - " in expr else [(1, expr)]:
+        term = term.strip()
+        if re.fullmatch(r"-?[\d.]+", term):
+            total += sign * float(term)
+            continue
+        if term not in values:
+            return None
+        m, sd = values[term]
+        total += sign * m
+        if sd is None:
+            known = False
+        else:
+            var += sd * sd
+    return total, (var if known else None)
+
+
+def verdict(kind: str, gap: float, spread: float | None, tol: float = 0.0) -> str:
+    """holds / reversed / noise for one pair. order: gap = high - low; near: gap = a - b within tol."""
+    if kind == "near":
+        if spread is None:
+            return "holds" if abs(gap) <= tol else "reversed"
+        return "holds" if abs(gap) + spread <= tol else "reversed" if abs(gap) - spread > tol else "noise"
+    if spread is None:  # one seed: the sign alone (a tie is no ordering)
+        return "holds" if gap > 0 else "reversed" if gap < 0 else "noise"
+    return "holds" if gap > spread else "reversed" if gap < -spread else "noise"
+
+
+def judge(claim: Claim, results: Mapping[str, Any], metric: str | None = None) -> dict[str, Any]:
+    """The claim on our numbers (and, where the paper's table has the metric, on the paper's), per pair."""
+    metric = metric or claim.metric
+    ours: dict[str, tuple[float, float | None]] = {}
+    for name, entry in results["rows"].items():
+        s = entry.get("stats", {}).get(metric)
+        if s:
+            ours[name] = (s["mean"], s["sd"])
+    if metric in results.get("chance", {}):
+        ours["chance"] = (results["chance"][metric], 0.0)
+    paper = {name: (float(e["paper"][PAPER_COLUMN[metric]]), 0.0) for name, e in results["rows"].items()
+             if metric in PAPER_COLUMN and isinstance(e["paper"].get(PAPER_COLUMN[metric]), float)}
+    if metric in ("sop_acc", "nsp_acc"):
+        paper["chance"] = (50.0, 0.0)
+    pairs, verdicts = [], []
+    for high, low in claim.pairs:
+        a, b = _side(high, ours), _side(low, ours)
+        pair: dict[str, Any] = {"high": high, "low": low}
+        pa, pb = _side(high, paper), _side(low, paper)
+        if pa and pb:
+            pair["paper"] = [pa[0], pb[0]]
+        if a and b:
+            spread = None if a[1] is None or b[1] is None else math.sqrt(a[1] + b[1])
+            v = verdict(claim.kind, a[0] - b[0], spread, claim.tol)
+            pair.update(ours=[a[0], b[0]], spread=spread, verdict=v)
+            verdicts.append((v, spread is None))
+        pairs.append(pair)
+    if not verdicts or len(verdicts) < len(claim.pairs):
+        overall = "not measured" if not verdicts else "incomplete"
+    elif any(v == "reversed" for v, _ in verdicts):
+        overall = "not reproduced"
+    elif all(v == "holds" for v, _ in verdicts):
+        overall = "reproduced"
+    else:
+        overall = "within noise"
+    if overall in ("reproduced", "not reproduced") and any(one for _, one in verdicts):
+        overall += " (one seed: spread unknown)"
+    out = {"claim": claim.text, "metric": metric, "kind": claim.kind, "verdict": overall, "pairs": pairs}
+    if claim.kind == "near":
+        out["tol"] = claim.tol
+    if metric == "avg":  # the paper's tables score downstream; held-out MLM accuracy is what every row has
+        out["proxy"] = judge(dataclasses.replace(claim, metric="mlm_acc"), results)
+    return out
+
+
+def _fmt(metric: str, value: float) -> str:
+    if metric in ("parameters",):
+        return f"{value / 1e6:.2f}M"
+    if metric == "steps":
+        return f"{value:.0f}"
+    if metric.endswith("acc") or metric in ("avg", "mlm_acc_late") or metric.startswith("task:"):
+        return f"{100 * value:.1f}"
+    return f"{value:.3f}"
+
+
+def _cell(stats: Mapping[str, Any] | None, metric: str) -> str:
+    if not stats or metric not in stats:
+        return "-"
+    s = stats[metric]
+    text = _fmt(metric, s["mean"])
+    if s["sd"] is not None and metric not in ("parameters", "steps"):
+        text += f" ± {_fmt(metric, s['sd'])}"
+    return text
+
+
+def _our_columns(grid: Grid, results: Mapping[str, Any]) -> list[tuple[str, str]]:
+    cols = [("parameters", "params"), ("steps", "steps"), ("mlm_acc", "MLM acc")]
+    if "nsp" in grid.exp.held_out:
+        cols.append(("nsp_acc", "NSP acc"))
+    cols += [("sop_acc", "SOP acc"), ("mlm_acc_late", "MLM acc, late mean")]
+    if grid.exp.analysis == "transitions":
+        cols += [("l2_oscillation", "L2 oscillation"), ("angle_oscillation", "angle oscillation"),
+                 ("l2_last_ratio", "last L2 / max L2")]
+    if any("avg" in e.get("stats", {}) for e in results["rows"].values()):
+        cols += [(f"task:{t}", t) for t in grid.scale.finetune["tasks"]] + [("avg", "downstream avg")]
+    return cols
+
+
+def _pair_text(metric: str, pair: Mapping[str, Any], kind: str) -> str:
+    rel = "~" if kind == "near" else "vs"
+    text = f"{pair['high']} {rel} {pair['low']}"
+    if "ours" in pair:
+        a, b = pair["ours"]
+        spread = f", spread {_fmt(metric, pair['spread'])}" if pair["spread"] is not None else ""
+        text += (f": ours {_fmt(metric, a)} vs {_fmt(metric, b)} (gap {_fmt(metric, a - b)}{spread}) "
+                 f"-> {pair['verdict']}")
+    else:
+        text += ": not measured"
+    if "paper" in pair:
+        a, b = pair["paper"]
+        text += f"; paper {a:g} vs {b:g}"
+    return text
+
+
+def report(grid: Grid, results: Mapping[str, Any], state: Mapping[str, Any], plots: list[str]) -> str:
+    exp, scale = grid.exp, grid.scale
+    n_seeds = len(grid.seeds)
+    lines = [f"# {exp.table}: {exp.title}", "",
+             f"`litebert reproduce {exp.name}` at scale **{scale.name}**, {n_seeds} seed(s) per row "
+             f"({', '.join(map(str, grid.seeds))}). Made by:", "", "```bash", state.get("command", ""), "```", ""]
+    t, d = scale.train, scale.data
+    steps = results.get("steps") or {}
+    steps_text = ", ".join(sorted({str(v) for v in steps.values()})) if steps else str(t["max_steps"])
+    lines += [f"**Setup.** Every row: {steps_text} {t['optimizer'].upper()} steps at lr {t['lr']}, batch "
+              f"{t['batch_size']}, sequence length {d['max_seq_length']}, vocabulary {d['vocab_size']} "
+              f"(a tokenizer trained on the training documents); {d['dupe_factor']} cut(s) of "
+              f"`{os.path.basename(str(grid.cfg.corpus or d['corpus']))}`, its last "
+              f"{d['held_out_fraction']:.0%} of documents held out. Scores: held-out MLM accuracy and "
+              + "/".join(t_.upper() for t_ in exp.held_out) + " accuracy on pairs cut from the held-out documents"
+              + (f"; downstream: best dev score after fine-tuning on {', '.join(scale.finetune['tasks'])} "
+                 f"({scale.finetune.get('max_steps')} steps each, one recipe), averaged" if
+                 any("avg" in e.get("stats", {}) for e in results["rows"].values()) else
+                 "; no downstream fine-tuning in this grid (--downstream adds it)")
+              + ". Cells are percentages; with several seeds, mean ± sample standard deviation.", ""]
+    if results.get("chance"):
+        lines += ["Chance on the held-out pairs (the majority label): "
+                  + ", ".join(f"{k.split('_')[0].upper()} {100 * v:.1f}%" for k, v in results["chance"].items()), ""]
+    if exp.note:
+        lines += [f"**Note.** {exp.note}", ""]
+    # ours
+    cols = _our_columns(grid, results)
+    lines += ["## This grid", "", "| row | model (H / E / layers / sharing) | " + " | ".join(c for _, c in cols) + " |",
+              "|---" * (len(cols) + 2) + "|"]
+    for name, entry in results["rows"].items():
+        m = entry.get("model")
+        shape = (f"{m['hidden_size']} / {m['embedding_size']} / {m['num_hidden_layers']} / "
+                 f"{_sharing_name(m)}" + (f", dropout {m['hidden_dropout_prob']}" if m["hidden_dropout_prob"] else "")
+                 ) if m else "not run"
+        lines.append(f"| {name} | {shape} | " + " | ".join(_cell(entry.get("stats"), k) for k, _ in cols) + " |")
+    lines.append("")
+    # the paper's
+    if exp.columns:
+        lines += [f"## The paper ({exp.table}, quoted from {SOURCE})", "",
+                  "| row | " + " | ".join(exp.columns) + " |", "|---" * (len(exp.columns) + 1) + "|"]
+        for name, entry in results["rows"].items():
+            lines.append(f"| {name} | " + " | ".join(str(entry['paper'].get(c, '')) for c in exp.columns) + " |")
+        lines.append("")
+    # claims
+    lines += ["## The paper's comparisons", ""]
+    for c in results["claims"]:
+        lines.append(f"- **{c['claim']}** ({c['metric']}): **{c['verdict']}**")
+        for pair in c["pairs"]:
+            lines.append(f"  - {_pair_text(c['metric'], pair, c['kind'])}")
+        proxy = c.get("proxy")
+        if proxy:
+            lines.append(f"  - proxy, held-out MLM accuracy (not what the paper's table measures): "
+                         f"**{proxy['verdict']}**")
+            for pair in proxy["pairs"]:
+                lines.append(f"    - {_pair_text('mlm_acc', pair, 'order')}")
+    lines.append("")
+    if plots:
+        lines += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
+    missing = [f"{r} (seed {s})" for r, e in results["rows"].items() for s in grid.seeds if str(s) not in e["runs"]]
+    if missing:
+        lines += [f"**Not yet run:** {', '.join(missing)}. Rerunning the command above runs them.", ""]
+    return "\n".join(lines)
+
+
+def _sharing_name(model: Mapping[str, Any]) -> str:
+    if model["sharing"] != "all":
+        return {"none": "none", "attention": "attention", "ffn": "FFN"}[model["sharing"]]
+    return "all" if model["num_hidden_groups"] == 1 else f"{model['num_hidden_groups']} groups"
+
+
+def write_plots(grid: Grid, results: Mapping[str, Any], out_dir: str) -> list[str]:
+    """curves.png (held-out MLM accuracy over steps, every experiment) and transitions.png (Figure 1)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    written = []
+    runs = {name: list(e["runs"].values()) for name, e in results["rows"].items() if e["runs"]}
+    if any(r.get("curve") for rs in runs.values() for r in rs):
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for name, rs in runs.items():
+            steps = sorted({p[0] for r in rs for p in r["curve"]})
+            series = [[dict((s, v) for s, v in r["curve"]).get(step) for r in rs] for step in steps]
+            ok = [(step, [v for v in vals if v is not None]) for step, vals in zip(steps, series)]
+            ok = [(step, vals) for step, vals in ok if vals]
+            xs = [s for s, _ in ok]
+            ax.plot(xs, [100 * sum(v) / len(v) for _, v in ok], marker=".", label=name)
+            if len(rs) > 1:
+                ax.fill_between(xs, [100 * min(v) for _, v in ok], [100 * max(v) for _, v in ok], alpha=0.2)
+        ax.set(xlabel="step", ylabel="held-out MLM accuracy (%)",
+               title=f"{grid.exp.table} ({grid.exp.name}, scale {grid.scale.name})")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out_dir, "curves.png"), dpi=110)
+        plt.close(fig)
+        written.append("curves.png")
+    if grid.exp.analysis == "transitions" and runs:
+        fig, (ax_l2, ax_angle) = plt.subplots(1, 2, figsize=(10, 4))
+        for name, rs in runs.items():
+            for key, ax in (("l2", ax_l2), ("angle", ax_angle)):
+                curves = [r[key] for r in rs if key in r]
+                if curves:
+                    mean = [sum(v) / len(v) for v in zip(*curves)]
+                    ax.plot(range(1, len(mean) + 1), mean, marker="o", label=name)
+        ax_l2.set(title="L2 distance, layer input -> output", xlabel="layer", ylabel="L2")
+        ax_angle.set(title="angle between layer input and output", xlabel="layer", ylabel="degrees")
+        ax_l2.legend()
+        fig.tight_layout()
+        fig.savefig(os.path.join(out_dir, "transitions.png"), dpi=110)
+        plt.close(fig)
+        written.append("transitions.png")
+    return written
+
+
+__all__ = ["judge", "verdict"]
