@@ -103,6 +103,16 @@ def test_overfits_one_batch(tmp_path):
     assert result.losses[1] > 2.0 and result.losses[150] < 0.05
 
 
+def test_the_progress_bar_shows_on_a_terminal_only(tmp_path, capsys, monkeypatch):
+    """progress=True draws tqdm's bar on a terminal; into a log file or a pipe (CI) it writes nothing."""
+    cfg = toy_config(tmp_path, max_steps=3, progress=True)
+    train(make_toy(), toy_batches(8, 8), cfg)
+    assert "train:" not in capsys.readouterr().err  # pytest's capture is no terminal
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    train(make_toy(), toy_batches(8, 8), toy_config(tmp_path, max_steps=3, progress=True, out_dir=str(tmp_path / "t")))
+    assert "train: 100%" in capsys.readouterr().err
+
+
 def test_same_seed_same_losses_and_run_files(tmp_path):
     evals = []
 

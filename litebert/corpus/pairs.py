@@ -439,7 +439,8 @@ def prepare(inputs: list[str] | None, out_dir: str, tokenizer_dir: str, options:
         writer = _ShardWriter(staging, shard_size, token_dtype, opt.static_masking)
         stats = collections.Counter()
         total = None if any(p.endswith(".gz") for p in paths) else sum(os.path.getsize(p) for p in paths)
-        bar = tqdm(total=total, unit="B", unit_scale=True, desc="prepare", disable=not progress)
+        # disable=None: tqdm stays quiet when stderr is no terminal (a log file, CI)
+        bar = tqdm(total=total, unit="B", unit_scale=True, desc="prepare", disable=None if progress else True)
         t0 = time.time()
         chunks = enumerate(chunks_of_documents(iter_documents(paths, paragraphs, text_field, stats, bar), chunk_chars))
 

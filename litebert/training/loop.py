@@ -107,7 +107,7 @@ class TrainConfig:
     keep_last: int = field(default=3, metadata=_help("keep the newest N checkpoints (0: keep all)"))
     out_dir: str = field(default="out/run", metadata=_help("run directory: checkpoints, metrics, plot, config"))
     resume: bool = field(default=False, metadata=_help("continue from the latest complete checkpoint in out_dir"))
-    progress: bool = field(default=True, metadata=_help("show a progress bar (rank 0)"))
+    progress: bool = field(default=True, metadata=_help("show a progress bar (rank 0, when stderr is a terminal)"))
 
     def __post_init__(self) -> None:
         def need(ok: bool, msg: str) -> None:
@@ -187,8 +187,8 @@ def train(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, eval
             result.start_eval, result.eval = _owed_evaluations(run, evaluate, evaluate_start)
             owed = progress.step > 0 and run.resumed_from is not None and _eval_due(cfg, progress.step)
             stop = _count_evaluation(run, early_stopping, result.eval, owed)  # the resumed step's, made or read
-        with tqdm(total=cfg.max_steps, initial=progress.step, disable=not (env.is_main and cfg.progress),
-                  dynamic_ncols=True, desc="train") as bar:
+        bar_off = None if env.is_main and cfg.progress else True  # None: tqdm stays quiet when stderr is no terminal
+        with tqdm(total=cfg.max_steps, initial=progress.step, disable=bar_off, dynamic_ncols=True, desc="train") as bar:
             while progress.step < cfg.max_steps and not stop:
                 progress.step += 1
                 step, last = progress.step, progress.step == cfg.max_steps
