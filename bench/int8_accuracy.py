@@ -1,0 +1,67 @@
+"""int8 on a fine-tuned classifier: accuracy and unchanged predictions against fp32, on a real dev split.
+
+Every path runs through `litebert.pipeline` on the same texts: PyTorch fp32 (the reference), PyTorch int8
+(torch.ao dynamic quantization), ONNX Runtime fp32 and int8 (`litebert export --quantize int8`, written here
+with --force so that a low agreement is measured rather than refused). Prints one JSON line: per path the
+accuracy against the gold labels, the share of predictions equal to fp32's, the largest score difference,
+the file size, and the machine.
+
+    .venv/bin/python bench/int8_accuracy.py --model out/demo/finetune_pretrained/best \
+        --data ../shared/data/tasks/novel_authorship/dev.jsonl
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+from common import base_parser, configure, emit, machine
+
+import litebert
+from litebert.interop.export import export_model
+
+
+def read_rows(path: str, limit: int | None) -> tuple[list[str], list[str]]:
+    texts, labels = [], []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            row = json.loads(line)
+            texts.append(row["text"])
+            labels.append(row["label"])
+    return texts[:limit], labels[:limit]
+
+
+def main() -> None:
+    parser = base_parser(__doc__)
+    parser.add_argument("--model", required=True, help="a fine-tuned text-classification directory")
+    parser.add_argument("--data", required=True, help="JSONL with text and label (the dev split)")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N rows")
+    args = parser.parse_args()
+    configure(args)
+    texts, gold = read_rows(args.data, args.limit)
+    with tempfile.TemporaryDirectory(prefix="int8-bench-") as tmp:
+        export = export_model(args.model, tmp, "onnx", quantize="int8", force=True, verify_text=args.data)
+        paths = {"torch_fp32": ("torch", "fp32", args.model), "torch_int8": ("torch", "int8", args.model),
+                 "onnx_fp32": ("onnx", "fp32", tmp), "onnx_int8": ("onnx", "int8", tmp)}
+        answers = {name: litebert.pipeline("text-classification", directory, backend=backend,
+                                           precision=precision, batch_size=32)(texts)
+                   for name, (backend, precision, directory) in paths.items()}
+        sizes = {"onnx_fp32": os.path.getsize(export.path), "onnx_int8": os.path.getsize(export.int8_path)}
+    reference = answers["torch_fp32"]
+    result = {"bench": "int8_accuracy", "model": args.model, "data": args.data, "rows": len(texts),
+              "export_agreement_on_dev_text": export.agreement.summary()}
+    for name, out in answers.items():
+        result[name] = {
+            "accuracy": round(sum(a["label"] == g for a, g in zip(out, gold)) / len(gold), 4),
+            "unchanged_vs_torch_fp32": round(sum(a["label"] == r["label"] for a, r in zip(out, reference))
+                                             / len(gold), 4),
+            "max_score_diff": round(max(abs(a["score"] - r["score"]) for a, r in zip(out, reference)), 4)}
+        if name in sizes:
+            result[name]["file_mb"] = round(sizes[name] / 1e6, 2)
+    result["machine"] = machine()
+    emit(result)
+
+
+if __name__ == "__main__":
+    main()
