@@ -16,11 +16,15 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)  ## the main job: tokenizer, data, pretraining, fine-tuning on the bundled corpus, with a summary
 	$(VENV)/bin/litebert demo
 
+# One test process per core (at most 4), each on one thread (tests/conftest.py); a file's tests stay together so
+# that its module fixtures are built once.
+PYTEST := $(VENV)/bin/python -m pytest -q -n auto --maxprocesses 4 --dist loadfile
+
 test: $(STAMP)  ## the whole suite, slow end-to-end checks included
-	$(VENV)/bin/python -m pytest -q
+	$(PYTEST)
 
 test-fast: $(STAMP)
-	$(VENV)/bin/python -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 clean:
 	rm -rf $(VENV) out build *.egg-info

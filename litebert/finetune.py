@@ -373,6 +373,7 @@ def read_task_split(cfg: FinetuneConfig, members: Sequence[str], split: str) -> 
     task = resolve_task(cfg)
     family = family_of(task)
     labels = [config.id2label[i] for i in range(config.num_labels)] if config.id2label else None
+    tok = load_tokenizer(cfg, first, config)  # first: a tokenizer that does not fit the model is the error to name
     spiece = _file_hash(first, "spiece.model")
     for d in members:
         c = AlbertConfig.load(d)
@@ -384,7 +385,6 @@ def read_task_split(cfg: FinetuneConfig, members: Sequence[str], split: str) -> 
             raise ConfigError(f"{d} has labels {mine}, {first} has {labels}: members must share their labels")
         if _file_hash(d, "spiece.model") != spiece:
             raise ConfigError(f"{d} and {first} have different tokenizers: members must share one")
-    tok = load_tokenizer(cfg, first, config)
     examples = read_split(task, cfg, split, labels, cfg.max_eval_examples)
     settings = feature_settings(cfg, task, checked_max_length(cfg, task, first))
     return Split(split, task, family, labels, settings, tok.pad_id, examples,
