@@ -386,7 +386,7 @@ def test_int8_and_auto_precisions(models, tmp_path):
 
     auto = litebert.pipeline(model=models["authorship"], precision="auto", top_k=None)
     out = auto(texts)  # the first batch measures fp32 against bf16, then runs in the faster
-    assert auto.backend.choice is not None and auto.backend.precision == auto.backend.choice.precision
+    assert auto.backend.choice is not None and auto.precision == auto.backend.choice.precision != "auto"
     if not bf16_supported():
         assert auto.backend.precision == "fp32" and "no bf16" in auto.backend.choice.reason
     if auto.backend.precision == "fp32":

@@ -360,7 +360,11 @@ class Pipeline:
         self.tokenizer, self.directory, self.labels, self.settings = tokenizer, directory, labels, settings
         self.calibration, self.options, self.batch_size = calibration, options, batch_size
         self.name = os.path.basename(os.path.normpath(directory))
-        self.precision = backend.precision
+
+    @property
+    def precision(self) -> str:
+        """What runs: the backend's precision ("auto" until the first batch has chosen fp32 or bf16)."""
+        return self.backend.precision
 
     def __repr__(self) -> str:
         return (f"Pipeline(task={self.task!r}, model={self.directory!r}, backend={self.backend.name!r}, "
