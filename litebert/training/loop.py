@@ -208,8 +208,9 @@ def train(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, eval
                     result.eval = _evaluate(run, evaluate, step, path)
                     stop = _count_evaluation(run, early_stopping, result.eval, True)
                     if stop and not saved:  # the run ends here, as at max_steps: its last step is kept
-                        result.checkpoint = path = run.save() or result.checkpoint
-                        if path is not None:
+                        path = run.save()
+                        result.checkpoint = path or result.checkpoint
+                        if path is not None:  # rank 0
                             ckpt.write_evaluation(path, result.eval)
                 if saved or evaluated:
                     run.metrics.plot()

@@ -155,7 +155,8 @@ class EarlyStopping:
 
     A named object of the checkpointed state: a checkpoint holds the count over the evaluations before its own
     step, and the loop then feeds it that step's evaluation (made, or read back on resume) exactly once, so a
-    resumed run stops where the uninterrupted one would have."""
+    resumed run stops where the uninterrupted one would have. (The checkpoint of the step a run stops at is
+    saved after that count; resumed, it counts the evaluation again and stays stopped.)"""
 
     def __init__(self, metric: str, patience: int):
         if patience < 1:
