@@ -39,29 +39,9 @@ from litebert.errors import CheckpointError, ConfigError
 from litebert.files import atomic_open, write_dir_atomically, write_json
 from litebert.runconfig import add_config_args, resolve_config
 from litebert.finetune import FinetuneConfig, Split, _finetune_config, _parser, read_task_split
+from litebert.tasks.ensembles import ENSEMBLE_FILE, average_scores, read_ensemble
 from litebert.tasks.families import Family, family_for_config, model_scores, read_calibration
 
-ENSEMBLE_NAME = "ensemble.json"
-
-
-def average_scores(members: Sequence[Sequence[np.ndarray]], weights: Sequence[float] | None = None) -> list[np.ndarray]:
-    """Per feature, the weighted mean of the members' arrays (every member scored the same features). Computed
-    in float64 and returned in the members' dtype, so one member with weight 1 comes back unchanged."""
-    if not members:
-        raise ConfigError("an ensemble needs at least one member")
-    w = np.full(len(members), 1 / len(members)) if weights is None else np.asarray(weights, dtype=np.float64)
-    if len(w) != len(members) or (w < 0).any() or w.sum() <= 0:
-        raise ConfigError(f"weights {list(w)} do not fit {len(members)} members (non-negative, not all zero)")
-    w = w / w.sum()
-    if len({len(m) for m in members}) != 1:
-        raise ConfigError(f"members scored different numbers of features: {[len(m) for m in members]}")
-    averaged = []
-    for rows in zip(*members):
-        if len({np.shape(r) for r in rows}) != 1:
-            raise ConfigError(f"members' scores of one feature differ in shape: {[np.shape(r) for r in rows]}")
-        mean = sum(wi * np.asarray(r, dtype=np.float64) for wi, r in zip(w, rows))
-        averaged.append(mean.astype(np.asarray(rows[0]).dtype))
-    return averaged
 
 
 class Ensemble:
@@ -84,10 +64,7 @@ class Ensemble:
     @classmethod
     def load(cls, directory: str | os.PathLike) -> "Ensemble":
         """The ensemble `litebert ensemble --out directory` recorded (its members' directories must remain)."""
-        with open(os.path.join(directory, ENSEMBLE_NAME), encoding="utf-8") as f:
-            saved = json.load(f)
-        members = saved["members"]
-        return cls.from_dirs([m["dir"] for m in members], [m["weight"] for m in members], saved.get("calibration"))
+        return cls.from_dirs(*read_ensemble(directory))
 
     def scores(self, family: Family, features: Sequence, batch_size: int = 64, pad_id: int = 0) -> list[np.ndarray]:
         return average_scores([model_scores(m, family, features, batch_size, pad_id) for m in self.models],
@@ -224,7 +201,7 @@ def _numbers(metrics: Mapping[str, Any]) -> dict[str, Any]:
 
 def write_report(out: str | os.PathLike, report: dict[str, Any], predictions: tuple[Split, list] | None) -> None:
     os.makedirs(out, exist_ok=True)
-    write_json(os.path.join(out, ENSEMBLE_NAME), report)
+    write_json(os.path.join(out, ENSEMBLE_FILE), report)
     if report["calibration"]:
         write_json(os.path.join(out, "calibration.json"), report["calibration"])
     if predictions is None:
@@ -238,7 +215,7 @@ def write_report(out: str | os.PathLike, report: dict[str, Any], predictions: tu
         with atomic_open(report["predictions"]) as f:
             for ex, p in zip(split.examples, preds):
                 f.write(json.dumps({"id": ex.id, "prediction": p}, ensure_ascii=False) + "\n")
-    write_json(os.path.join(out, ENSEMBLE_NAME), report)
+    write_json(os.path.join(out, ENSEMBLE_FILE), report)
 
 
 @dataclass
@@ -278,5 +255,5 @@ def cli(argv: list[str]) -> int:
     report = build_ensemble(cfg, members, select=ens.select,
                             split=None if ens.split.lower() in ("none", "") else ens.split, out=ens.out)
     print(json.dumps({k: report[k] for k in ("members", "single") if k in report}, indent=1))
-    print(f"wrote {os.path.join(ens.out, ENSEMBLE_NAME)}")
+    print(f"wrote {os.path.join(ens.out, ENSEMBLE_FILE)}")
     return 0

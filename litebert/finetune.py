@@ -18,7 +18,6 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -31,6 +30,7 @@ from litebert.files import atomic_open, read_json_object, restore_replaced, writ
 from litebert.runconfig import add_config_args, load_toml, resolve_config
 from litebert.tasks.families import (CALIBRATION_FILE, FeatureSettings, Family, Scored, family_for_config, family_of,
                                      model_scores, read_calibration)
+from litebert.tasks.ensembles import check_members
 from litebert.tasks.features import collate
 from litebert.training.distributed import resolve_device
 from litebert.training.state import EarlyStopping
@@ -368,35 +368,15 @@ def read_task_split(cfg: FinetuneConfig, members: Sequence[str], split: str) -> 
     """`split` of cfg's task, featurized with the first member's tokenizer, after checking every member is a
     model of this task's family with the same labels and tokenizer (else their scores would not line up)."""
     first = members[0]
-    config = AlbertConfig.load(first)
     cfg = dataclasses.replace(cfg, model=first)
     task = resolve_task(cfg)
     family = family_of(task)
-    labels = [config.id2label[i] for i in range(config.num_labels)] if config.id2label else None
-    tok = load_tokenizer(cfg, first, config)  # first: a tokenizer that does not fit the model is the error to name
-    spiece = _file_hash(first, "spiece.model")
-    for d in members:
-        c = AlbertConfig.load(d)
-        if c.architectures and (family.head.__name__ not in c.architectures or family_for_config(c) is not family):
-            raise ConfigError(f"{d} is not fine-tuned for {task.name} ({task.kind}): its architectures are "
-                              f"{c.architectures}; fine-tune it first (litebert finetune)")
-        mine = [c.id2label[i] for i in range(c.num_labels)] if c.id2label else None
-        if mine != labels:
-            raise ConfigError(f"{d} has labels {mine}, {first} has {labels}: members must share their labels")
-        if _file_hash(d, "spiece.model") != spiece:
-            raise ConfigError(f"{d} and {first} have different tokenizers: members must share one")
+    tok = load_tokenizer(cfg, first, AlbertConfig.load(first))  # first: a tokenizer too large for the model
+    labels = check_members(members, family, f"{task.name} ({task.kind})")
     examples = read_split(task, cfg, split, labels, cfg.max_eval_examples)
     settings = feature_settings(cfg, task, checked_max_length(cfg, task, first))
     return Split(split, task, family, labels, settings, tok.pad_id, examples,
                  family.featurize(examples, tok, labels, settings))
-
-
-def _file_hash(directory: str, name: str) -> str | None:
-    """sha256 of a file of the directory, or None where it has none."""
-    path = os.path.join(directory, name)
-    if not os.path.isfile(path):
-        return None
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def evaluate_checkpoint(model_dir: str, cfg: FinetuneConfig, split: str, device: str = "cpu"

@@ -2,6 +2,7 @@
 an ensemble of one is its model, greedy selection on dev, `litebert ensemble`, and checkpoint averaging."""
 
 import json
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -12,7 +13,8 @@ from paths import SHARED_DATA
 
 from litebert.cli import main as litebert_main
 from litebert.config import AlbertConfig
-from litebert.ensemble import Ensemble, average_checkpoints, average_scores, build_ensemble, greedy_select
+from litebert.ensemble import Ensemble, average_checkpoints, build_ensemble, greedy_select
+from litebert.tasks.ensembles import average_scores
 from litebert.finetune import FinetuneConfig, evaluate_checkpoint
 from litebert.tasks import TASKS
 from litebert.tasks.families import FAMILIES, model_scores
@@ -183,3 +185,33 @@ def test_checkpoint_averaging_is_the_mean_of_the_last_k_weights(members, tmp_pat
     assert evaluate_checkpoint(str(out), cfg, "dev")[0].metrics["accuracy"] >= 0  # a complete model directory
     with pytest.raises(ValueError, match="cannot average the last 4"):
         average_checkpoints(run, 4, tmp_path / "avg4")
+
+
+def test_an_ensemble_directory_is_a_pipeline_model_averaging_its_members(members, tmp_path):
+    """litebert.pipeline(model=<litebert ensemble --out DIR>): every member runs, their class probabilities
+    are averaged with the recorded weights, as the ensemble verb scored them."""
+    import litebert
+    out = tmp_path / "ens"
+    (out).mkdir()
+    weights = [0.5, 0.3, 0.2]
+    (out / "ensemble.json").write_text(json.dumps({"members": [{"dir": d, "weight": w}
+                                                               for d, w in zip(members.dirs, weights)]}))
+    texts = [json.loads(line)["text"] for line in (members.data / "dev.jsonl").read_text().splitlines()[:6]]
+    ensemble = litebert.pipeline(model=out, top_k=None)
+    assert ensemble.task == "text-classification" and len(ensemble.backends) == 3
+    singles = [litebert.pipeline(model=d, top_k=None)(texts) for d in members.dirs]
+    for i, answer in enumerate(ensemble(texts)):
+        expected = {label: sum(w * next(x["score"] for x in single[i] if x["label"] == label)
+                               for w, single in zip(weights, singles)) for label in TASKS["novel_authorship"].labels}
+        assert {x["label"]: x["score"] for x in answer} == pytest.approx(expected, abs=1e-6)
+        assert answer[0]["label"] == max(expected, key=expected.get)
+    other = tmp_path / "other"  # a member with other labels cannot be averaged: refused by name
+    from litebert.config import AlbertConfig as Config
+    shutil.copytree(members.dirs[0], other)
+    config = Config.load(other)
+    config.id2label = {i: f"L{i}" for i in range(config.num_labels)}
+    config.save(other)
+    (out / "ensemble.json").write_text(json.dumps({"members": [{"dir": members.dirs[0], "weight": 1},
+                                                               {"dir": str(other), "weight": 1}]}))
+    with pytest.raises(ValueError, match="members must share their labels"):
+        litebert.pipeline(model=out)

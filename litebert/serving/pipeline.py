@@ -56,6 +56,7 @@ from litebert.gemm import PrecisionChoice, autocast, choose_inference_precision
 from litebert.heads import (AlbertForMultipleChoice, AlbertForQuestionAnswering, AlbertForSequenceClassification,
                             AlbertForTokenClassification)
 from litebert.interop.quantize import INT8_ONNX
+from litebert.tasks.ensembles import average_scores, check_members, is_ensemble, read_ensemble
 from litebert.tasks.families import (MODEL_INPUTS, Encoder, FeatureSettings, Family, MaskedLanguageModel,
                                      batched_scores, family_for_config, read_calibration)
 from litebert.sentence import SENTENCE_CONFIG, sentence_settings
@@ -353,13 +354,19 @@ def default_task(config: AlbertConfig, directory: str) -> str:
 class Pipeline:
     """Raw inputs -> the task's outputs (module docstring). Made by `pipeline(...)`."""
 
-    def __init__(self, task: str, spec: Task, family: Family, backend, tokenizer: Tokenizer, directory: str,
-                 labels: list[str] | None, settings: FeatureSettings, calibration: dict | None,
-                 options: dict[str, Any], batch_size: int):
-        self.task, self.spec, self.family, self.backend = task, spec, family, backend
+    def __init__(self, task: str, spec: Task, family: Family, backends: list, tokenizer: Tokenizer,
+                 directory: str, labels: list[str] | None, settings: FeatureSettings, calibration: dict | None,
+                 options: dict[str, Any], batch_size: int, weights: list[float] | None = None):
+        self.task, self.spec, self.family, self.backends = task, spec, family, backends
         self.tokenizer, self.directory, self.labels, self.settings = tokenizer, directory, labels, settings
         self.calibration, self.options, self.batch_size = calibration, options, batch_size
+        self.weights = weights  # an ensemble's (`litebert ensemble --out DIR` as the model): its members' weights
         self.name = os.path.basename(os.path.normpath(directory))
+
+    @property
+    def backend(self):
+        """The (first member's) backend: what runs the model."""
+        return self.backends[0]
 
     @property
     def precision(self) -> str:
@@ -389,8 +396,9 @@ class Pipeline:
             except ConfigError as e:
                 raise ConfigError(f"input {i}: {e}" if not single else str(e)) from None
         features = self.family.featurize(examples, self.tokenizer, self.labels, self.settings)
-        scores = batched_scores(self.backend, self.family, features, batch_size or self.batch_size,
-                                self.tokenizer.pad_id)
+        members = [batched_scores(backend, self.family, features, batch_size or self.batch_size,
+                                  self.tokenizer.pad_id) for backend in self.backends]
+        scores = members[0] if len(members) == 1 else average_scores(members, self.weights)
         answers = self.family.answers(examples, features, scores, self.labels, self.settings, self.calibration)
         outputs = [self.spec.present(self, a, ex, opts) for a, ex in zip(answers, examples)]
         if single:
@@ -425,17 +433,18 @@ def pipeline(task: str | None = None, model: str | os.PathLike | None = None, *,
              **options: Any) -> Pipeline:
     """A pipeline for `task` (default: the checkpoint's) on the model directory (or Hub id) `model`.
 
+    model: a model directory, a Hub id, or an ensemble (`litebert ensemble --out DIR`): its members each run on
+    the backend and their family scores are averaged with the ensemble's weights, as `litebert ensemble` did.
     backend: "torch" (precision "fp32", "bf16", "int8" or "auto") or "onnxruntime" ("fp32" or "int8"). max_length: tokens per input
     (default 512, 384 for question answering, the trained one for sentence embeddings; capped by the model's
     positions). Question answering: windows start doc_stride tokens apart (default 128, at most half a
     window), questions keep max_query_length tokens, answers at most max_answer_length. Other keywords are the
     task's call options (top_k, aggregation_strategy, ...), given once here instead of at every call.
     """
-    from litebert.weights import resolve_model_dir
-
     if model is None:
         raise ConfigError("pipeline needs a model: a model directory or a Hub id")
-    directory = resolve_model_dir(model)
+    members, weights, calibration = model_members(model)
+    directory = members[0]
     config = AlbertConfig.load(directory)
     name = ALIASES.get(task, task) if task is not None else default_task(config, directory)
     if name not in TASKS:
@@ -444,14 +453,31 @@ def pipeline(task: str | None = None, model: str | os.PathLike | None = None, *,
     options = task_options(name, spec.options, options)
     check_batch_size(batch_size)
     family = spec.family_for(config, directory)
+    if weights is not None:
+        check_members(members, family, name)
     tokenizer = Tokenizer.from_pretrained(directory)
     settings = feature_settings(spec, config, directory, max_length, doc_stride, max_query_length,
                                 max_answer_length)
     labels = [config.id2label[i] for i in range(config.num_labels)] if config.id2label else None
     if backend not in BACKENDS:
         raise ConfigError(f"unknown backend {backend!r}; choose from torch or onnxruntime")
-    return Pipeline(name, spec, family, BACKENDS[backend].load(family, directory, precision), tokenizer, directory,
-                    labels, settings, read_calibration(directory), options, batch_size)
+    backends = [BACKENDS[backend].load(family, d, precision) for d in members]
+    where = directory if weights is None else os.fspath(model)  # an ensemble is named by its own directory
+    return Pipeline(name, spec, family, backends, tokenizer, where, labels, settings, calibration, options, batch_size,
+                    weights)
+
+
+def model_members(model: str | os.PathLike) -> tuple[list[str], list[float] | None, dict | None]:
+    """(directories, weights, calibration): one model directory (or Hub id) with its own calibration and no
+    weights, or the members of an ensemble directory (`litebert ensemble --out DIR`) with its weights and the
+    calibration tuned for their average."""
+    from litebert.weights import resolve_model_dir
+
+    directory = resolve_model_dir(model)
+    if is_ensemble(directory):
+        directories, weights, calibration = read_ensemble(directory)
+        return [resolve_model_dir(d) for d in directories], weights, calibration
+    return [directory], None, read_calibration(directory)
 
 
 def feature_settings(spec: Task, config: AlbertConfig, directory: str, max_length: int | None,
