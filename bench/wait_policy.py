@@ -55,8 +55,9 @@ def time_steps(policy: str | None, steps: int) -> float:
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     if policy:
         env["OMP_WAIT_POLICY"] = policy
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout, so that litebert imports
     out = subprocess.run([sys.executable, "-c", STEP.replace("STEPS", str(steps))], env=env, check=True,
-                         capture_output=True, text=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+                         capture_output=True, text=True, cwd=root)
     return float(out.stdout.strip().splitlines()[-1])
 
 

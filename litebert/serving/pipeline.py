@@ -435,11 +435,12 @@ def pipeline(task: str | None = None, model: str | os.PathLike | None = None, *,
 
     model: a model directory, a Hub id, or an ensemble (`litebert ensemble --out DIR`): its members each run on
     the backend and their family scores are averaged with the ensemble's weights, as `litebert ensemble` did.
-    backend: "torch" (precision "fp32", "bf16", "int8" or "auto") or "onnxruntime" ("fp32" or "int8"). max_length: tokens per input
-    (default 512, 384 for question answering, the trained one for sentence embeddings; capped by the model's
-    positions). Question answering: windows start doc_stride tokens apart (default 128, at most half a
-    window), questions keep max_query_length tokens, answers at most max_answer_length. Other keywords are the
-    task's call options (top_k, aggregation_strategy, ...), given once here instead of at every call.
+    backend: "torch" (precision "fp32", "bf16", "int8" or "auto") or "onnxruntime" ("fp32" or "int8").
+    max_length: tokens per input (default 512, 384 for question answering, the trained one for sentence
+    embeddings; capped by the model's positions). Question answering: windows start doc_stride tokens apart
+    (default 128, at most half a window), questions keep max_query_length tokens, answers at most
+    max_answer_length. Other keywords are the task's call options (top_k, aggregation_strategy, ...), given
+    once here instead of at every call.
     """
     if model is None:
         raise ConfigError("pipeline needs a model: a model directory or a Hub id")
