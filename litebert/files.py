@@ -51,6 +51,10 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", **kwargs: Any) -> Iter
     if "b" not in mode:
         kwargs.setdefault("encoding", "utf-8")
     path = Path(path)
+    if path.exists() and not path.is_file():  # a device or a pipe (--out /dev/stdout): nothing to replace
+        with open(path, mode, **kwargs) as f:
+            yield f
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".tmp-{path.name}")
     try:

@@ -919,3 +919,5 @@ def test_a_result_file_is_replaced_whole_or_not_at_all(tmp_path):
     with files.atomic_open(tmp_path / "vectors.npy", "wb") as f:
         np.save(f, np.ones((2, 3), np.float32))
     assert np.load(tmp_path / "vectors.npy").shape == (2, 3)
+    with files.atomic_open(os.devnull) as f:  # a device (--out /dev/stdout) is written in place
+        f.write("nothing to stage\n")
