@@ -47,7 +47,9 @@ def naming(error: OSError, path: str | os.PathLike, staging: Path | None = None,
 @contextlib.contextmanager
 def atomic_open(path: str | os.PathLike, mode: str = "w", **kwargs: Any) -> Iterator[IO]:
     """`open(path, mode)` for writing a whole file that replaces `path` only when the with-block ends without
-    an error: written to a sibling temporary file, fsync'ed, then renamed. Text modes default to UTF-8."""
+    an error: written to a sibling temporary file (.tmp-NAME.PID), fsync'ed, then renamed, so a reader, or
+    another process writing at the same time, sees the old file or a new one, never a part. Text modes default
+    to UTF-8."""
     if "b" not in mode:
         kwargs.setdefault("encoding", "utf-8")
     path = Path(path)
@@ -56,7 +58,7 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", **kwargs: Any) -> Iter
             yield f
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".tmp-{path.name}")
+    tmp = path.with_name(f".tmp-{path.name}.{os.getpid()}")  # per process: two writers never share a stage
     try:
         with open(tmp, mode, **kwargs) as f:
             yield f

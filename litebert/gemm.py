@@ -31,7 +31,6 @@ import logging
 import os
 import platform
 import statistics
-import tempfile
 import time
 import warnings
 from collections.abc import Callable
@@ -40,6 +39,8 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+from litebert.files import atomic_open
 
 log = logging.getLogger("litebert")
 
@@ -304,23 +305,14 @@ def _read_cache() -> dict:
 
 
 def _write_cache(key: str, entry: dict) -> None:
-    """Adds `entry` under `key`: written to a unique temporary file beside the cache, then renamed over it, so
-    a reader (or another process writing at the same time) sees the old file or the new one, never a part."""
+    """Adds `entry` under `key`, replacing the cache file atomically (files.atomic_open), so a reader or
+    another process writing at the same time sees the old file or a new one, never a part."""
     path = cache_path()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         data = _read_cache()
         data[key] = entry
-        fd, tmp = tempfile.mkstemp(prefix=".gemm-", suffix=".json", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(data, f, indent=1, sort_keys=True)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        with atomic_open(path) as f:
+            json.dump(data, f, indent=1, sort_keys=True)
     except OSError as e:  # a read-only home: measure again next time, but run
         warnings.warn(f"could not write the GEMM cache {path}: {e}")
 
