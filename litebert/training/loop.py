@@ -185,8 +185,7 @@ def train(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, eval
         stop = False
         if evaluate is not None:
             result.start_eval, result.eval = _owed_evaluations(run, evaluate, evaluate_start)
-            owed = progress.step > 0 and run.resumed_from is not None and _eval_due(cfg, progress.step)
-            stop = _count_evaluation(run, early_stopping, result.eval, owed)  # the resumed step's, made or read
+            stop = _count_evaluation(run, early_stopping, result.eval, _resumed_step_due(run))  # made or read back
         bar_off = None if env.is_main and cfg.progress else True  # None: tqdm stays quiet when stderr is no terminal
         with tqdm(total=cfg.max_steps, initial=progress.step, disable=bar_off, dynamic_ncols=True, desc="train") as bar:
             while progress.step < cfg.max_steps and not stop:
@@ -321,6 +320,12 @@ def _count_evaluation(run: Run, early_stopping: EarlyStopping | None, metrics: d
     return stop
 
 
+def _resumed_step_due(run: Run) -> bool:
+    """Whether the step a run resumed at was due an evaluation (every rank computes the same)."""
+    step = run.state.progress.step
+    return step > 0 and run.resumed_from is not None and _eval_due(run.cfg, step)
+
+
 def _owed_evaluations(run: Run, evaluate: Evaluate, evaluate_start: bool
                       ) -> tuple[dict[str, float], dict[str, float]]:
     """(start_eval, eval) at the start of a call. The initial weights are evaluated once per run (a resume
@@ -330,7 +335,7 @@ def _owed_evaluations(run: Run, evaluate: Evaluate, evaluate_start: bool
     step, record = run.state.progress.step, run.state.record
     if evaluate_start and step == 0 and not record.start_eval:
         record.start_eval = _evaluate(run, evaluate, 0)
-    owed = step > 0 and run.resumed_from is not None and _eval_due(run.cfg, step)
+    owed = _resumed_step_due(run)
     recorded = ckpt.read_evaluation(run.resumed_from) if owed and run.env.is_main else None
     if broadcast_object(owed and recorded is None):
         log.info("evaluating %s: the run stopped before its evaluation", run.resumed_from)
