@@ -22,7 +22,6 @@ side is timed once (it is tens of times slower there).
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import statistics
 import time
@@ -37,16 +36,12 @@ from litebert import gemm
 from litebert.config import AlbertConfig
 
 
-def autocast(precision: str):
-    return torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
-
-
 def make_step(model, batch: dict, precision: str):
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)  # one kernel; 3x the foreach step here
     model.train()
 
     def step():
-        with autocast(precision):
+        with gemm.autocast(precision):
             loss = model(**batch).loss
         loss.backward()
         optimizer.step()
@@ -176,7 +171,7 @@ def choose_precision(model, batch: dict):
     """What `--precision auto` picks for this model and batch: litebert.gemm.choose_precision over one forward
     and backward, as the training loop measures it."""
     def run(precision: str) -> None:
-        with autocast(precision):
+        with gemm.autocast(precision):
             model(**batch).loss.backward()
     choice = gemm.choose_precision(run, "cpu", work=batch["input_ids"].numel(), unit="tokens")
     model.zero_grad(set_to_none=True)
