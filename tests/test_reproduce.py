@@ -8,6 +8,7 @@ import re
 import sys
 
 import pytest
+import torch
 
 import litebert.pretrain
 from litebert.cli import main as litebert_main
@@ -138,6 +139,33 @@ def test_a_killed_grid_resumes_to_the_same_results(data_dir, tmp_path, monkeypat
 
     assert run(tmp_path / "killed", "objective", data_dir, *extra, "--rows", "SOP", steps=4) == whole
     assert ran() == every[8:]
+
+
+@pytest.mark.slow
+def test_rows_train_under_torchrun(data_dir, tmp_path):
+    """--nproc-per-node 2: every row's pretraining (MLM only, NSP, SOP) and fine-tuning runs as two gloo
+    processes under torchrun. The batch sizes are global, so with the same micro-batches pretraining ends where
+    the one-process grid does (up to the order of the gradient sums; these rows have no dropout). Fine-tuning's
+    classifier dropout draws its masks per rank, so its scores are only checked to exist."""
+    micro = ("--set", "train.max_steps=3", "train.micro_batch_size=4", "finetune.micro_batch_size=4")
+    one = run(tmp_path / "one", "objective", data_dir, "--downstream", *micro)
+    two = run(tmp_path / "two", "objective", data_dir, "--downstream", "--nproc-per-node", "2", *micro)
+    for name in ("None", "NSP", "SOP"):
+        row = tmp_path / "two" / "rows" / name / "seed12345"
+        for checkpoint in (row / "pretrain" / "step_3", row / "finetune_novel_authorship" / "step_2"):
+            assert torch.load(checkpoint / "train_state.pt", weights_only=True)["world_size"] == 2
+        a, b = one["rows"][name]["runs"]["12345"], two["rows"][name]["runs"]["12345"]
+        assert b["steps"] == a["steps"] == 3
+        for key in ("mlm_loss", "mlm_acc", "sop_acc", "nsp_acc"):
+            assert b[key] == pytest.approx(a[key], rel=1e-4), key
+        assert 0 <= b["downstream"]["novel_authorship"]["score"] <= 1
+
+
+def test_the_grid_refuses_to_run_under_torchrun(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    assert litebert_main(["reproduce", "objective", "--out", str(tmp_path), "--scale", "tiny"]) == 2
+    assert "--nproc-per-node 2" in capsys.readouterr().err and not any(tmp_path.iterdir())
 
 
 def test_a_grid_refuses_other_settings_in_its_directory(data_dir, tmp_path, capsys):

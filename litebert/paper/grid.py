@@ -51,12 +51,17 @@ class ReproduceConfig:
     report_dir: str | None = field(default=None, metadata={"metavar": "DIR", "help": (
         "where report.md, results.json and the plots go (default: --out)")})
     report_only: bool = field(default=False, metadata={"help": "write the report from the finished rows, run nothing"})
+    nproc_per_node: int = field(default=1, metadata={"help": (
+        "train each row (pretraining and fine-tuning) with this many processes under torchrun; the grid itself "
+        "runs in one process, so start it with `litebert reproduce`, not under torchrun")})
 
     def __post_init__(self) -> None:
         if self.seeds < 1:
             raise ConfigError(f"--seeds must be >= 1, got {self.seeds}")
         if self.budget_minutes is not None and self.budget_minutes <= 0:
             raise ConfigError(f"--budget-minutes must be > 0, got {self.budget_minutes}")
+        if self.nproc_per_node < 1:
+            raise ConfigError(f"--nproc-per-node must be >= 1, got {self.nproc_per_node}")
 
 
 def split_corpus(inputs: list[str] | str | None, out_dir: str, held_out_fraction: float,

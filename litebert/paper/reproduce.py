@@ -11,7 +11,8 @@ with --downstream, the average best dev score of fine-tuning on the bundled task
     litebert reproduce objective --out out/paper/objective --seeds 2
     litebert reproduce embedding --out out/paper/embedding --scale paper --corpus wiki_books.txt
 
-The grid resumes: rerunning the command skips every finished row (its result.json), resumes a killed row from
+The grid runs in one process; --nproc-per-node N trains each row with N processes under torchrun (the batch
+sizes are global: the same examples per step). The grid resumes: rerunning the command skips every finished row (its result.json), resumes a killed row from
 its last checkpoint, and --rows reruns a subset from scratch. The report (report.md beside results.json and
 PNG plots) sets the grid's table beside the paper's and says, for each comparison the paper makes, whether the
 ordering reproduces; with --seeds N a cell is mean ± sample standard deviation, and an ordering counts only
@@ -91,11 +92,22 @@ def resolved_scale(name: str, sets: Mapping[str, Mapping[str, Any]]) -> Scale:
 VERB_COMMAND = [sys.executable, "-m", "litebert.cli"]
 
 
-def run_verb(verb: str, args: list[str], log_path: str) -> None:
-    """`litebert VERB ARGS` in a child process, its output in `log_path`; a failure names the log."""
+def verb_command(nproc: int) -> list[str]:
+    """How a row's training verb is started: itself, or under torchrun with `nproc` processes. --standalone
+    picks a free rendezvous port, so two grids on one machine do not meet; the batch sizes of a recipe are
+    global, so a row trains on the same examples whatever `nproc` is."""
+    if nproc == 1:
+        return VERB_COMMAND
+    return [VERB_COMMAND[0], "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+            *VERB_COMMAND[1:]]
+
+
+def run_verb(verb: str, args: list[str], log_path: str, nproc: int = 1) -> None:
+    """`litebert VERB ARGS` in a child process (`nproc` of them under torchrun), its output in `log_path`; a
+    failure names the log."""
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     with open(log_path, "a") as log:
-        code = subprocess.run(VERB_COMMAND + [verb, *args], stdout=log, stderr=subprocess.STDOUT).returncode
+        code = subprocess.run(verb_command(nproc) + [verb, *args], stdout=log, stderr=subprocess.STDOUT).returncode
     if code == -signal.SIGINT or code == 130:
         raise KeyboardInterrupt
     if code != 0:
@@ -147,7 +159,7 @@ def seconds_per_step(grid: Grid, row: Row, probe_steps: int = 8) -> float:
     sections["train"].update(max_steps=probe_steps, warmup_steps=0, log_every=1, eval_every=0, save_every=0)
     sections["pretrain"]["eval_data"] = []
     recipe = write_recipe(os.path.join(probe, "recipe.toml"), sections, f"# speed probe of {row.name!r}\n")
-    run_verb("pretrain", ["--config", recipe], os.path.join(probe, "log.txt"))
+    run_verb("pretrain", ["--config", recipe], os.path.join(probe, "log.txt"), grid.cfg.nproc_per_node)
     tokens = sections["train"]["batch_size"] * grid.scale.data["max_seq_length"]
     rates = [r["tokens_per_s"] for r in read_metrics(os.path.join(probe, METRICS_NAME))
              if "tokens_per_s" in r and r["step"] > 2]
@@ -197,7 +209,7 @@ def run_row(grid: Grid, row: Row, seed: int, steps: int) -> dict[str, Any]:
                               row_recipe(grid, row, seed, steps, grid.data.vocab_size(), pre_dir, init_from),
                               f"# {grid.exp.table}, row {row.name!r}, seed {seed} (litebert reproduce "
                               f"{grid.exp.name}, scale {grid.scale.name})\n")
-        run_verb("pretrain", ["--config", recipe], os.path.join(d, "pretrain.log"))
+        run_verb("pretrain", ["--config", recipe], os.path.join(d, "pretrain.log"), grid.cfg.nproc_per_node)
         summary = read_json(os.path.join(pre_dir, "summary.json"))
     final = summary["final"]
     result: dict[str, Any] = {
@@ -275,7 +287,8 @@ def downstream(grid: Grid, checkpoint: str, row_dir: str, seed: int) -> dict[str
         if summary is None:
             recipe = write_recipe(os.path.join(row_dir, f"finetune_{task}.toml"),
                                   finetune_recipe(grid, checkpoint, task, ft_dir, seed), "")
-            run_verb("finetune", ["--config", recipe], os.path.join(row_dir, f"finetune_{task}.log"))
+            run_verb("finetune", ["--config", recipe], os.path.join(row_dir, f"finetune_{task}.log"),
+                     grid.cfg.nproc_per_node)
             summary = read_json(os.path.join(ft_dir, "summary.json"))
         metric = summary["primary_metric"]
         baseline = summary.get("baseline") or {}
@@ -431,6 +444,10 @@ def make_grid(cfg: ReproduceConfig) -> Grid:
 
 def reproduce(cfg: ReproduceConfig, command: str | None = None) -> dict[str, Any]:
     """Run (or, at the paper scale, write) the grid; `command` is what the report says made it."""
+    from litebert.training.distributed import world_size
+    if world_size() > 1:  # every rank would run the whole grid into the same directory
+        raise ConfigError("litebert reproduce runs its grid in one process: start it without torchrun and pass "
+                          f"--nproc-per-node {world_size()} to train each row with that many processes")
     grid = make_grid(cfg)
     for name in cfg.rows:
         grid.row(name)  # an unknown row is refused before anything runs
