@@ -308,6 +308,7 @@ class Task:
     options: dict[str, Any] = field(default_factory=dict)  # what a call may set, with the defaults
     max_length: int = 512  # default token budget (capped by the model's positions)
     wrap_string: bool = False  # a single string in, a single dict out: give [dict], as transformers
+    windowed: bool = False  # question + context windows: max_query_length and doc_stride apply
 
     def family_for(self, config: AlbertConfig, directory: str) -> Family:
         if self.family is not None:
@@ -324,7 +325,7 @@ TASKS: dict[str, Task] = {
                                 wrap_string=True),
     "token-classification": Task(present_entities, AlbertForTokenClassification,
                                  options={"aggregation_strategy": "first", "ignore_labels": None}),
-    "question-answering": Task(present_span, AlbertForQuestionAnswering, max_length=384),
+    "question-answering": Task(present_span, AlbertForQuestionAnswering, max_length=384, windowed=True),
     "multiple-choice": Task(present_choice, AlbertForMultipleChoice, options={"top_k": LEGACY}),
     "feature-extraction": Task(present_hidden, family=lambda d: Encoder(None)),
     "sentence-embeddings": Task(present_vector,
@@ -489,7 +490,7 @@ def feature_settings(spec: Task, config: AlbertConfig, directory: str, max_lengt
     elif not 8 <= max_length <= positions:
         raise ConfigError(f"max_length must be between 8 and the model's {positions} positions, got {max_length}")
     window = max_length - max_query_length - 3  # QA: [CLS] question [SEP] window [SEP]
-    if window < 1:
+    if window < 1 and spec.windowed:
         raise ConfigError(f"max_query_length {max_query_length} leaves no room for context in max_length "
                           f"{max_length}")
     doc_stride = min(128, max(1, window // 2)) if doc_stride is None else doc_stride
