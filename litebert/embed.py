@@ -41,7 +41,7 @@ import torch
 from torch import nn
 
 from litebert.errors import ConfigError, DataError, NonFiniteError
-from litebert.files import atomic_open, write_json
+from litebert.files import atomic_open, check_replaceable, write_json
 from litebert.model import encoder_of
 from litebert.sentence import OBJECTIVES, POOLING, SentenceEncoder, pool  # noqa: F401  (re-exported for callers)
 
@@ -217,6 +217,16 @@ class EmbedFiles:
     input: str = field(default="", metadata={"help": "embed: a text file, one sentence per line"})
     out: str = field(default="", metadata={"help": "embed: where to write the (N, H) float32 .npy array"})
     evaluate: str = field(default="", metadata={"help": "score --model on a pairs file (recall@1, Spearman)"})
+    overwrite: bool = field(default=False, metadata={"help": (
+        "embed: replace --out even when it is not a 2-D float32 .npy (by default only such an array is replaced)")})
+
+
+def _is_embeddings(path) -> bool:
+    """What `litebert embed --out` writes: a 2-D float32 array in .npy (its header read; nothing unpickled)."""
+    with open(path, "rb") as f:
+        read_header = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+        shape, _, dtype = read_header[np.lib.format.read_magic(f)](f)
+    return len(shape) == 2 and dtype == np.float32
 
 
 def cli(argv: list[str]) -> int:
@@ -243,6 +253,11 @@ def cli(argv: list[str]) -> int:
     if len(modes) != 1:
         raise ConfigError("give exactly one of --input (embed), --evaluate PAIRS or --train PAIRS")
     train_cfg = resolve_config(TrainConfig, toml.get("train"), args, source=f"{args.config} [train]")
+    if files.input:
+        if not files.out:
+            raise ConfigError("--input needs --out FILE.npy")
+        out = files.out if files.out.endswith(".npy") else files.out + ".npy"  # what np.save would have written
+        check_replaceable(out, _is_embeddings, "an embeddings array (.npy)", files.overwrite)
     if cfg.train:
         summary = train_sentence_encoder(cfg, train_cfg)
         print(json.dumps(summary, indent=2))
@@ -255,8 +270,6 @@ def cli(argv: list[str]) -> int:
         pairs, labels = read_pairs(files.evaluate, cfg, cfg.max_eval_examples)
         print(json.dumps(evaluate_pairs(model, tokenizer, pairs, labels, model.pooling, batch_size, cfg.max_length)))
         return 0
-    if not files.out:
-        raise ConfigError("--input needs --out FILE.npy")
     from pathlib import Path
     from litebert.tasks.records import open_text  # a file that is not UTF-8 is an error naming it
     with open_text(Path(files.input)) as f:
@@ -264,7 +277,6 @@ def cli(argv: list[str]) -> int:
     if not sentences:
         raise DataError(f"{files.input}: no sentences")
     vectors = embed(model, tokenizer, sentences, model.pooling, batch_size, cfg.max_length)
-    out = files.out if files.out.endswith(".npy") else files.out + ".npy"  # what np.save would have written
     with atomic_open(out, "wb") as f:
         np.save(f, vectors)
     print(f"wrote {out}: {vectors.shape[0]} x {vectors.shape[1]} ({model.pooling} pooling)")

@@ -72,6 +72,35 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", **kwargs: Any) -> Iter
         raise
 
 
+def save_figure(fig: Any, path: str | os.PathLike, dpi: int = 100) -> None:
+    """A matplotlib figure written atomically (atomic_open), in the format its file name ends with."""
+    with atomic_open(path, "wb") as f:
+        fig.savefig(f, format=Path(path).suffix.lstrip(".").lower() or "png", dpi=dpi)
+
+
+def check_replaceable(path: str | os.PathLike | None, ours: Callable[[Path], bool], kind: str,
+                      overwrite: bool = False) -> None:
+    """Refuse, before any work, to replace a file the verb did not write: `--out` given the name of an input
+    (predict --input data.jsonl --out data.jsonl) or of anything else would be lost whole. An existing
+    non-empty regular file is replaced only when `ours(path)` recognises it as `kind`, or with overwrite."""
+    p = Path(path) if path else None
+    if overwrite or p is None or not p.is_file() or p.stat().st_size == 0:
+        return
+    try:
+        mine = ours(p)
+    except (OSError, ValueError, UnicodeDecodeError):
+        mine = False
+    if not mine:
+        raise ConfigError(f"{path} exists and is not {kind}: choose another --out, or pass --overwrite to "
+                          "replace it")
+
+
+def first_json_line(path: Path) -> Any:
+    """The first line of a file as JSON (what recognises a JSON Lines result of ours)."""
+    with open(path, encoding="utf-8") as f:
+        return json.loads(f.readline())
+
+
 def write_text_atomically(path: str | os.PathLike, text: str) -> None:
     """Replace `path` by `text` (UTF-8), atomically (atomic_open)."""
     with atomic_open(path) as f:

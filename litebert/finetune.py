@@ -26,7 +26,8 @@ import torch
 from litebert import tasks as T
 from litebert.config import AlbertConfig
 from litebert.errors import CheckpointError, ConfigError, DataError, NonFiniteError
-from litebert.files import atomic_open, read_json_object, restore_replaced, write_dir_atomically, write_json
+from litebert.files import (atomic_open, check_replaceable, first_json_line, read_json_object, restore_replaced,
+                            write_dir_atomically, write_json)
 from litebert.runconfig import add_config_args, load_toml, resolve_config
 from litebert.tasks.families import (CALIBRATION_FILE, FeatureSettings, Family, Scored, family_for_config, family_of,
                                      model_scores, read_calibration)
@@ -105,8 +106,9 @@ class FinetuneConfig:
         "help": "stop after N evaluations (--eval-every) without a better dev score; best/ keeps the best "
                 "(0: train all --max-steps)"})
     overwrite: bool = field(default=False, metadata={
-        "help": "start afresh in an --out-dir that holds an earlier run's best/ or summary.json, replacing them "
-                "(without it such a directory is refused unless --resume)"})
+        "help": "finetune: start afresh in an --out-dir that holds an earlier run's best/ or summary.json, "
+                "replacing them (without it such a directory is refused unless --resume); evaluate, predict: "
+                "replace an --out file that is not an earlier result of the verb"})
 
     def __post_init__(self) -> None:
         # Refused here, before training: otherwise the first evaluation fails with range()'s own message.
@@ -458,6 +460,7 @@ def cli_evaluate(argv: list[str]) -> int:
     parser.add_argument("--out", help="write metrics.json here")
     args = parser.parse_args(argv)
     cfg, _ = _finetune_config(args, ("finetune", "train"))
+    check_replaceable(args.out, _is_metrics, "a metrics file of litebert evaluate", cfg.overwrite)
     scored, task, examples = evaluate_checkpoint(cfg.model, cfg, args.split, args.device)
     metrics = scored.metrics
     if not metrics:  # a test file without its label column reads as unlabelled: nothing to score against
@@ -492,6 +495,7 @@ def cli_predict(argv: list[str]) -> int:
     raw.add_argument("--aggregation-strategy", help="token-classification: none, simple, first, average, max")
     args = parser.parse_args(argv)
     cfg, toml = _finetune_config(args, ("finetune", "train"))
+    check_replaceable(args.out, _is_predictions, "a predictions file of litebert predict", cfg.overwrite)
     if not cfg.data_dir:
         if args.device not in ("auto", "cpu"):
             raise ConfigError(f"--device {args.device}: raw inputs are predicted on the CPU for now (the pipeline's "
@@ -513,6 +517,23 @@ def cli_predict(argv: list[str]) -> int:
                 f.write(json.dumps({"id": ex.id, "prediction": p}, ensure_ascii=False) + "\n")
     print(f"wrote {len(preds)} predictions to {path}")
     return 0
+
+
+def _is_metrics(path) -> bool:
+    """What `litebert evaluate --out` writes: one JSON object of scores (and the subset it was scored on)."""
+    metrics = json.loads(path.read_text(encoding="utf-8"))
+    return isinstance(metrics, dict) and all(isinstance(v, (int, float)) or k == "scored_on"
+                                             for k, v in metrics.items())
+
+
+def _is_predictions(path) -> bool:
+    """What `litebert predict --out` writes: JSON Lines with a prediction or an output per input, or a GLUE
+    submission (a header "index\tprediction")."""
+    with open(path, encoding="utf-8") as f:
+        if f.readline().rstrip("\r\n") == "index\tprediction":
+            return True
+    record = first_json_line(path)
+    return isinstance(record, dict) and ("prediction" in record or {"input", "output"} <= set(record))
 
 
 def predict_inputs(cfg: FinetuneConfig, args: argparse.Namespace, task: str | None) -> int:

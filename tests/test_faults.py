@@ -921,3 +921,37 @@ def test_a_result_file_is_replaced_whole_or_not_at_all(tmp_path):
     assert np.load(tmp_path / "vectors.npy").shape == (2, 3)
     with files.atomic_open(os.devnull) as f:  # a device (--out /dev/stdout) is written in place
         f.write("nothing to stage\n")
+
+
+def test_a_named_output_file_the_verb_did_not_write_is_refused_unless_told(finished_run, model_dir, tmp_path,
+                                                                            capsys):
+    """--out naming an input (or anything else that is not an earlier result of the same verb) is refused before
+    any work, naming --overwrite; an earlier result of the verb is replaced; --overwrite replaces anything."""
+    data, out, _ = finished_run
+    task = ["--task", "table", "--data-dir", str(data), "--text-columns", "text", "--max-length", "32"]
+    sentences = tmp_path / "s.txt"
+    sentences.write_text("one sentence.\nanother one.\n")
+    labels = tmp_path / "labels.npy"  # an array, but not of embeddings
+    np.save(labels, np.arange(4))
+    cases = {  # verb: (argv without --out, the file it must not replace); results are named as the victim is
+        "predict": (["predict", "--model", str(out / "best"), "--input", str(sentences)], sentences),
+        "predict-split": (["predict", "--model", str(out / "best"), *task, "--split", "dev"], data / "train.jsonl"),
+        "evaluate": (["evaluate", "--model", str(out / "best"), *task], out / "best" / "config.json"),
+        "embed": (["embed", "--model", str(model_dir), "--input", str(sentences)], labels),
+        "analyze": (["analyze", str(model_dir), "--text", str(sentences)], tmp_path / "notes.png"),
+    }
+    (tmp_path / "notes.png").write_text("a text file with an image's name\n")
+    for name, (argv, victim) in cases.items():
+        before = victim.read_bytes()
+        line = one_line_error([*argv, "--out", str(victim)], capsys)
+        assert str(victim) in line and "--overwrite" in line and victim.read_bytes() == before, (name, line)
+        mine = tmp_path / f"{name}.out{victim.suffix}"
+        assert litebert_main([*argv, "--out", str(mine)]) == 0, name
+        first = mine.read_bytes()
+        assert litebert_main([*argv, "--out", str(mine)]) == 0, name  # its own earlier result: replaced
+        assert mine.read_bytes() == first, name
+        copy = tmp_path / f"{name}.copy{victim.suffix}"
+        copy.write_bytes(before)
+        assert litebert_main([*argv, "--out", str(copy), "--overwrite"]) == 0, name
+        assert copy.read_bytes() == first, name
+        capsys.readouterr()

@@ -8,6 +8,7 @@ layer fires its hook once per application, in order.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 from dataclasses import dataclass, field
 
@@ -15,7 +16,7 @@ import torch
 from torch import nn
 
 from litebert.errors import ConfigError, DataError
-from litebert.files import write_json
+from litebert.files import check_replaceable, save_figure, write_json
 
 
 @torch.no_grad()
@@ -60,9 +61,23 @@ def plot_transitions(results: dict[str, dict[str, list[float]]], path: str) -> s
     ax_cos.set(title="cosine similarity, layer input -> output", xlabel="layer", ylabel="cosine")
     ax_l2.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
     return path
+
+
+IMAGE_SUFFIXES = (".png", ".pdf", ".svg")
+
+
+def _is_image(path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(8).startswith((b"\x89PNG", b"%PDF", b"<?xml", b"<svg"))
+
+
+def _is_transitions(path) -> bool:
+    results = json.loads(path.read_text(encoding="utf-8"))
+    return isinstance(results, dict) and all(isinstance(r, dict) and {"l2", "cosine"} <= set(r)
+                                             for r in results.values())
 
 
 @dataclass
@@ -78,6 +93,8 @@ class AnalyzeConfig:
         "help": "tokens per sentence (default: each model's max_position_embeddings)"})
     out: str = field(default="transitions.png", metadata={
         "help": "where to write the plot (a .json goes beside)", "metavar": "FILE"})
+    overwrite: bool = field(default=False, metadata={
+        "help": "replace --out (and its .json) even when they are not a plot and results of this verb"})
 
 
 def cli(argv: list[str]) -> int:
@@ -86,6 +103,11 @@ def cli(argv: list[str]) -> int:
     parser = verb_parser("analyze", __doc__)
     add_config_args(parser, AnalyzeConfig, "models and text")
     (cfg,) = parse_verb(parser, argv, AnalyzeConfig)
+    json_out = os.path.splitext(cfg.out)[0] + ".json"
+    if not cfg.out.lower().endswith(IMAGE_SUFFIXES):
+        raise ConfigError(f"--out {cfg.out}: the plot's file name ends with one of {', '.join(IMAGE_SUFFIXES)}")
+    check_replaceable(cfg.out, _is_image, "an image", cfg.overwrite)
+    check_replaceable(json_out, _is_transitions, "the transitions of litebert analyze", cfg.overwrite)
     from litebert.model import AlbertModel
     from litebert.tokenizer import Tokenizer
     results = {}
@@ -97,7 +119,7 @@ def cli(argv: list[str]) -> int:
         results[name] = layer_transitions(
             model, batch["input_ids"], batch["attention_mask"])
     plot_transitions(results, cfg.out)
-    write_json(os.path.splitext(cfg.out)[0] + ".json", results, indent=1)
+    write_json(json_out, results, indent=1)
     for name, r in results.items():
         print(f"{name}: L2 {' '.join(f'{x:.2f}' for x in r['l2'])}")
         print(f"{'':{len(name)}}  cos {' '.join(f'{x:.2f}' for x in r['cosine'])}")

@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from litebert.files import save_figure
 from litebert.paper.experiments import DATA, SOURCE, Claim, scale_model
 from litebert.paper.grid import Grid, read_json
 
@@ -290,7 +291,7 @@ def write_plots(grid: Grid, results: Mapping[str, Any], out_dir: str) -> list[st
                title=f"{grid.exp.table} ({grid.exp.name}, scale {grid.scale.name})")
         ax.legend(fontsize=8)
         fig.tight_layout()
-        fig.savefig(os.path.join(out_dir, "curves.png"), dpi=110)
+        save_figure(fig, os.path.join(out_dir, "curves.png"), dpi=110)
         plt.close(fig)
         written.append("curves.png")
     if grid.exp.analysis == "transitions" and runs:
@@ -305,7 +306,7 @@ def write_plots(grid: Grid, results: Mapping[str, Any], out_dir: str) -> list[st
         ax_angle.set(title="angle between layer input and output", xlabel="layer", ylabel="degrees")
         ax_l2.legend()
         fig.tight_layout()
-        fig.savefig(os.path.join(out_dir, "transitions.png"), dpi=110)
+        save_figure(fig, os.path.join(out_dir, "transitions.png"), dpi=110)
         plt.close(fig)
         written.append("transitions.png")
     return written

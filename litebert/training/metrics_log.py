@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from litebert.files import save_figure
+
 METRICS_NAME, PLOT_NAME, REFERENCES_NAME = "metrics.jsonl", "metrics.png", "references.json"
 
 
@@ -110,9 +112,7 @@ def plot_metrics(metrics_path: str | os.PathLike, png_path: str | os.PathLike) -
         ax.set_title(key)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-    tmp = Path(png_path).with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=90)
-    os.replace(tmp, png_path)
+    save_figure(fig, png_path, dpi=90)
 
 
 def _read_references(path: Path) -> dict[str, dict[str, float]]:
