@@ -7,9 +7,11 @@ intact (the new one is staged beside it, fsync'ed, then renamed into place).
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import shutil
+import socket
 from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -47,7 +49,7 @@ def naming(error: OSError, path: str | os.PathLike, staging: Path | None = None,
 @contextlib.contextmanager
 def atomic_open(path: str | os.PathLike, mode: str = "w", **kwargs: Any) -> Iterator[IO]:
     """`open(path, mode)` for writing a whole file that replaces `path` only when the with-block ends without
-    an error: written to a sibling temporary file (.tmp-NAME.PID), fsync'ed, then renamed, so a reader, or
+    an error: written to a sibling temporary file (.tmp-NAME.HOST.PID), fsync'ed, then renamed, so a reader, or
     another process writing at the same time, sees the old file or a new one, never a part. Text modes default
     to UTF-8."""
     if "b" not in mode:
@@ -58,7 +60,9 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", **kwargs: Any) -> Iter
             yield f
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".tmp-{path.name}.{os.getpid()}")  # per process: two writers never share a stage
+    stage = f".tmp-{path.name}.{socket.gethostname()}."
+    _remove_dead_stages(path.parent, stage)
+    tmp = path.with_name(f"{stage}{os.getpid()}")  # per process: two writers never share a stage
     try:
         with open(tmp, mode, **kwargs) as f:
             yield f
@@ -99,6 +103,25 @@ def first_json_line(path: Path) -> Any:
     """The first line of a file as JSON (what recognises a JSON Lines result of ours)."""
     with open(path, encoding="utf-8") as f:
         return json.loads(f.readline())
+
+
+def _remove_dead_stages(parent: Path, stage: str) -> None:
+    """Stages `stage`PID of processes on this host that no longer run: what a kill (no handler runs) leaves,
+    cleared by the next writer of the same file. (Another host's stages, on a shared filesystem, are its own.)"""
+    for stale in parent.glob(glob.escape(stage) + "*"):
+        pid = stale.name[len(stage):]
+        if pid.isdigit() and not _running(int(pid)):
+            stale.unlink(missing_ok=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
 
 
 def write_text_atomically(path: str | os.PathLike, text: str) -> None:

@@ -20,6 +20,7 @@ import gzip
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -921,6 +922,14 @@ def test_a_result_file_is_replaced_whole_or_not_at_all(tmp_path):
     assert np.load(tmp_path / "vectors.npy").shape == (2, 3)
     with files.atomic_open(os.devnull) as f:  # a device (--out /dev/stdout) is written in place
         f.write("nothing to stage\n")
+    # a killed writer's stage (no handler ran) is removed by the next writer; a running writer's is not touched
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stage = f".tmp-predictions.jsonl.{socket.gethostname()}."
+    (tmp_path / f"{stage}{dead.pid}").write_text("half")
+    (tmp_path / f"{stage}{os.getppid()}").write_text("being written")
+    files.write_text_atomically(path, "the next result\n")
+    assert sorted(debris(tmp_path)) == [f"{stage}{os.getppid()}"] and path.read_text() == "the next result\n"
 
 
 def test_a_named_output_file_the_verb_did_not_write_is_refused_unless_told(finished_run, model_dir, tmp_path,
