@@ -16,7 +16,6 @@ needs: every trainable parameter in the loss.
 from __future__ import annotations
 
 import argparse
-import collections
 import dataclasses
 import json
 import os
@@ -300,8 +299,10 @@ def _tokenizer_of(model_dir: str):
 def format_summary(s: dict[str, Any]) -> str:
     """The few lines a person reads after a run: learned vs chance vs untrained (or vs the starting checkpoint)."""
     b, f = s["baselines"], s["final"]
-    # nan: a run resumed from a checkpoint older than the evaluation of its initial weights
-    u = collections.defaultdict(lambda: float("nan"), s["untrained"] or {})
+    u = s["untrained"] or {}  # empty: resumed from a checkpoint older than the evaluation of the initial weights
+
+    def at_start(key: str, spec: str) -> str:
+        return "not recorded" if key not in u else format(u[key], spec)
     start = "at start" if s.get("init_from") else "untrained"
     verb = "continued" if s.get("init_from") else "pretrained"
     at_seq = f" at seq {s['seq_length']}" if "seq_length" in s else ""
@@ -309,13 +310,13 @@ def format_summary(s: dict[str, Any]) -> str:
     lines = [f"{verb} {s['parameters'] / 1e6:.2f}M parameters for {s['steps']} steps{at_seq} "
              f"({s['tokens_seen'] / 1e6:.1f}M tokens), objective {objective}",
              f"  held-out MLM accuracy {f['mlm_acc']:.1%}   (most frequent token {b['majority_token_acc']:.1%}, "
-             f"{start} {u['mlm_acc']:.1%})",
+             f"{start} {at_start('mlm_acc', '.1%')})",
              f"  held-out MLM loss     {f['mlm_loss']:.3f}   (unigram {b['unigram_loss']:.3f}, {start} "
-             f"{u['mlm_loss']:.3f})"]
+             f"{at_start('mlm_loss', '.3f')})"]
     for key in ("sop_acc", "nsp_acc"):
         if key in f:
             lines.append(f"  held-out {key[:3].upper()} accuracy {f[key]:.1%}   (majority "
-                         f"{b.get('majority_pair_acc', 0.5):.1%}, {start} {u[key]:.1%})")
+                         f"{b.get('majority_pair_acc', 0.5):.1%}, {start} {at_start(key, '.1%')})")
     for key in sorted(k for k in f if "/" in k):
         lines.append(f"  {key} {f[key]:.3f}")
     lines.append(f"  checkpoint {s['checkpoint']}")

@@ -399,3 +399,28 @@ def test_a_missing_tokenizer_is_refused_before_training(tmp_path):
         train(make_toy(), lambda *a: calls.append(a) or batches(*a), toy_config(tmp_path, max_steps=3),
               tokenizer=tmp_path / "gone")
     assert calls == []
+
+
+def test_optimizer_state_is_matched_by_parameter_name_and_a_missing_one_is_named():
+    """What lets an old MLM-only checkpoint resume (test_pretrain.py): saved state for parameters the run no
+    longer trains is dropped, the rest lands on the same names; a parameter without saved state is refused."""
+    from litebert.errors import CheckpointError
+    from litebert.training.optim import make_optimizer
+    from litebert.training.state import optimizer_state_by_name
+    model = make_toy()
+    opt = make_optimizer(model, "adamw", lr=1e-2)
+    model(**toy_batches(8, 8)(0, 0, 0, 1)).loss.backward()
+    opt.step()
+    saved = opt.state_dict()
+    model.dense.requires_grad_(False)  # this run trains one layer fewer
+    fewer = make_optimizer(model, "adamw", lr=1e-2)
+    remapped = optimizer_state_by_name(fewer, saved, "step_1")
+    fewer.load_state_dict(remapped)
+    by_name = {n: fewer.state[p] for g in fewer.param_groups for n, p in zip(g["param_names"], g["params"])}
+    old = {n: saved["state"][i] for g in saved["param_groups"] for n, i in zip(g["param_names"], g["params"])}
+    assert set(by_name) == set(old) - {"dense.weight", "dense.bias"}
+    assert all(torch.equal(by_name[n]["exp_avg"], old[n]["exp_avg"]) for n in by_name)
+    for g in saved["param_groups"]:
+        g["param_names"] = [n.replace("LayerNorm", "norm") for n in g["param_names"]]
+    with pytest.raises(CheckpointError, match="no entry for LayerNorm"):
+        optimizer_state_by_name(make_optimizer(make_toy(), "adamw", lr=1e-2), saved, "step_1")

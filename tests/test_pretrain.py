@@ -1,5 +1,6 @@
 """Pretraining end to end: CLI, overfitting one batch, determinism, SIGKILL + resume, and learning above baselines."""
 
+import hashlib
 import json
 import os
 import signal
@@ -176,3 +177,46 @@ def test_held_out_from_refuses_unrelated_data(prepared, tmp_path):
     data = PretrainDataset(str(prepared / "data"))
     with pytest.raises(ValueError, match="another tokenizer"):
         held_out_cut(PretrainConfig(data=str(prepared / "data"), held_out_from=str(tmp_path / "other")), data)
+
+
+def test_an_mlm_only_checkpoint_of_the_old_layout_resumes_bit_identical(prepared, tmp_path, capsys):
+    """Before the named-state layout and the frozen pooler and SOP head (which take no part in an MLM-only loss),
+    checkpoints had no run record and their optimizer listed those two heads: resuming one raised torch's
+    "loaded state dict contains a parameter group that doesn't match the size of optimizer's group". Such a
+    checkpoint is made here from a current one (checked by hand against one the old code wrote: the same keys,
+    and the resumed run bit-identical to the old code's own uninterrupted run); it resumes, matching the
+    optimizer state by parameter name, to the uninterrupted run's weights."""
+    from safetensors.torch import load_file
+    toml = model_toml(tmp_path / "m.toml")
+
+    def argv(out, *extra):
+        return ["pretrain", "--config", toml, "--data", str(prepared / "data"), "--held-out", "64", "--objective",
+                "mlm", "--max-steps", "4", "--save-every", "2", "--batch-size", "8", "--optimizer", "lamb",
+                "--lr", "5e-3", "--out-dir", str(out), "--no-progress", *extra]
+
+    assert litebert_main(argv(tmp_path / "whole")) == 0
+    old = tmp_path / "old"
+    (old / "step_2").mkdir(parents=True)
+    for f in (tmp_path / "whole" / "step_2").iterdir():
+        (old / "step_2" / f.name).write_bytes(f.read_bytes())
+    state = torch.load(old / "step_2" / "train_state.pt", weights_only=True)
+    del state["record"]  # the old layout: no run record (no untrained evaluation, no identity)
+    names = [n for n, _ in AlbertForPreTraining(AlbertConfig(vocab_size=1000, **TINY)).named_parameters()
+             if n.startswith(("albert.pooler", "sop_classifier"))]
+    groups = state["optimizer"]["param_groups"]
+    index = sum(len(g["params"]) for g in groups)
+    for name in names:  # the old optimizer held the heads too (biases in the group without weight decay)
+        group = groups[1] if name.endswith("bias") else groups[0]
+        group["param_names"].append(name)
+        group["params"].append(index)
+        index += 1
+    torch.save(state, old / "step_2" / "train_state.pt")
+    marker = json.loads((old / "step_2" / "COMPLETE").read_text())  # its file list: train_state.pt's new bytes
+    data = (old / "step_2" / "train_state.pt").read_bytes()
+    marker["files"]["train_state.pt"] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (old / "step_2" / "COMPLETE").write_text(json.dumps(marker))
+    capsys.readouterr()
+    assert litebert_main(argv(old, "--resume")) == 0
+    assert "untrained not recorded" in capsys.readouterr().out  # resumed: the initial weights were not seen
+    a, b = load_file(tmp_path / "whole" / "step_4" / "model.safetensors"), load_file(old / "step_4" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
