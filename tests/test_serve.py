@@ -228,6 +228,20 @@ def test_a_request_larger_than_the_batch_size_is_one_call_and_others_wait_their_
     assert sum(fake.batches) == 12 and 10 in fake.batches  # the pipeline cuts it into batches itself
 
 
+def test_a_lone_client_is_not_kept_waiting_for_companions():
+    """The first batches wait for companions (max_wait_ms); once the recent batches (the last 8) held one
+    request each, the next request runs at once instead of waiting for others that never come."""
+    fake = FakePredictor()
+    with running(fake, max_batch_size=2, max_wait_ms=500) as client:
+        seconds = []
+        for i in range(12):
+            start = time.perf_counter()
+            assert client.post("/predict", json={"inputs": f"r{i}"}).status_code == 200
+            seconds.append(time.perf_counter() - start)
+    assert min(seconds[:8]) >= 0.5 and max(seconds[8:]) < 0.5, seconds
+    assert fake.batches == [1] * 12
+
+
 def test_without_batching_each_request_is_its_own_model_call():
     fake = FakePredictor(delay=0.02)
     sizes = [1, 2, 1, 3, 1, 1, 2, 1]
