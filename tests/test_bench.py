@@ -95,3 +95,27 @@ def test_memory_gemm_data_prep_and_profile_report_what_they_measured():
     (prep,) = records("data_prep.py", "--mb", "0.2")
     assert prep["examples"] > 0 and prep["mb_per_s"] == pytest.approx(prep["mb"] / prep["seconds"], rel=0.02)
     assert "aten::mm" in run_bench("profile_step.py", "--quick")
+
+
+@pytest.mark.slow
+def test_pipeline_batching_wait_policy_and_int8_accuracy_report_what_they_measured(tmp_path):
+    for r in records("pipeline_batching.py", "--quick"):
+        cut, plain = timed(r["padding_cut"]), timed(r["batch_size_only"])
+        assert r["speedup"] == ratio_of(plain, cut)
+        assert r["labels_unchanged"] == 1.0 and r["max_score_diff"] < 1e-4  # padding is masked: same answers
+    (w,) = records("wait_policy.py", "--steps", "2")
+    res = w["results"]
+    assert set(res) == {f"{p}, {load}" for p in ("default", "PASSIVE") for load in ("alone", "beside one busy process")}
+    assert w["passive_vs_default_alone"] == pytest.approx(res["default, alone"] / res["PASSIVE, alone"], abs=2e-3)
+    # int8 against fp32 on a labelled file: a random classifier, its own tokenizer, texts of the bundled corpus
+    sys.path.insert(0, str(BENCH))
+    from serve_load import random_classifier, short_texts
+    model = random_classifier("tiny", str(tmp_path))
+    data = tmp_path / "dev.jsonl"
+    data.write_text("".join(json.dumps({"text": t, "label": "negative" if i % 2 else "positive"}) + "\n"
+                            for i, t in enumerate(short_texts(16))))
+    (q,) = records("int8_accuracy.py", "--model", model, "--data", str(data))
+    assert q["rows"] == 16 and q["torch_fp32"]["unchanged_vs_torch_fp32"] == 1.0
+    for name in ("torch_int8", "onnx_fp32", "onnx_int8"):
+        assert 0 <= q[name]["accuracy"] <= 1 and 0 <= q[name]["unchanged_vs_torch_fp32"] <= 1
+    assert q["onnx_int8"]["file_mb"] < q["onnx_fp32"]["file_mb"]

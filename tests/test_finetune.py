@@ -229,6 +229,23 @@ def test_predictions_come_back_in_order_whatever_the_length_sorted_batching(pret
         np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
 
 
+def test_length_batches_cut_where_padding_would_outweigh_the_tokens():
+    """Sorted by length, at most batch_size each, every feature once; a batch also ends where padding it to
+    the next feature's length would add more than PADDING_SLACK of padding (once it is big enough to matter)."""
+    from types import SimpleNamespace
+    from litebert.tasks.families import PADDING_CUT_MIN_TOKENS, length_batches
+    lengths = [40, 8, 9, 100, 40, 8, 41, 9, 40, 101, 100] + [8] * 30 + [40] * 6
+    features = [SimpleNamespace(input_ids=[0] * n) for n in lengths]
+    batches = list(length_batches(features, batch_size=32))
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    got = [[lengths[i] for i in b] for b in batches]
+    # 32 eights: full; two nines and four 40s: 240 tokens padded, below the cut; the 40s; the 100s
+    assert got == [[8] * 32, [9, 9, 40, 40, 40, 40], [40] * 5 + [41], [100, 100, 101]], got
+    assert all(n * max(b) <= 1.25 * sum(b) or n * max(b) < PADDING_CUT_MIN_TOKENS for b in got for n in [len(b)])
+    tiny = [SimpleNamespace(input_ids=[0] * n) for n in (2, 3, 9, 10)]  # 4 x 10 tokens: below the cut, one call
+    assert list(length_batches(tiny, batch_size=8)) == [[0, 1, 2, 3]]
+
+
 @pytest.mark.slow
 def test_the_script_behind_the_readme_table_runs_both_inits_and_scores_test_once(pretrained, tmp_path):
     """scripts/finetune_all.py: for each task and seed, pretrained and from-scratch runs, each best dev
