@@ -225,6 +225,23 @@ def test_classifier_export_holds_each_weight_once(tmp_path, trained_classifier):
     assert abs(stored - parameter_bytes) < 0.1 * 3 * H * H * 4, (stored, parameter_bytes)
 
 
+def test_fill_mask_export_holds_the_tied_decoder_once(tmp_path):
+    """The MLM decoder is the word embeddings (tied); the exporter folded its transpose into a second (E, V)
+    constant, 15.4 MB of albert-base's fill-mask file. Stored once, read through a Transpose that ONNX Runtime
+    folds at load; the int8 file quantizes both uses."""
+    pytest.importorskip("onnxruntime")
+    model_dir = save_tiny(tmp_path / "model", "AlbertForPreTraining")
+    result = export_model(model_dir, tmp_path / "onnx", quantize="int8", force=True)
+    model = MODEL_CLASSES["AlbertForPreTraining"].from_pretrained(model_dir)
+    V, E = model.config.vocab_size, model.config.embedding_size
+    found = initializers(result.path)
+    assert found["model.albert.embeddings.word_embeddings.weight"].shape == (V, E)
+    assert [a.shape for a in found.values() if a.shape in ((V, E), (E, V))] == [(V, E)]
+    assert result.max_abs_diff < 1e-4
+    int8 = sorted(a.shape for a in initializers(result.int8_path).values() if a.dtype == np.int8 and a.ndim == 2)
+    assert (V, E) in int8 and (E, V) in int8  # the table for the lookup, its transpose for the decoder
+
+
 def test_a_model_with_nan_outputs_is_refused(tmp_path):
     """Finite weights that overflow fp32 in the forward (inf, then NaN after a LayerNorm): NaN compares false
     with everything, so a tolerance check alone passed such an export."""

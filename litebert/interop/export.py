@@ -187,6 +187,17 @@ def _write_graph(module: InferenceModule, sample: tuple[torch.Tensor, ...], path
             torch.onnx.export(module, sample, path, input_names=list(INPUT_NAMES), output_names=module.output_names,
                               dynamic_axes={name: dict(enumerate(axes)) for name in INPUT_NAMES},
                               opset_version=ONNX_OPSET, dynamo=False)
+            _share_weights(path)
+
+
+def _share_weights(path: str) -> None:
+    """Rewrite the exported graph with each weight stored once (a tied decoder was stored twice)."""
+    import onnx
+
+    from litebert.interop.quantize import share_transposed_initializers
+    model = onnx.load(path)
+    if share_transposed_initializers(model.graph):
+        onnx.save(model, path)
 
 
 def _check_graph(result: ExportResult, module: InferenceModule, path: str, fmt: str, config: AlbertConfig,

@@ -263,6 +263,52 @@ def bypass_identities(graph) -> int:
     return len(alias)
 
 
+def share_transposed_initializers(graph) -> list[str]:
+    """Store a weight once when the exporter stored it twice: an initializer that is another's transpose (the
+    MLM decoder's tied copy of the word embeddings, folded into a (E, V) constant for its MatMul) is replaced
+    by a Transpose node of the other, which ONNX Runtime folds back when it loads the graph. Returns the names
+    replaced. (albert-base's fill-mask model: 15.4 MB of 62 MB.)"""
+    from onnx import TensorProto, helper, numpy_helper
+
+    matrices = {i.name: i for i in graph.initializer if i.data_type == TensorProto.FLOAT and len(i.dims) == 2}
+    by_shape: dict[tuple, list[str]] = {}
+    for name, init in matrices.items():
+        by_shape.setdefault(tuple(init.dims), []).append(name)
+    replaced = []
+    # the exporter's own constants (onnx::MatMul_N) go first, so the weight keeps the model's name
+    for name, init in sorted(matrices.items(), key=lambda item: not item[0].startswith("onnx::")):
+        rows, cols = init.dims
+        if rows == cols or name in replaced:
+            continue  # a square matrix's transpose has its own shape: not worth the search
+        candidates = [c for c in by_shape.get((cols, rows), []) if c not in replaced]
+        if not candidates:
+            continue
+        array = numpy_helper.to_array(init)
+        for other in candidates:
+            if np.array_equal(numpy_helper.to_array(matrices[other]).T, array):
+                graph.initializer.remove(init)
+                graph.node.insert(0, helper.make_node("Transpose", [other], [name], name=f"{name}_shared",
+                                                      perm=[1, 0]))
+                replaced.append(name)
+                break
+    return replaced
+
+
+def fold_initializer_transposes(graph) -> int:
+    """The inverse of share_transposed_initializers, for the int8 pass: ORT's quantizer quantizes a MatMul
+    only when its weight is an initializer. Returns how many Transposes were folded."""
+    from onnx import numpy_helper
+
+    initializers = {i.name: i for i in graph.initializer}
+    folds = [n for n in graph.node if n.op_type == "Transpose" and n.input[0] in initializers
+             and [a.ints for a in n.attribute if a.name == "perm"] in ([[1, 0]], [])]
+    for node in folds:
+        array = numpy_helper.to_array(initializers[node.input[0]]).T.copy()
+        graph.initializer.append(numpy_helper.from_array(array, node.output[0]))
+        graph.node.remove(node)
+    return len(folds)
+
+
 def quantize_embedding_tables(graph) -> list[str]:
     """Replace each Gather from a 2-D float initializer (an embedding table) by a per-row int8 lookup:
     int8 rows and one fp32 scale per row (symmetric, scale = max |row| / 127). Returns the tables' names."""
@@ -312,6 +358,7 @@ def quantize_onnx(src: str | os.PathLike, dst: str | os.PathLike, per_channel: b
 
     model = onnx.load(os.fspath(src))
     bypass_identities(model.graph)
+    fold_initializer_transposes(model.graph)  # int8 stores the tied copy again, as int8: 2 x 1/4 of one fp32
     tables = quantize_embedding_tables(model.graph)
     quiet = logging.getLogger()  # ORT's quantizer logs a pre-processing advice at WARNING on every call
     level, quiet.level = quiet.level, logging.ERROR
