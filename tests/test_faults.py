@@ -964,3 +964,17 @@ def test_a_named_output_file_the_verb_did_not_write_is_refused_unless_told(finis
         assert litebert_main([*argv, "--out", str(copy), "--overwrite"]) == 0, name
         assert copy.read_bytes() == first, name
         capsys.readouterr()
+
+
+def test_a_tag_set_that_is_not_bio_is_refused_before_training(model_dir, tmp_path, capsys):
+    """Entity F1 reads BIO tags; a BILOU file used to train until its first evaluation, then stop on a
+    ValueError from the scorer. The tag set is checked when it is read."""
+    data = tmp_path / "conll"
+    data.mkdir()
+    rows = "EU NNP B-NP U-ORG\nrejects VBZ B-VP O\nGerman JJ B-NP B-MISC\ncall NN I-NP O\n\n" * 4
+    for name in ("train.txt", "valid.txt"):
+        (data / name).write_text(rows)
+    line = one_line_error(["finetune", "--model", str(model_dir), "--task", "conll2003", "--data-dir", str(data),
+                           "--max-steps", "2", "--out-dir", str(tmp_path / "run"), "--no-progress"], capsys)
+    assert "'U-ORG'" in line and "in the tag set of conll2003" in line and "BIO" in line
+    assert not (tmp_path / "run" / "step_2").exists()

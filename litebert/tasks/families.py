@@ -463,7 +463,10 @@ class TokenTagging(Family):
     kind, head = "tagging", AlbertForTokenClassification
 
     def labels(self, task, train_examples):
-        return list(task.labels) if task.labels else sorted({t for ex in train_examples for t in (ex.tags or [])})
+        labels = list(task.labels) if task.labels else sorted({t for ex in train_examples for t in (ex.tags or [])})
+        for tag in labels:  # refused before training, not at the first evaluation
+            M.bio_parts(tag, f" in the tag set of {task.name}")
+        return labels
 
     def config_overrides(self, labels):
         return {"num_labels": len(labels), "id2label": dict(enumerate(labels))}

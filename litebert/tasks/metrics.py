@@ -144,6 +144,16 @@ def tune_thresholds(probs: np.ndarray, gold: np.ndarray) -> np.ndarray:
 # entity-level F1 for BIO tags (conlleval / seqeval default semantics)
 
 
+def bio_parts(tag: str, where: str = "") -> tuple[str, str | None]:
+    """("O", None), ("B", X) or ("I", X); any other tag is a DataError (entity F1 reads BIO tags)."""
+    if tag == "O":
+        return "O", None
+    if len(tag) > 2 and tag[1] == "-" and tag[0] in "BI":
+        return tag[0], tag[2:]
+    raise DataError(f"tag {tag!r}{where} is not O, B-X or I-X (entity F1 reads BIO tags: convert IO or BILOU "
+                    "tags to BIO)")
+
+
 def entity_spans(tags: Sequence[str]) -> set[tuple[str, int, int]]:
     """The entities of one tag sequence as (type, start, end_exclusive).
 
@@ -152,13 +162,7 @@ def entity_spans(tags: Sequence[str]) -> set[tuple[str, int, int]]:
     """
     spans, start, kind = set(), None, None
     for i, tag in enumerate(list(tags) + ["O"]):  # the sentinel O closes a trailing entity
-        if tag == "O":
-            prefix, tag_kind = "O", None
-        elif len(tag) > 2 and tag[1] == "-" and tag[0] in "BI":
-            prefix, tag_kind = tag[0], tag[2:]
-        else:
-            raise DataError(f"tag {tag!r} at position {i} is not O, B-X or I-X (entity F1 reads BIO tags: convert "
-                            "IO or BILOU tags to BIO)")
+        prefix, tag_kind = bio_parts(tag, f" at position {i}")
         continues = prefix == "I" and tag_kind == kind
         if kind is not None and not continues:
             spans.add((kind, start, i))
