@@ -403,7 +403,7 @@ def _parser(prog: str, description: str, train_args: bool) -> argparse.ArgumentP
         add_config_args(parser, TrainConfig, "training (defaults: the task's ALBERT recipe)")
     else:
         parser.add_argument("--device", default="auto", type=_device, help="auto (a GPU when there is one), cpu, "
-                            "cuda or cuda:N; raw-input prediction runs on the CPU")
+                            "cuda or cuda:N (raw inputs on the onnxruntime backend: the CPU)")
     return parser
 
 
@@ -497,9 +497,6 @@ def cli_predict(argv: list[str]) -> int:
     cfg, toml = _finetune_config(args, ("finetune", "train"))
     check_replaceable(args.out, _is_predictions, "a predictions file of litebert predict", cfg.overwrite)
     if not cfg.data_dir:
-        if args.device not in ("auto", "cpu"):
-            raise ConfigError(f"--device {args.device}: raw inputs are predicted on the CPU for now (the pipeline's "
-                              "torch backend); --data-dir predicts a split on any device")
         return predict_inputs(cfg, args, args.task if "task" in vars(args) else toml.get("finetune", {}).get("task"))
     if args.text or args.input:
         raise ConfigError("--text/--input are raw inputs for the checkpoint's task; --data-dir predicts a split of "
@@ -559,7 +556,8 @@ def predict_inputs(cfg: FinetuneConfig, args: argparse.Namespace, task: str | No
     pipe = pipeline(task, cfg.model, backend=args.backend, precision=args.precision, batch_size=cfg.eval_batch_size,
                     max_length=cfg.max_length, max_query_length=cfg.max_query_length,
                     doc_stride=cfg.doc_stride if "doc_stride" in vars(args) else None,  # else the pipeline's
-                    max_answer_length=cfg.max_answer_length or 30, **options)
+                    max_answer_length=cfg.max_answer_length or 30,
+                    device="cpu" if args.backend != "torch" and args.device == "auto" else args.device, **options)
     chunk, stream = cfg.eval_batch_size, None
     if args.text:
         if not all(t.strip() for t in args.text):

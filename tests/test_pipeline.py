@@ -365,6 +365,34 @@ def test_bf16_and_onnxruntime_backends(models, tmp_path):
         litebert.pipeline("feature-extraction", tmp_path / "onnx", backend="onnx")(texts[0])
 
 
+def test_the_torch_backend_moves_batches_to_the_models_device_and_answers_on_the_cpu(models, monkeypatch):
+    """What a GPU run needs, checked where no GPU is: every batch reaches the model on the model's device (a
+    wrapper asserts it), outputs come back to the CPU for decoding, and the choices no GPU path has are refused
+    by name before any weight moves (int8 and onnxruntime off the CPU; a GPU this machine lacks)."""
+    from litebert.serving.pipeline import TorchBackend
+    pipe = litebert.pipeline(model=models["authorship"], device="auto", top_k=None)  # auto: the CPU here
+    model = pipe.backend.model
+    seen = []
+
+    def forward(**inputs):
+        device = next(model.parameters()).device
+        seen.append({k: v.device for k, v in inputs.items()})
+        assert all(v.device == device for v in inputs.values())
+        return type(model).forward(model, **inputs)
+
+    monkeypatch.setattr(model, "forward", forward)
+    texts = [r["text"] for r in rows("novel_authorship", 5)]
+    assert_same(pipe(texts, batch_size=2), litebert.pipeline(model=models["authorship"], top_k=None)(texts))
+    assert len(seen) >= 3 and pipe.backend.device == torch.device("cpu")
+    with pytest.raises(ConfigError, match="int8 runs on the CPU"):
+        TorchBackend(torch.nn.Linear(2, 2), "int8", "cuda")
+    with pytest.raises(ConfigError, match="onnxruntime backend runs on cpu, not on 'cuda:0'"):
+        litebert.pipeline(model=models["authorship"], backend="onnxruntime", device="cuda:0")
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="no CUDA GPU is available"):
+            litebert.pipeline(model=models["authorship"], device="cuda")
+
+
 def test_int8_and_auto_precisions(models, tmp_path):
     from litebert.gemm import bf16_supported
     from litebert.interop.export import ExportError, export_model

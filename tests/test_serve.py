@@ -326,10 +326,12 @@ def test_the_verb_takes_flags_and_a_toml_and_refuses_bad_limits(tmp_path, monkey
     toml = tmp_path / "serve.toml"
     toml.write_text('[serve]\nmodel = "m"\nmax_batch_size = 4\nmax_wait_ms = 2\n')
 
-    assert cli.main(["serve", "--config", str(toml), "--port", "9", "--no-batching", "--task", "fill-mask"]) == 0
+    assert cli.main(["serve", "--config", str(toml), "--port", "9", "--no-batching", "--task", "fill-mask",
+                     "--device", "auto"]) == 0
     cfg = calls["cfg"]
     assert (cfg.model, cfg.port, cfg.max_batch_size, cfg.max_wait_ms, cfg.batching) == ("m", 9, 4, 2.0, False)
-    assert calls["pipeline"] == {"task": "fill-mask", "model": "m", "backend": "torch", "precision": "fp32"}
+    assert calls["pipeline"] == {"task": "fill-mask", "model": "m", "backend": "torch", "precision": "fp32",
+                                 "device": "auto"}
 
     assert cli.main(["serve", "--model", "m", "--max-batch-size", "0"]) == 2
     assert "litebert serve: error: --max-batch-size must be >= 1, got 0" in capsys.readouterr().err

@@ -61,6 +61,7 @@ from litebert.tasks.families import (MODEL_INPUTS, Encoder, FeatureSettings, Fam
                                      batched_scores, family_for_config, read_calibration)
 from litebert.sentence import SENTENCE_CONFIG, sentence_settings
 from litebert.tokenizer import SPIECE_UNDERLINE, Tokenizer
+from litebert.training.distributed import resolve_device
 
 LEGACY = object()  # top_k not given: transformers' single-dict output
 
@@ -92,32 +93,45 @@ def check_precision(backend: type, precision: str) -> None:
 
 
 class TorchBackend:
-    """PyTorch on the CPU: fp32, bf16 autocast, int8 (torch.ao dynamic quantization of every nn.Linear, see
-    litebert.interop.quantize), or auto: fp32 or bf16, whichever runs the first batch faster here."""
+    """PyTorch on the CPU or a GPU: fp32, bf16 autocast, int8 (torch.ao dynamic quantization of every
+    nn.Linear, see litebert.interop.quantize; CPU only), or auto: fp32 or bf16, whichever runs the first batch
+    faster there. Batches go to the model's device and its outputs come back to the CPU, where the families
+    decode them."""
 
-    name, PRECISIONS = "torch", ("fp32", "bf16", "int8", "auto")
+    name, PRECISIONS, DEVICES = "torch", ("fp32", "bf16", "int8", "auto"), ("cpu", "cuda")
 
-    def __init__(self, model: torch.nn.Module, precision: str = "fp32"):
+    def __init__(self, model: torch.nn.Module, precision: str = "fp32", device: str | torch.device = "cpu"):
         check_precision(TorchBackend, precision)
+        self.device = torch.device(device)
+        if precision == "int8" and self.device.type != "cpu":
+            raise ConfigError(f"int8 runs on the CPU (torch.ao dynamic quantization), not on {self.device}: use "
+                              "fp32 or bf16 there")
         if precision == "int8":
             from litebert.interop.quantize import quantize_model
             model = quantize_model(model)
-        self.model, self.precision = model.eval(), precision
+        self.model, self.precision = model.eval().to(self.device), precision
         self.choice: PrecisionChoice | None = None  # what "auto" measured, after the first batch
 
     @classmethod
-    def load(cls, family: Family, directory: str, precision: str) -> "TorchBackend":
+    def load(cls, family: Family, directory: str, precision: str, device: str = "cpu") -> "TorchBackend":
         check_precision(cls, precision)  # before the weights are read
-        return cls(family.load(directory), precision)
+        return cls(family.load(directory), precision, device)
 
     def __call__(self, batch: dict[str, torch.Tensor]):
-        inputs = {k: batch[k] for k in MODEL_INPUTS}
+        inputs = {k: batch[k].to(self.device, non_blocking=True) for k in MODEL_INPUTS}
         if self.precision == "auto":
             self.choice = choose_inference_precision(self.model, inputs)
             self.precision = self.choice.precision
             logging.getLogger("litebert").info("pipeline: %s", self.choice)
-        with torch.inference_mode(), autocast(self.precision):
-            return self.model(**inputs)
+        with torch.inference_mode(), autocast(self.precision, self.device.type):
+            return on_cpu(self.model(**inputs))
+
+
+def on_cpu(output):
+    """A model output (a NamedTuple of tensors, or a tensor) with its tensors on the CPU."""
+    if isinstance(output, torch.Tensor):
+        return output.cpu()
+    return type(output)(*(t.cpu() if isinstance(t, torch.Tensor) else t for t in output))
 
 
 class MissingOutput(ConfigError, AttributeError):
@@ -139,7 +153,7 @@ class OnnxBackend:
     of the checkpoint (its config.json's class) into a temporary directory, checked against PyTorch as every
     export is."""
 
-    name, PRECISIONS = "onnxruntime", ("fp32", "int8")
+    name, PRECISIONS, DEVICES = "onnxruntime", ("fp32", "int8"), ("cpu",)
     FILES = {"fp32": "model.onnx", "int8": INT8_ONNX}  # a `litebert export [--quantize int8]` directory
 
     def __init__(self, path: str, precision: str = "fp32", keep: Any = None):
@@ -154,7 +168,7 @@ class OnnxBackend:
         self.output_names = [o.name for o in self.session.get_outputs()]
 
     @classmethod
-    def load(cls, family: Family, directory: str, precision: str) -> "OnnxBackend":
+    def load(cls, family: Family, directory: str, precision: str, device: str = "cpu") -> "OnnxBackend":
         check_precision(cls, precision)
         path = os.path.join(directory, cls.FILES[precision])
         if os.path.isfile(path):
@@ -431,7 +445,7 @@ def check_batch_size(batch_size: Any) -> None:
 def pipeline(task: str | None = None, model: str | os.PathLike | None = None, *, backend: str = "torch",
              precision: str = "fp32", batch_size: int = 16, max_length: int | None = None,
              doc_stride: int | None = None, max_query_length: int = 64, max_answer_length: int = 30,
-             **options: Any) -> Pipeline:
+             device: str | torch.device = "cpu", **options: Any) -> Pipeline:
     """A pipeline for `task` (default: the checkpoint's) on the model directory (or Hub id) `model`.
 
     model: a model directory, a Hub id, or an ensemble (`litebert ensemble --out DIR`): its members each run on
@@ -440,8 +454,9 @@ def pipeline(task: str | None = None, model: str | os.PathLike | None = None, *,
     max_length: tokens per input (default 512, 384 for question answering, the trained one for sentence
     embeddings; capped by the model's positions). Question answering: windows start doc_stride tokens apart
     (default 128, at most half a window), questions keep max_query_length tokens, answers at most
-    max_answer_length. Other keywords are the task's call options (top_k, aggregation_strategy, ...), given
-    once here instead of at every call.
+    max_answer_length. device: "cpu" (default), "cuda", "cuda:N" or "auto" (a GPU when there is one); the
+    torch backend only, int8 on the CPU only. Other keywords are the task's call options (top_k,
+    aggregation_strategy, ...), given once here instead of at every call.
     """
     if model is None:
         raise ConfigError("pipeline needs a model: a model directory or a Hub id")
@@ -463,10 +478,22 @@ def pipeline(task: str | None = None, model: str | os.PathLike | None = None, *,
     labels = [config.id2label[i] for i in range(config.num_labels)] if config.id2label else None
     if backend not in BACKENDS:
         raise ConfigError(f"unknown backend {backend!r}; choose from torch or onnxruntime")
-    backends = [BACKENDS[backend].load(family, d, precision) for d in members]
+    device = backend_device(BACKENDS[backend], device)
+    backends = [BACKENDS[backend].load(family, d, precision, device) for d in members]
     where = directory if weights is None else os.fspath(model)  # an ensemble is named by its own directory
     return Pipeline(name, spec, family, backends, tokenizer, where, labels, settings, calibration, options, batch_size,
                     weights)
+
+
+def backend_device(cls: type, device: str) -> torch.device:
+    """Where a backend runs: `device` ("auto": a GPU when there is one and the backend runs there), refused in
+    one line when the backend has no kernels there or this machine lacks it."""
+    device = str(device)
+    if device == "auto" and "cuda" not in cls.DEVICES:
+        device = "cpu"
+    if device != "auto" and device.split(":")[0] not in cls.DEVICES:
+        raise ConfigError(f"the {cls.name} backend runs on {' or '.join(cls.DEVICES)}, not on {device!r}")
+    return resolve_device(device)
 
 
 def model_members(model: str | os.PathLike) -> tuple[list[str], list[float] | None, dict | None]:

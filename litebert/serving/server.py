@@ -65,6 +65,8 @@ class ServeConfig:
     backend: str = field(default="torch", metadata={"help": "pipeline backend"})
     precision: str = field(default="fp32", metadata={
         "help": "torch: fp32, bf16, int8 or auto (bf16 where measured faster here); onnxruntime: fp32 or int8"})
+    device: str = field(default="cpu", metadata={
+        "help": "cpu, cuda, cuda:N or auto (a GPU when there is one); the torch backend"})
     host: str = field(default="127.0.0.1", metadata={"help": "address to listen on (0.0.0.0: every interface)"})
     port: int = field(default=8000, metadata={"help": "port to listen on (0: any free port, printed at start)"})
     max_batch_size: int = field(default=32, metadata={"help": "most inputs in one model call"})
@@ -453,7 +455,7 @@ def cli(argv: list[str]) -> int:
     cfg.check()  # before the model is loaded
 
     from litebert.serving.pipeline import pipeline
-    pipe = pipeline(task=cfg.task, model=cfg.model, backend=cfg.backend, precision=cfg.precision)
+    pipe = pipeline(task=cfg.task, model=cfg.model, backend=cfg.backend, precision=cfg.precision, device=cfg.device)
     serve(pipe, cfg)
     return 0
 
