@@ -36,7 +36,6 @@ import contextlib
 import copy
 import os
 import statistics
-import subprocess
 import tempfile
 
 import numpy as np
@@ -46,6 +45,7 @@ from common import (base_parser, configure, emit, forward_flops, interleaved, lo
                     save_random_model, stats)
 from train_step import gemm_probe, mfu_fields
 
+from litebert import gemm
 from litebert.config import AlbertConfig
 
 
@@ -101,18 +101,6 @@ def fastest(candidates: dict, trials: int = 2) -> str:
 
 
 # -- the classifier suite -----------------------------------------------------------------------------------
-
-def cpu_model_name() -> str:
-    """lscpu's "Model name" (what the README records), or /proc/cpuinfo's."""
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name:"):
-                return line.split(":", 1)[1].strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return machine()["cpu"]
-
 
 def torch_side(model, autocast: bool = False):
     """inputs -> logits (numpy) of a PyTorch classifier, under inference_mode (and bf16 autocast)."""
@@ -257,7 +245,7 @@ def classifier_suite(args) -> None:
                                                     os.path.getsize(files["litebert_onnx_fp32"]), 3)
     result["litebert_onnx_int8_initializer_bytes"] = initializer_bytes(files["litebert_onnx_int8"])
     result["bf16_kernels"] = bf16_kernels
-    result["cpu_model"] = cpu_model_name()
+    result["cpu_model"] = gemm.cpu_model()
     result["loadavg"] = [round(x, 2) for x in os.getloadavg()]
     result["machine"] = machine()
     emit(result)

@@ -121,6 +121,11 @@ class AlbertConfig:
         """Which parameter group each of the L layer applications uses (HF: int(l / (L / G)))."""
         return [layer * self.num_hidden_groups // self.num_hidden_layers for layer in range(self.num_hidden_layers)]
 
+    @property
+    def label_names(self) -> list[str] | None:
+        """The label names in id order, or None when the config names none (LABEL_i is only config.json's)."""
+        return [self.id2label[i] for i in range(self.num_labels)] if self.id2label else None
+
     def replace(self, **changes: Any) -> "AlbertConfig":
         if "num_labels" in changes and "id2label" not in changes:
             changes["id2label"] = None  # a new label count makes the old label names meaningless

@@ -475,7 +475,7 @@ def pipeline(task: str | None = None, model: str | os.PathLike | None = None, *,
     tokenizer = Tokenizer.from_pretrained(directory)
     settings = feature_settings(spec, config, directory, max_length, doc_stride, max_query_length,
                                 max_answer_length)
-    labels = [config.id2label[i] for i in range(config.num_labels)] if config.id2label else None
+    labels = config.label_names
     if backend not in BACKENDS:
         raise ConfigError(f"unknown backend {backend!r}; choose from torch or onnxruntime")
     device = backend_device(BACKENDS[backend], device)

@@ -44,7 +44,7 @@ def check_members(directories: Sequence[str], family: Family, what: str) -> list
     of `family` (`what` names it in errors), with the first member's labels and tokenizer: else their scores
     would not line up."""
     first = directories[0]
-    labels = _labels(AlbertConfig.load(first))
+    labels = AlbertConfig.load(first).label_names
     spiece = _file_hash(first, "spiece.model")
     for d in directories:
         config = AlbertConfig.load(d)
@@ -52,8 +52,8 @@ def check_members(directories: Sequence[str], family: Family, what: str) -> list
                                      or family_for_config(config) is not family):
             raise ConfigError(f"{d} is not fine-tuned for {what}: its architectures are {config.architectures}; "
                               "fine-tune it first (litebert finetune)")
-        if _labels(config) != labels:
-            raise ConfigError(f"{d} has labels {_labels(config)}, {first} has {labels}: members must share their "
+        if config.label_names != labels:
+            raise ConfigError(f"{d} has labels {config.label_names}, {first} has {labels}: members must share their "
                               "labels")
         if _file_hash(d, "spiece.model") != spiece:
             raise ConfigError(f"{d} and {first} have different tokenizers: members must share one")
@@ -73,10 +73,6 @@ def read_ensemble(directory: str | os.PathLike) -> tuple[list[str], list[float],
 
 def is_ensemble(directory: str | os.PathLike) -> bool:
     return os.path.isfile(os.path.join(directory, ENSEMBLE_FILE))
-
-
-def _labels(config: AlbertConfig) -> list[str] | None:
-    return [config.id2label[i] for i in range(config.num_labels)] if config.id2label else None
 
 
 def _file_hash(directory: str, name: str) -> str | None:
