@@ -236,6 +236,17 @@ class EnsembleConfig:
     out: str = field(default="", metadata={"help": "directory for ensemble.json, calibration.json and predictions"})
 
 
+def check_out_dir(out: str, overwrite: bool) -> None:
+    """Refuse, before any work, an --out that holds files of something else (a model directory, whose
+    calibration.json would be replaced): only an earlier ensemble (its ensemble.json) or an empty directory."""
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise ConfigError(f"--out {out} is a file: the ensemble's output is a directory")
+    if overwrite or not os.path.isdir(out) or not os.listdir(out) or os.path.isfile(os.path.join(out, ENSEMBLE_FILE)):
+        return
+    raise ConfigError(f"{out} holds files that are not an ensemble's (no {ENSEMBLE_FILE}): choose another --out, or "
+                      "pass --overwrite to write into it")
+
+
 def cli(argv: list[str]) -> int:
     parser = _parser("litebert ensemble", __doc__, train_args=False)
     add_config_args(parser, EnsembleConfig, "ensemble")
@@ -244,6 +255,7 @@ def cli(argv: list[str]) -> int:
     ens = resolve_config(EnsembleConfig, toml.get("ensemble"), args, source=f"{args.config} [ensemble]")
     if not ens.out:
         parser.error("--out is required: the directory for ensemble.json and predictions")
+    check_out_dir(ens.out, cfg.overwrite)
     if ens.models and ens.from_grid:
         parser.error("give --models DIR... or --from-grid DIR, not both")
     members = ens.models or (grid_members(ens.from_grid, ens.top) if ens.from_grid else [cfg.model] if cfg.model

@@ -978,3 +978,13 @@ def test_a_tag_set_that_is_not_bio_is_refused_before_training(model_dir, tmp_pat
                            "--max-steps", "2", "--out-dir", str(tmp_path / "run"), "--no-progress"], capsys)
     assert "'U-ORG'" in line and "in the tag set of conll2003" in line and "BIO" in line
     assert not (tmp_path / "run" / "step_2").exists()
+
+
+def test_ensemble_refuses_an_out_directory_that_is_not_an_ensembles(finished_run, capsys):
+    """--out naming a model directory would have its calibration.json replaced by the ensemble's."""
+    data, out, _ = finished_run
+    before = tree(out / "best")
+    line = one_line_error(["ensemble", "--task", "table", "--data-dir", str(data), "--text-columns", "text",
+                           "--max-length", "32", "--models", str(out / "best"), "--split", "none",
+                           "--out", str(out / "best")], capsys)
+    assert "no ensemble.json" in line and "--overwrite" in line and tree(out / "best") == before
