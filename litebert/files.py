@@ -83,7 +83,8 @@ def save_figure(fig: Any, path: str | os.PathLike, dpi: int = 100) -> None:
 
 
 def check_replaceable(path: str | os.PathLike | None, ours: Callable[[Path], bool], kind: str,
-                      overwrite: bool = False) -> None:
+                      overwrite: bool = False, hint: str = "choose another --out, or pass --overwrite to replace it"
+                      ) -> None:
     """Refuse, before any work, to replace a file the verb did not write: `--out` given the name of an input
     (predict --input data.jsonl --out data.jsonl) or of anything else would be lost whole. An existing
     non-empty regular file is replaced only when `ours(path)` recognises it as `kind`, or with overwrite."""
@@ -95,8 +96,7 @@ def check_replaceable(path: str | os.PathLike | None, ours: Callable[[Path], boo
     except (OSError, ValueError, UnicodeDecodeError):
         mine = False
     if not mine:
-        raise ConfigError(f"{path} exists and is not {kind}: choose another --out, or pass --overwrite to "
-                          "replace it")
+        raise ConfigError(f"{path} exists and is not {kind}: {hint}")
 
 
 def first_json_line(path: Path) -> Any:

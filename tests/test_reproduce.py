@@ -161,6 +161,14 @@ def test_rows_train_under_torchrun(data_dir, tmp_path):
         assert 0 <= b["downstream"]["novel_authorship"]["score"] <= 1
 
 
+def test_a_report_dir_holding_another_report_md_is_refused_before_any_row_runs(data_dir, tmp_path, capsys):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "report.md").write_text("# my own notes\n")
+    code = litebert_main([*argv_for(tmp_path / "g", "dropout", data_dir), "--report-dir", str(tmp_path / "docs")])
+    assert code == 2 and "is not a report of litebert reproduce: choose another --report-dir" in capsys.readouterr().err
+    assert (tmp_path / "docs" / "report.md").read_text() == "# my own notes\n" and not (tmp_path / "g").exists()
+
+
 def test_the_grid_refuses_to_run_under_torchrun(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "0")

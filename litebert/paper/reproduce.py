@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from litebert.errors import ConfigError, LitebertError
-from litebert.files import write_json, write_text_atomically
+from litebert.files import check_replaceable, write_json, write_text_atomically
 from litebert.paper.experiments import DATA, EXPERIMENTS, SCALES, SOURCE, Row, Scale, scale_model
 from litebert.paper.grid import Grid, GridData, ReproduceConfig, read_json, slug
 from litebert.paper.report import collect, report, write_plots
@@ -451,6 +451,9 @@ def reproduce(cfg: ReproduceConfig, command: str | None = None) -> dict[str, Any
     grid = make_grid(cfg)
     for name in cfg.rows:
         grid.row(name)  # an unknown row is refused before anything runs
+    check_replaceable(os.path.join(cfg.report_dir or grid.out, "report.md"),
+                      lambda p: "litebert reproduce" in p.read_text(encoding="utf-8"), "a report of litebert reproduce",
+                      hint="choose another --report-dir")
     if cfg.scale == "paper":
         written = write_paper_recipes(grid)
         print(f"{len(written)} recipes in {os.path.join(grid.out, 'recipes')}; the commands: "
