@@ -225,7 +225,10 @@ def _is_embeddings(path) -> bool:
     """What `litebert embed --out` writes: a 2-D float32 array in .npy (its header read; nothing unpickled)."""
     with open(path, "rb") as f:
         read_header = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
-        shape, _, dtype = read_header[np.lib.format.read_magic(f)](f)
+        reader = read_header.get(np.lib.format.read_magic(f))  # np.save writes 1.0 (2.0 for huge headers)
+        if reader is None:
+            return False
+        shape, _, dtype = reader(f)
     return len(shape) == 2 and dtype == np.float32
 
 

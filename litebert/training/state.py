@@ -251,7 +251,7 @@ def optimizer_state_by_name(optimizer: torch.optim.Optimizer, saved: dict[str, A
         hyper = {k: v for k, v in where[group["param_names"][0]][0].items() if k not in ("params", "param_names")}
         remapped.append({**hyper, "params": group["params"], "param_names": group["param_names"]})
         for name, index in zip(group["param_names"], group["params"]):
-            saved_group, saved_index = where[name]
+            _, saved_index = where[name]
             if saved_index in saved["state"]:
                 state[index] = saved["state"][saved_index]
     dropped = sorted(set(where) - {name for g in now for name in g["param_names"]})
