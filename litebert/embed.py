@@ -41,7 +41,7 @@ import torch
 from torch import nn
 
 from litebert.errors import ConfigError, DataError, NonFiniteError
-from litebert.files import atomic_open, check_replaceable, write_json
+from litebert.files import atomic_open, check_replaceable, read_npy_header, write_json
 from litebert.model import encoder_of
 from litebert.sentence import OBJECTIVES, POOLING, SentenceEncoder, pool  # noqa: F401  (re-exported for callers)
 
@@ -224,11 +224,7 @@ class EmbedFiles:
 def _is_embeddings(path) -> bool:
     """What `litebert embed --out` writes: a 2-D float32 array in .npy (its header read; nothing unpickled)."""
     with open(path, "rb") as f:
-        read_header = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
-        reader = read_header.get(np.lib.format.read_magic(f))  # np.save writes 1.0 (2.0 for huge headers)
-        if reader is None:
-            return False
-        shape, _, dtype = reader(f)
+        shape, dtype = read_npy_header(f)
     return len(shape) == 2 and dtype == np.float32
 
 

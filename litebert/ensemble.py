@@ -39,7 +39,7 @@ from litebert.errors import CheckpointError, ConfigError
 from litebert.files import atomic_open, write_dir_atomically, write_json
 from litebert.runconfig import add_config_args, resolve_config
 from litebert.finetune import FinetuneConfig, Split, _finetune_config, _parser, read_task_split
-from litebert.tasks.ensembles import ENSEMBLE_FILE, average_scores, read_ensemble
+from litebert.tasks.ensembles import ENSEMBLE_FILE, average_scores, is_ensemble, read_ensemble
 from litebert.tasks.families import Family, family_for_config, model_scores, read_calibration
 
 
@@ -241,7 +241,7 @@ def check_out_dir(out: str, overwrite: bool) -> None:
     calibration.json would be replaced): only an earlier ensemble (its ensemble.json) or an empty directory."""
     if os.path.exists(out) and not os.path.isdir(out):
         raise ConfigError(f"--out {out} is a file: the ensemble's output is a directory")
-    if overwrite or not os.path.isdir(out) or not os.listdir(out) or os.path.isfile(os.path.join(out, ENSEMBLE_FILE)):
+    if overwrite or not os.path.isdir(out) or not os.listdir(out) or is_ensemble(out):
         return
     raise ConfigError(f"{out} holds files that are not an ensemble's (no {ENSEMBLE_FILE}): choose another --out, or "
                       "pass --overwrite to write into it")

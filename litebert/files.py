@@ -16,7 +16,7 @@ from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from litebert.errors import ConfigError
+from litebert.errors import ConfigError, DataError
 
 
 def fsync_path(path: str | os.PathLike) -> None:
@@ -65,6 +65,7 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", **kwargs: Any) -> Iter
     tmp = path.with_name(f"{stage}{os.getpid()}")  # per process: two writers never share a stage
     try:
         with open(tmp, mode, **kwargs) as f:
+            _hold(f)
             yield f
             f.flush()
             os.fsync(f.fileno())
@@ -99,24 +100,54 @@ def check_replaceable(path: str | os.PathLike | None, ours: Callable[[Path], boo
         raise ConfigError(f"{path} exists and is not {kind}: {hint}")
 
 
+def read_npy_header(f: IO[bytes]) -> tuple[tuple[int, ...], Any]:
+    """(shape, dtype) from the header of an open .npy file, which is left at the array's data (nothing is
+    unpickled); a DataError (a ValueError) for a file that is not .npy of format version 1.0 or 2.0, what
+    np.save writes."""
+    import numpy as np
+    version = np.lib.format.read_magic(f)
+    readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+    if version not in readers:
+        raise DataError(f".npy format version {version[0]}.{version[1]}")
+    shape, _, dtype = readers[version](f)
+    return shape, dtype
+
+
 def first_json_line(path: Path) -> Any:
     """The first line of a file as JSON (what recognises a JSON Lines result of ours)."""
     with open(path, encoding="utf-8") as f:
         return json.loads(f.readline())
 
 
+def _hold(f: IO) -> None:
+    """Lock a stage while it is written (POSIX): the lock dies with its writer, however it dies."""
+    if os.name == "posix":
+        import fcntl
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+
+
 def _remove_dead_stages(parent: Path, stage: str) -> None:
-    """Stages `stage`PID of processes on this host that no longer run: what a kill (no handler runs) leaves,
-    cleared by the next writer of the same file. (Another host's stages, on a shared filesystem, are its own.)"""
+    """Stages `stage`PID that a kill left (no handler ran), cleared by the next writer of the same file: those
+    of processes this host does not run whose lock is free. Both, because hosts (or containers) that share a
+    name and a filesystem but not their processes would otherwise take each other's live stages. POSIX only."""
+    if os.name != "posix":
+        return
+    import fcntl
     for stale in parent.glob(glob.escape(stage) + "*"):
         pid = stale.name[len(stage):]
-        if pid.isdigit() and not _running(int(pid)):
-            stale.unlink(missing_ok=True)
+        if not pid.isdigit() or _running(int(pid)):
+            continue
+        try:
+            with open(stale, "rb") as f:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # held: its writer lives elsewhere
+                stale.unlink(missing_ok=True)
+        except OSError:
+            continue
 
 
 def _running(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists (POSIX)
     except ProcessLookupError:
         return False
     except PermissionError:  # someone else's process

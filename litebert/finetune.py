@@ -108,7 +108,8 @@ class FinetuneConfig:
     overwrite: bool = field(default=False, metadata={
         "help": "finetune: start afresh in an --out-dir that holds an earlier run's best/ or summary.json, "
                 "replacing them (without it such a directory is refused unless --resume); evaluate, predict: "
-                "replace an --out file that is not an earlier result of the verb"})
+                "replace an --out file that is not an earlier result of the verb; ensemble: write into an --out "
+                "directory that is not an ensemble's"})
 
     def __post_init__(self) -> None:
         # Refused here, before training: otherwise the first evaluation fails with range()'s own message.
@@ -517,10 +518,12 @@ def cli_predict(argv: list[str]) -> int:
 
 
 def _is_metrics(path) -> bool:
-    """What `litebert evaluate --out` writes: one JSON object of scores (and the subset it was scored on)."""
+    """What `litebert evaluate --out` writes: one JSON object of scores, some per class or type (entity F1's
+    per_type), and the subset it was scored on."""
+    def scores(value) -> bool:
+        return isinstance(value, (int, float)) or isinstance(value, dict) and all(map(scores, value.values()))
     metrics = json.loads(path.read_text(encoding="utf-8"))
-    return isinstance(metrics, dict) and all(isinstance(v, (int, float)) or k == "scored_on"
-                                             for k, v in metrics.items())
+    return isinstance(metrics, dict) and all(scores(v) or k == "scored_on" for k, v in metrics.items())
 
 
 def _is_predictions(path) -> bool:
@@ -556,8 +559,7 @@ def predict_inputs(cfg: FinetuneConfig, args: argparse.Namespace, task: str | No
     pipe = pipeline(task, cfg.model, backend=args.backend, precision=args.precision, batch_size=cfg.eval_batch_size,
                     max_length=cfg.max_length, max_query_length=cfg.max_query_length,
                     doc_stride=cfg.doc_stride if "doc_stride" in vars(args) else None,  # else the pipeline's
-                    max_answer_length=cfg.max_answer_length or 30,
-                    device="cpu" if args.backend != "torch" and args.device == "auto" else args.device, **options)
+                    max_answer_length=cfg.max_answer_length or 30, device=args.device, **options)
     chunk, stream = cfg.eval_batch_size, None
     if args.text:
         if not all(t.strip() for t in args.text):

@@ -16,6 +16,7 @@ DataError, nothing else.
 from __future__ import annotations
 
 import errno
+import fcntl
 import gzip
 import json
 import os
@@ -928,8 +929,13 @@ def test_a_result_file_is_replaced_whole_or_not_at_all(tmp_path):
     stage = f".tmp-predictions.jsonl.{socket.gethostname()}."
     (tmp_path / f"{stage}{dead.pid}").write_text("half")
     (tmp_path / f"{stage}{os.getppid()}").write_text("being written")
-    files.write_text_atomically(path, "the next result\n")
-    assert sorted(debris(tmp_path)) == [f"{stage}{os.getppid()}"] and path.read_text() == "the next result\n"
+    elsewhere = tmp_path / f"{stage}{dead.pid + 100000}"  # no such process here, but its writer holds the lock:
+    elsewhere.write_text("a container with this host name, writing")  # another PID namespace on this filesystem
+    with open(elsewhere, "rb") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        files.write_text_atomically(path, "the next result\n")
+    assert sorted(debris(tmp_path)) == sorted([f"{stage}{os.getppid()}", elsewhere.name])
+    assert path.read_text() == "the next result\n"
 
 
 def test_a_named_output_file_the_verb_did_not_write_is_refused_unless_told(finished_run, model_dir, tmp_path,
@@ -964,6 +970,11 @@ def test_a_named_output_file_the_verb_did_not_write_is_refused_unless_told(finis
         assert litebert_main([*argv, "--out", str(copy), "--overwrite"]) == 0, name
         assert copy.read_bytes() == first, name
         capsys.readouterr()
+    from litebert.finetune import _is_metrics  # a tagging task's metrics hold entity F1 per type
+    tagging = tmp_path / "tagging_metrics.json"
+    tagging.write_text(json.dumps({"f1": 0.5, "precision": 0.4, "recall": 0.6, "per_type": {"PER": {"f1": 0.5}},
+                                   "scored_on": "dev: 8 of 8"}))
+    assert _is_metrics(tagging) and not _is_metrics(out / "best" / "config.json")
 
 
 def test_a_tag_set_that_is_not_bio_is_refused_before_training(model_dir, tmp_path, capsys):

@@ -380,10 +380,22 @@ def test_the_torch_backend_moves_batches_to_the_models_device_and_answers_on_the
         assert all(v.device == device for v in inputs.values())
         return type(model).forward(model, **inputs)
 
+    moved = []  # every Tensor.to(device) call: on a CPU-only machine the device check above cannot fail alone
+    real_to = torch.Tensor.to
+
+    def to(self, *args, **kwargs):
+        if args and isinstance(args[0], torch.device):
+            moved.append(args[0])
+        return real_to(self, *args, **kwargs)
+
     monkeypatch.setattr(model, "forward", forward)
+    monkeypatch.setattr(torch.Tensor, "to", to)
     texts = [r["text"] for r in rows("novel_authorship", 5)]
-    assert_same(pipe(texts, batch_size=2), litebert.pipeline(model=models["authorship"], top_k=None)(texts))
+    answers = pipe(texts, batch_size=2)
+    monkeypatch.setattr(torch.Tensor, "to", real_to)
+    assert_same(answers, litebert.pipeline(model=models["authorship"], top_k=None)(texts))
     assert len(seen) >= 3 and pipe.backend.device == torch.device("cpu")
+    assert moved.count(pipe.backend.device) >= 3 * len(seen)  # input_ids, attention_mask, token_type_ids
     with pytest.raises(ConfigError, match="int8 runs on the CPU"):
         TorchBackend(torch.nn.Linear(2, 2), "int8", "cuda")
     with pytest.raises(ConfigError, match="onnxruntime backend runs on cpu, not on 'cuda:0'"):

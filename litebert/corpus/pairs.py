@@ -34,6 +34,7 @@ from litebert.corpus.documents import chunks_of_documents, iter_documents, resol
 from litebert.config import IGNORE_INDEX
 from litebert.corpus.masking import mask_tokens
 from litebert.errors import ConfigError, DataError
+from litebert.files import read_npy_header
 from litebert.tokenizer import Tokenizer
 
 log = logging.getLogger("litebert")
@@ -618,10 +619,7 @@ def _check_npy(path: str, length: int) -> None:
     """A shard file is there, whole (its data as long as its header says), and of `length` entries."""
     try:
         with open(path, "rb") as f:
-            version = np.lib.format.read_magic(f)
-            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
-                np.lib.format.read_array_header_2_0
-            shape, _, dtype = read_header(f)
+            shape, dtype = read_npy_header(f)
             data_start, size = f.tell(), os.fstat(f.fileno()).st_size
     except FileNotFoundError:
         raise DataError(f"{path} is missing; the dataset is incomplete: run prepare again") from None

@@ -66,12 +66,14 @@ def plot_transitions(results: dict[str, dict[str, list[float]]], path: str) -> s
     return path
 
 
-IMAGE_SUFFIXES = (".png", ".pdf", ".svg")
+IMAGE_FORMATS = {".png": b"\x89PNG", ".pdf": b"%PDF", ".svg": b"<?xml", ".jpg": b"\xff\xd8\xff",
+                 ".jpeg": b"\xff\xd8\xff", ".eps": b"%!PS", ".ps": b"%!PS"}  # what matplotlib writes, by signature
+IMAGE_SUFFIXES = tuple(IMAGE_FORMATS)
 
 
 def _is_image(path) -> bool:
     with open(path, "rb") as f:
-        return f.read(8).startswith((b"\x89PNG", b"%PDF", b"<?xml", b"<svg"))
+        return f.read(8).startswith(tuple(IMAGE_FORMATS.values()))
 
 
 def _is_transitions(path) -> bool:

@@ -53,7 +53,8 @@ class ReproduceConfig:
     report_only: bool = field(default=False, metadata={"help": "write the report from the finished rows, run nothing"})
     nproc_per_node: int = field(default=1, metadata={"help": (
         "train each row (pretraining and fine-tuning) with this many processes under torchrun; the grid itself "
-        "runs in one process, so start it with `litebert reproduce`, not under torchrun")})
+        "runs in one process, so start it with `litebert reproduce`, not under torchrun (paper scale: the "
+        "default NPROC of commands.sh, else 8)")})
 
     def __post_init__(self) -> None:
         if self.seeds < 1:

@@ -12,8 +12,8 @@ with --downstream, the average best dev score of fine-tuning on the bundled task
     litebert reproduce embedding --out out/paper/embedding --scale paper --corpus wiki_books.txt
 
 The grid runs in one process; --nproc-per-node N trains each row with N processes under torchrun (the batch
-sizes are global: the same examples per step). The grid resumes: rerunning the command skips every finished row (its result.json), resumes a killed row from
-its last checkpoint, and --rows reruns a subset from scratch. The report (report.md beside results.json and
+sizes are global: the same examples per step). The grid resumes: rerunning the command skips every finished
+row (its result.json), resumes a killed row from its last checkpoint, and --rows reruns a subset from scratch. The report (report.md beside results.json and
 PNG plots) sets the grid's table beside the paper's and says, for each comparison the paper makes, whether the
 ordering reproduces; with --seeds N a cell is mean ± sample standard deviation, and an ordering counts only
 when the gap exceeds the combined spread (sqrt(sd_a^2 + sd_b^2)); otherwise it is "within noise".
@@ -381,7 +381,7 @@ def write_paper_recipes(grid: Grid) -> list[str]:
     cmds = ["#!/bin/sh", f"# {grid.exp.table}: {grid.exp.title}. The paper's recipe: {steps} steps, batch "
             f"{scale.train['batch_size']}, LAMB {scale.train['lr']}, sequence length {d['max_seq_length']}.",
             "# Set NPROC (processes per node) and the task directories ($GLUE_DIR, $SQUAD_DIR, $RACE_DIR).",
-            "set -e", "NPROC=${NPROC:-8}", "",
+            "set -e", f"NPROC=${{NPROC:-{grid.cfg.nproc_per_node if grid.cfg.nproc_per_node > 1 else 8}}}", "",
             "# 1. hold out the last documents, train the tokenizer on the rest, cut the pairs",
             "python -c " + q(f"from litebert.paper.grid import split_corpus; split_corpus({json.dumps(corpus)}, "
                              f"{json.dumps(data.split)}, {d['held_out_fraction']})"),
@@ -451,14 +451,14 @@ def reproduce(cfg: ReproduceConfig, command: str | None = None) -> dict[str, Any
     grid = make_grid(cfg)
     for name in cfg.rows:
         grid.row(name)  # an unknown row is refused before anything runs
-    check_replaceable(os.path.join(cfg.report_dir or grid.out, "report.md"),
-                      lambda p: "litebert reproduce" in p.read_text(encoding="utf-8"), "a report of litebert reproduce",
-                      hint="choose another --report-dir")
     if cfg.scale == "paper":
         written = write_paper_recipes(grid)
         print(f"{len(written)} recipes in {os.path.join(grid.out, 'recipes')}; the commands: "
               f"{os.path.join(grid.out, 'commands.sh')} (nothing was run)")
         return {"recipes": written, "commands": os.path.join(grid.out, "commands.sh")}
+    check_replaceable(os.path.join(cfg.report_dir or grid.out, "report.md"),
+                      lambda p: "litebert reproduce" in p.read_text(encoding="utf-8"), "a report of litebert reproduce",
+                      hint="choose another --report-dir")
     return run_grid(grid, command)
 
 

@@ -95,8 +95,7 @@ def check_precision(backend: type, precision: str) -> None:
 class TorchBackend:
     """PyTorch on the CPU or a GPU: fp32, bf16 autocast, int8 (torch.ao dynamic quantization of every
     nn.Linear, see litebert.interop.quantize; CPU only), or auto: fp32 or bf16, whichever runs the first batch
-    faster there. Batches go to the model's device and its outputs come back to the CPU, where the families
-    decode them."""
+    faster there. Batches go to the model's device; the families take what they decode from there."""
 
     name, PRECISIONS, DEVICES = "torch", ("fp32", "bf16", "int8", "auto"), ("cpu", "cuda")
 
@@ -124,14 +123,7 @@ class TorchBackend:
             self.precision = self.choice.precision
             logging.getLogger("litebert").info("pipeline: %s", self.choice)
         with torch.inference_mode(), autocast(self.precision, self.device.type):
-            return on_cpu(self.model(**inputs))
-
-
-def on_cpu(output):
-    """A model output (a NamedTuple of tensors, or a tensor) with its tensors on the CPU."""
-    if isinstance(output, torch.Tensor):
-        return output.cpu()
-    return type(output)(*(t.cpu() if isinstance(t, torch.Tensor) else t for t in output))
+            return self.model(**inputs)  # on the device: each family takes to the CPU only what it reads
 
 
 class MissingOutput(ConfigError, AttributeError):
@@ -478,18 +470,19 @@ def pipeline(task: str | None = None, model: str | os.PathLike | None = None, *,
     labels = config.label_names
     if backend not in BACKENDS:
         raise ConfigError(f"unknown backend {backend!r}; choose from torch or onnxruntime")
-    device = backend_device(BACKENDS[backend], device)
+    device = backend_device(BACKENDS[backend], device, precision)
     backends = [BACKENDS[backend].load(family, d, precision, device) for d in members]
     where = directory if weights is None else os.fspath(model)  # an ensemble is named by its own directory
     return Pipeline(name, spec, family, backends, tokenizer, where, labels, settings, calibration, options, batch_size,
                     weights)
 
 
-def backend_device(cls: type, device: str) -> torch.device:
-    """Where a backend runs: `device` ("auto": a GPU when there is one and the backend runs there), refused in
-    one line when the backend has no kernels there or this machine lacks it."""
+def backend_device(cls: type, device: str, precision: str) -> torch.device:
+    """Where a backend runs: `device` ("auto": a GPU when there is one and the backend runs there at this
+    precision; int8 is the CPU's), refused in one line when the backend has no kernels there or this machine
+    lacks it."""
     device = str(device)
-    if device == "auto" and "cuda" not in cls.DEVICES:
+    if device == "auto" and ("cuda" not in cls.DEVICES or precision == "int8"):
         device = "cpu"
     if device != "auto" and device.split(":")[0] not in cls.DEVICES:
         raise ConfigError(f"the {cls.name} backend runs on {' or '.join(cls.DEVICES)}, not on {device!r}")

@@ -71,8 +71,8 @@ class ServeConfig:
     port: int = field(default=8000, metadata={"help": "port to listen on (0: any free port, printed at start)"})
     max_batch_size: int = field(default=32, metadata={"help": "most inputs in one model call"})
     max_wait_ms: float = field(default=5.0, metadata={
-        "help": "longest a request waits for others to share its model call (it waits only while the recent "
-                "batches say more are coming: a lone client is answered at once)"})
+        "help": "longest a request waits for others to share its model call (only while the last 8 batches "
+                "say more are coming: after 8 lone requests, a lone client is answered at once)"})
     batching: bool = field(default=True, metadata={
         "help": "gather concurrent requests into one model call (--no-batching: one request per call)"})
     max_body_bytes: int = field(default=1 << 20, metadata={"help": "largest request body (413 beyond)"})
@@ -206,8 +206,9 @@ class Batcher:
         self.max_batch_size = max_batch_size
         self.max_wait_s = max_wait_ms / 1000
         self.batching = batching
-        # A batch waits for companions only until it is as large as the largest of the recent batches (full at
-        # the start): a crowd still fills its batches, a lone client is no longer kept waiting max_wait_ms.
+        # A batch waits for companions only until it holds as many requests as the largest of the last 8 batches
+        # did (a full batch at the start): a crowd still fills its batches, and once the recent batches were
+        # single requests, a lone client is no longer kept waiting max_wait_ms.
         self.recent = collections.deque([max_batch_size], maxlen=8)
         self.served = {"requests": 0, "inputs": 0, "model_calls": 0, "failed_requests": 0}
         self.closing = False  # set by close(): new requests get a 503
@@ -256,7 +257,7 @@ class Batcher:
                     nxt = self._queue.get_nowait()
                 except asyncio.QueueEmpty:
                     remaining = deadline - loop.time()
-                    if remaining <= 0 or n >= max(self.recent):
+                    if remaining <= 0 or len(jobs) >= max(self.recent):
                         break
                     try:
                         nxt = await asyncio.wait_for(self._queue.get(), remaining)
@@ -267,7 +268,7 @@ class Batcher:
                     break
                 jobs.append(nxt)
                 n += len(nxt.inputs)
-            self.recent.append(min(n, self.max_batch_size))
+            self.recent.append(len(jobs))
             try:
                 await self._run(jobs)
             except Exception:  # never let the worker die: every later request would hang

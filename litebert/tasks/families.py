@@ -612,8 +612,8 @@ def batched_scores(run: Callable[[dict[str, torch.Tensor]], Any], family: Family
 
 
 # A batch is cut short when padding it to its next (longest) feature would add more than this share of padding
-# to its real tokens, once it holds at least PADDING_CUT_MIN_TOKENS (below that, a model call's fixed cost
-# outweighs the padding). Measured on the demo's classifier, 1 thread, 32 corpus sentences per call: 2.0x the
+# to its real tokens, once it would hold at least PADDING_CUT_MIN_TOKENS padded (below that, a model call's
+# fixed cost outweighs the padding). Measured on the demo's classifier, 1 thread, 32 corpus sentences per call: 2.0x the
 # texts/s of cutting at batch_size alone (bench/README.md).
 PADDING_SLACK, PADDING_CUT_MIN_TOKENS = 0.25, 256
 
@@ -621,23 +621,29 @@ PADDING_SLACK, PADDING_CUT_MIN_TOKENS = 0.25, 256
 def length_batches(features: Sequence, batch_size: int) -> Iterator[list[int]]:
     """Feature indices in batches of at most batch_size, cut from the features sorted by length, so each pads
     to near its own length rather than to the longest of a random handful; a batch also ends where the next
-    feature would pad it beyond PADDING_SLACK. Multiple-choice features are grouped by their number of options
-    first: a batch is one (B, C, T) block."""
+    feature would pad it beyond PADDING_SLACK (once it holds PADDING_CUT_MIN_TOKENS). Multiple-choice features
+    are grouped by their number of options first: a batch is one (B, C, T) block, its tokens counted per
+    option."""
     def options(i: int) -> int:
         ids = features[i].input_ids
         return len(ids) if ids and isinstance(ids[0], list) else 0
+
+    def tokens(i: int) -> int:
+        ids = features[i].input_ids
+        return sum(map(len, ids)) if options(i) else len(ids)
 
     batch: list[int] = []
     real = 0  # tokens of the batch without padding
     for i in sorted(range(len(features)), key=lambda i: (options(i), feature_length(features[i].input_ids))):
         length = feature_length(features[i].input_ids)
-        padded = (len(batch) + 1) * length  # sorted: the new feature is the batch's longest
-        too_padded = padded > (1 + PADDING_SLACK) * (real + length) and padded >= PADDING_CUT_MIN_TOKENS
+        # sorted: the new feature is the batch's longest; a multiple-choice row pads each of its options
+        padded = (len(batch) + 1) * length * max(1, options(i))
+        too_padded = padded > (1 + PADDING_SLACK) * (real + tokens(i)) and padded >= PADDING_CUT_MIN_TOKENS
         if batch and (len(batch) == batch_size or options(i) != options(batch[0]) or too_padded):
             yield batch
             batch, real = [], 0
         batch.append(i)
-        real += length
+        real += tokens(i)
     if batch:
         yield batch
 

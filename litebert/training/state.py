@@ -99,10 +99,7 @@ def model_identity(model: nn.Module) -> dict[str, Any]:
 
 def label_identity(model: nn.Module) -> list[str] | None:
     """The model's label names in id order (config.id2label), or None for a model without named labels."""
-    id2label = getattr(getattr(model, "config", None), "id2label", None)
-    if not id2label:
-        return None
-    return [str(id2label[k]) for k in sorted(id2label, key=int)]
+    return getattr(getattr(model, "config", None), "label_names", None)
 
 
 def _plain(value: Any) -> Any:
@@ -248,6 +245,10 @@ def optimizer_state_by_name(optimizer: torch.optim.Optimizer, saved: dict[str, A
                               f"{', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''} (another model?)")
     state, remapped = {}, []
     for group in now:
+        sources = {id(where[name][0]) for name in group["param_names"]}
+        if len(sources) > 1:  # their saved groups may differ in weight decay or layer adaptation
+            raise CheckpointError(f"cannot resume from {path}: the optimizer's parameter groups differ from the "
+                                  f"checkpoint's ({group['param_names'][0]} and others were saved in other groups)")
         hyper = {k: v for k, v in where[group["param_names"][0]][0].items() if k not in ("params", "param_names")}
         remapped.append({**hyper, "params": group["params"], "param_names": group["param_names"]})
         for name, index in zip(group["param_names"], group["params"]):
