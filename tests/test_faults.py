@@ -999,3 +999,23 @@ def test_ensemble_refuses_an_out_directory_that_is_not_an_ensembles(finished_run
                            "--max-length", "32", "--models", str(out / "best"), "--split", "none",
                            "--out", str(out / "best")], capsys)
     assert "no ensemble.json" in line and "--overwrite" in line and tree(out / "best") == before
+
+
+@SETTINGS
+@given(payload=json_values | st.dictionaries(st.sampled_from(["inputs", "input", "options"]), json_values, max_size=2),
+       family=st.sampled_from(["classification", "multiple_choice", "qa", "tagging", "fill_mask"]))
+def test_the_request_parser_returns_inputs_or_a_one_line_4xx(payload, family):
+    """Whatever JSON a request body holds, serve's parser answers with the inputs the family accepts or a
+    RequestError (a 4xx and one line), never another exception (which would be a 500)."""
+    from litebert.serving.server import RequestError, parse_inputs
+    from litebert.tasks.families import FAMILIES, MaskedLanguageModel
+    validate = MaskedLanguageModel().example if family == "fill_mask" else \
+        {"classification": FAMILIES["classification"], "multiple_choice": FAMILIES["multiple_choice"],
+         "qa": FAMILIES["qa"], "tagging": FAMILIES["tagging"]}[family].example
+    try:
+        inputs, single = parse_inputs(payload, lambda raw: validate(raw, 0), max_inputs=4, max_text_chars=50)
+    except RequestError as e:
+        assert 400 <= e.status < 500 and "\n" not in str(e) and str(e)
+        return
+    assert isinstance(inputs, list) and inputs and (len(inputs) == 1 or not single)
+    assert isinstance(payload, dict) and set(payload) == {"inputs"}
