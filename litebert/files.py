@@ -113,12 +113,6 @@ def read_npy_header(f: IO[bytes]) -> tuple[tuple[int, ...], Any]:
     return shape, dtype
 
 
-def first_json_line(path: Path) -> Any:
-    """The first line of a file as JSON (what recognises a JSON Lines result of ours)."""
-    with open(path, encoding="utf-8") as f:
-        return json.loads(f.readline())
-
-
 def _hold(f: IO) -> None:
     """Lock a stage while it is written (POSIX): the lock dies with its writer, however it dies."""
     if os.name == "posix":

@@ -26,8 +26,8 @@ import torch
 from litebert import tasks as T
 from litebert.config import AlbertConfig
 from litebert.errors import CheckpointError, ConfigError, DataError, NonFiniteError
-from litebert.files import (atomic_open, check_replaceable, first_json_line, read_json_object, restore_replaced,
-                            write_dir_atomically, write_json)
+from litebert.files import (atomic_open, check_replaceable, read_json_object, restore_replaced, write_dir_atomically,
+                            write_json)
 from litebert.runconfig import add_config_args, load_toml, resolve_config
 from litebert.tasks.families import (CALIBRATION_FILE, FeatureSettings, Family, Scored, family_for_config, family_of,
                                      model_scores, read_calibration)
@@ -530,9 +530,10 @@ def _is_predictions(path) -> bool:
     """What `litebert predict --out` writes: JSON Lines with a prediction or an output per input, or a GLUE
     submission (a header "index\tprediction")."""
     with open(path, encoding="utf-8") as f:
-        if f.readline().rstrip("\r\n") == "index\tprediction":
-            return True
-    record = first_json_line(path)
+        first = f.readline()
+    if first.rstrip("\r\n") == "index\tprediction":
+        return True
+    record = json.loads(first)
     return isinstance(record, dict) and ("prediction" in record or {"input", "output"} <= set(record))
 
 

@@ -218,5 +218,6 @@ def test_an_mlm_only_checkpoint_of_the_old_layout_resumes_bit_identical(prepared
     capsys.readouterr()
     assert litebert_main(argv(old, "--resume")) == 0
     assert "untrained not recorded" in capsys.readouterr().out  # resumed: the initial weights were not seen
-    a, b = load_file(tmp_path / "whole" / "step_4" / "model.safetensors"), load_file(old / "step_4" / "model.safetensors")
+    a = load_file(tmp_path / "whole" / "step_4" / "model.safetensors")
+    b = load_file(old / "step_4" / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -13,10 +13,11 @@ with --downstream, the average best dev score of fine-tuning on the bundled task
 
 The grid runs in one process; --nproc-per-node N trains each row with N processes under torchrun (the batch
 sizes are global: the same examples per step). The grid resumes: rerunning the command skips every finished
-row (its result.json), resumes a killed row from its last checkpoint, and --rows reruns a subset from scratch. The report (report.md beside results.json and
-PNG plots) sets the grid's table beside the paper's and says, for each comparison the paper makes, whether the
-ordering reproduces; with --seeds N a cell is mean ± sample standard deviation, and an ordering counts only
-when the gap exceeds the combined spread (sqrt(sd_a^2 + sd_b^2)); otherwise it is "within noise".
+row (its result.json), resumes a killed row from its last checkpoint, and --rows reruns a subset from scratch.
+The report (report.md beside results.json and PNG plots) sets the grid's table beside the paper's and says,
+for each comparison the paper makes, whether the ordering reproduces; with --seeds N a cell is mean ± sample
+standard deviation, and an ordering counts only when the gap exceeds the combined spread
+(sqrt(sd_a^2 + sd_b^2)); otherwise it is "within noise".
 """
 
 from __future__ import annotations
