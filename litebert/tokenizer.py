@@ -110,6 +110,8 @@ def _is_word_start_piece(piece: str) -> bool:
 
 # ----------------------------------------------------------------------------- tokenizer
 
+THREADED_ENCODE_MIN_TEXTS = 32  # below this many texts sentencepiece's thread pool costs more than it saves
+
 
 @dataclass
 class NormalizerOptions:
@@ -280,6 +282,13 @@ class Tokenizer:
     def _split_specials(self, text: str) -> list[str]:
         return [part for part in self._special_re.split(text) if part]
 
+    def _encode_chunks(self, chunks: list[str]) -> list[list[int]]:
+        # sentencepiece's list encoding starts a thread pool per call: ~0.2 ms, 40x the encoding of one sentence.
+        # It pays from ~32 texts on 2 cores (bench/README.md); a pipeline's featurizing encodes one text at a time.
+        if len(chunks) < THREADED_ENCODE_MIN_TEXTS:
+            return [self.sp.encode(chunk, out_type=int) for chunk in chunks]
+        return self.sp.encode(chunks, out_type=int, num_threads=self.num_threads)
+
     def _encode_plain(self, texts: list[str]) -> list[list[int]]:
         """Ids for many texts, no [CLS]/[SEP] added; special tokens typed in the text map to their ids."""
         chunks: list[str] = []
@@ -293,7 +302,7 @@ class Tokenizer:
                     row.append(None)
                     chunks.append(preprocess_text(part, **self._pp))
             layout.append(row)
-        encoded = iter(self.sp.encode(chunks, out_type=int, num_threads=self.num_threads) if chunks else [])
+        encoded = iter(self._encode_chunks(chunks))
         out = []
         for row in layout:
             ids: list[int] = []

@@ -83,6 +83,15 @@ def test_ids_equal_recorded_slow_albert_tokenizer(albert_tok, corpus, golden):
     assert not bad, f"blocks of 500 lines differing from transformers {golden['transformers']}: {bad}"
 
 
+def test_a_batch_encodes_like_its_texts_one_by_one(albert_tok, corpus):
+    """Small batches are encoded text by text, large ones by sentencepiece's thread pool: the same ids."""
+    from litebert.tokenizer import THREADED_ENCODE_MIN_TEXTS
+    lines = [line for line in corpus if line.strip()][:3 * THREADED_ENCODE_MIN_TEXTS]
+    one_by_one = [albert_tok.encode(line) for line in lines]
+    for n in (THREADED_ENCODE_MIN_TEXTS - 1, len(lines)):
+        assert albert_tok(lines[:n], padding=False, truncation=False, return_tensors=None)["input_ids"] == one_by_one[:n]
+
+
 def test_cases_equal_recorded_slow_albert_tokenizer(albert_tok, golden):
     for case in golden["cases"]:
         assert albert_tok.encode(case["text"]) == case["ids"], case["text"]
