@@ -74,6 +74,8 @@ def test_onnx_export_matches_pytorch(tmp_path, class_name):
     session = onnxruntime.InferenceSession(result.path, providers=["CPUExecutionProvider"])
     assert [i.name for i in session.get_inputs()] == ["input_ids", "attention_mask", "token_type_ids"]
     assert [o.name for o in session.get_outputs()] == result.output_names
+    ops = {node.op_type for node in pytest.importorskip("onnx").load(result.path).graph.node}
+    assert "Sigmoid" not in ops  # the graph holds the fused GELU, not model.gelu_tanh's CPU inference form
     for padded in (True, False):
         batch = fresh_batch(model_dir, padded)
         got = session.run(None, {i.name: t.numpy() for i, t in zip(session.get_inputs(), batch)})

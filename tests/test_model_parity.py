@@ -166,3 +166,27 @@ def test_padding_does_not_change_unpadded_outputs(layout):
         long = model(padded_ids, mask)
     torch.testing.assert_close(long.last_hidden_state[:, :10], short.last_hidden_state, atol=1e-5, rtol=0)
     torch.testing.assert_close(long.pooler_output, short.pooler_output, atol=1e-5, rtol=0)
+
+
+def test_gelu_in_cpu_inference_takes_the_sigmoid_form_and_equals_the_fused_kernel(monkeypatch):
+    import litebert.model as model_module
+    from litebert.model import gelu_tanh
+
+    x = 4 * torch.randn(64, 48, generator=torch.Generator().manual_seed(0))
+    exact = torch.nn.functional.gelu(x.double(), approximate="tanh")
+
+    def fused_is_not_used(*args, **kwargs):
+        raise AssertionError("fp32 CPU inference should not call the fused kernel")
+
+    with torch.no_grad(), monkeypatch.context() as patch:
+        patch.setattr(model_module.F, "gelu", fused_is_not_used)
+        fast = gelu_tanh(x)
+    torch.testing.assert_close(fast.double(), exact, atol=1e-6, rtol=0)
+    assert torch.equal(x, 4 * torch.randn(64, 48, generator=torch.Generator().manual_seed(0)))  # input untouched
+
+    # With autograd the fused op runs (the in-place form could not be differentiated) and its gradient is GELU's.
+    x.requires_grad_(True)
+    gelu_tanh(x).sum().backward()
+    x64 = x.detach().double().requires_grad_(True)
+    torch.nn.functional.gelu(x64, approximate="tanh").sum().backward()
+    torch.testing.assert_close(x.grad.double(), x64.grad, atol=1e-5, rtol=0)
