@@ -119,3 +119,15 @@ def test_pipeline_batching_wait_policy_and_int8_accuracy_report_what_they_measur
     for name in ("torch_int8", "onnx_fp32", "onnx_int8"):
         assert 0 <= q[name]["accuracy"] <= 1 and 0 <= q[name]["unchanged_vs_torch_fp32"] <= 1
     assert q["onnx_int8"]["file_mb"] < q["onnx_fp32"]["file_mb"]
+
+
+def test_small_calls_reports_encoding_and_gelu_ratios_of_its_timings():
+    (r,) = records("small_calls.py", "--quick")
+    assert [row["texts"] for row in r["encoding"]] == [1, 32]
+    for row in r["encoding"]:
+        # texts/s were taken at the medians, so their ratio is the speedup (the times alone are too coarse)
+        assert row["one_by_one_vs_list_call"] == pytest.approx(
+            row["one_by_one"]["texts_per_s"] / row["list_call"]["texts_per_s"], rel=2e-2)
+    g = r["gelu"]
+    assert g["sigmoid_form_vs_fused"] == ratio_of(timed(g["fused"]), timed(g["sigmoid_form"]))
+    assert g["sigmoid_form"]["max_abs_error_vs_fp64"] < 1e-6 and g["fused"]["max_abs_error_vs_fp64"] < 1e-6
