@@ -6,6 +6,9 @@
 * GELU (tanh form, ALBERT's "gelu_new"): torch's fused kernel against the same function written as
   x * sigmoid(2u) in place (litebert.model.gelu_tanh, taken in fp32 CPU inference), on the FFN activations of a
   batch of 32 short texts (32 x 25 tokens x 4H), plus each one's largest error against fp64.
+* The pipeline on short texts (the bundled corpus's sentences of 40-120 characters), one text per call against
+  32 per call: what dynamic batching in `litebert serve` can at best gain per request, before HTTP. --model DIR,
+  or a random classifier of the demo's size (bench/serve_load.py's).
 
 Both sides of each comparison are interleaved in one run (common.interleaved); one JSON line on stdout.
 
@@ -63,16 +66,32 @@ def gelu(repeats: int, shape: tuple[int, int]) -> dict:
             "sigmoid_form_vs_fused": ratio(times, "sigmoid_form", "fused")}
 
 
+def pipeline_calls(model: str, repeats: int) -> dict:
+    from serve_load import short_texts
+
+    from litebert.serving.pipeline import pipeline
+    pipe, texts = pipeline(model=model), short_texts(32)
+    times = interleaved({"one_per_call": lambda: [pipe(t) for t in texts], "32_per_call": lambda: pipe(texts)},
+                        2, repeats)
+    return {"model": model, "texts": len(texts), **{side: stats(times[side], len(texts), "texts") for side in times},
+            "32_per_call_vs_one_per_call": ratio(times, "32_per_call", "one_per_call")}
+
+
 def main() -> None:
     import tempfile
     parser = base_parser(__doc__)
+    parser.add_argument("--model", help="model directory for the pipeline part (default: a random classifier)")
     args = parser.parse_args()
     configure(args)
     sizes, repeats = ([1, 32], 3) if args.quick else ([1, 8, 32, 128, 512], args.repeats or 30)
     with tempfile.TemporaryDirectory(prefix="litebert-small-calls-") as tmp:
         encode = encoding(sizes, repeats, tmp)
+        if not args.model:
+            from serve_load import random_classifier
+            args.model = random_classifier("tiny", tmp)
+        calls = pipeline_calls(args.model, repeats)
     emit({"bench": "small_calls", "threaded_encode_min_texts": THREADED_ENCODE_MIN_TEXTS, "encoding": encode,
-          "gelu": gelu(repeats, (32 * 25, 512)), "machine": machine()})
+          "gelu": gelu(repeats, (32 * 25, 512)), "pipeline": calls, "machine": machine()})
 
 
 if __name__ == "__main__":

@@ -110,7 +110,7 @@ def _is_word_start_piece(piece: str) -> bool:
 
 # ----------------------------------------------------------------------------- tokenizer
 
-THREADED_ENCODE_MIN_TEXTS = 32  # below this many texts sentencepiece's thread pool costs more than it saves
+THREADED_ENCODE_MIN_TEXTS = 64  # below this many texts sentencepiece's thread pool costs more than it saves
 
 
 @dataclass
@@ -284,7 +284,7 @@ class Tokenizer:
 
     def _encode_chunks(self, chunks: list[str]) -> list[list[int]]:
         # sentencepiece's list encoding starts a thread pool per call: ~0.2 ms, 40x the encoding of one sentence.
-        # It pays from ~32 texts on 2 cores (bench/README.md); a pipeline's featurizing encodes one text at a time.
+        # It pays from 32-128 texts on 2 cores (bench/small_calls.py); a pipeline featurizes one text at a time.
         if len(chunks) < THREADED_ENCODE_MIN_TEXTS:
             return [self.sp.encode(chunk, out_type=int) for chunk in chunks]
         return self.sp.encode(chunks, out_type=int, num_threads=self.num_threads)

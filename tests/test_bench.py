@@ -131,3 +131,5 @@ def test_small_calls_reports_encoding_and_gelu_ratios_of_its_timings():
     g = r["gelu"]
     assert g["sigmoid_form_vs_fused"] == ratio_of(timed(g["fused"]), timed(g["sigmoid_form"]))
     assert g["sigmoid_form"]["max_abs_error_vs_fp64"] < 1e-6 and g["fused"]["max_abs_error_vs_fp64"] < 1e-6
+    p = r["pipeline"]
+    assert p["32_per_call_vs_one_per_call"] == ratio_of(timed(p["one_per_call"]), timed(p["32_per_call"]))
