@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gzip
+import importlib.util
 import json
 import os
 import queue
@@ -257,6 +258,8 @@ def main() -> None:
           "max_batch_size": args.max_batch_size, "max_wait_ms": args.max_wait_ms, "server_threads": args.threads or None,
           "requests_per_level": args.requests, "seconds_per_level": args.seconds,
           "text_chars_median": statistics.median(map(len, texts)), "levels": levels,
+          "uvicorn_stack": {"loop": "uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
+                            "http": "httptools" if importlib.util.find_spec("httptools") else "h11"},
           "machine": {**machine(), "threads": None}})
 
 
