@@ -100,8 +100,9 @@ class FinetuneConfig:
     max_eval_examples: int | None = field(default=None, metadata={"help": "score only the first N eval examples"})
     eval_batch_size: int = field(default=64, metadata={"help": "examples per evaluation forward"})
     dropout: float | None = field(default=None, metadata={
-        "help": "hidden and attention dropout while fine-tuning (default: the model's; ALBERT v2 pretrains "
-                "without dropout, and a small model fine-tuned on a few thousand examples may want 0.1)"})
+        "help": "hidden, attention and classifier dropout while fine-tuning (default: the model's, and 0.1 before "
+                "the classifier as in transformers; ALBERT v2 pretrains without dropout, and a small model fine-tuned "
+                "on a few thousand examples may want 0.1; 0 turns all three off)"})
     early_stopping_patience: int = field(default=0, metadata={
         "help": "stop after N evaluations (--eval-every) without a better dev score; best/ keeps the best "
                 "(0: train all --max-steps)"})
@@ -156,7 +157,8 @@ def load_model(cfg: FinetuneConfig, family: Family, labels: list[str] | None, mo
     """The family's head on `model_dir` (cfg.model resolved to a local directory), or its random init."""
     overrides = family.config_overrides(labels)
     if cfg.dropout is not None:
-        overrides.update(hidden_dropout_prob=cfg.dropout, attention_probs_dropout_prob=cfg.dropout)
+        overrides.update(hidden_dropout_prob=cfg.dropout, attention_probs_dropout_prob=cfg.dropout,
+                         classifier_dropout_prob=cfg.dropout)
     if cfg.from_scratch:
         return family.head(AlbertConfig.load(model_dir).replace(**overrides))
     return family.head.from_pretrained(model_dir, **overrides)

@@ -142,15 +142,17 @@ def test_bad_input_is_one_line(pretrained, tmp_path, capsys):
     assert "exceeds the model's max_position_embeddings" in capsys.readouterr().err
 
 
-def test_dropout_override_reaches_every_dropout_and_bad_values_are_one_line(pretrained, capsys):
-    task = resolve_task(FinetuneConfig(model=str(pretrained / "model"), task="wordnet_qa", data_dir="x"))
+@pytest.mark.parametrize("task_name", ["wordnet_qa", "novel_authorship"])  # a span head, a classifier head
+def test_dropout_override_reaches_every_dropout_and_bad_values_are_one_line(pretrained, capsys, task_name):
+    task = resolve_task(FinetuneConfig(model=str(pretrained / "model"), task=task_name, data_dir="x"))
+    labels = ["a", "b"] if task_name == "novel_authorship" else None
     for from_scratch in (False, True):
         model = load_model(FinetuneConfig(model=str(pretrained / "model"), dropout=0.25, from_scratch=from_scratch),
-                           family_of(task), None, str(pretrained / "model"))
+                           family_of(task), labels, str(pretrained / "model"))
         rates = {m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)}
         attention = {m.attention_dropout for m in model.modules() if hasattr(m, "attention_dropout")}
         assert rates == {0.25} and attention == {0.25}
-    plain = load_model(FinetuneConfig(model=str(pretrained / "model")), family_of(task), None,
+    plain = load_model(FinetuneConfig(model=str(pretrained / "model")), family_of(task), labels,
                        str(pretrained / "model"))
     assert plain.config.hidden_dropout_prob == 0.0
     assert litebert_main(["finetune", "--model", str(pretrained / "model"), "--task", "wordnet_qa", "--data-dir",
