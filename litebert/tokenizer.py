@@ -283,7 +283,7 @@ class Tokenizer:
         return [part for part in self._special_re.split(text) if part]
 
     def _encode_chunks(self, chunks: list[str]) -> list[list[int]]:
-        # sentencepiece's list encoding starts a thread pool per call: ~0.2 ms, 40x the encoding of one sentence.
+        # sentencepiece's list encoding starts a thread pool per call: ~0.12 ms, 25x the encoding of a short sentence.
         # It pays from 32-128 texts on 2 cores (bench/small_calls.py); a pipeline featurizes one text at a time.
         if len(chunks) < THREADED_ENCODE_MIN_TEXTS:
             return [self.sp.encode(chunk, out_type=int) for chunk in chunks]
