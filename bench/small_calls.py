@@ -17,29 +17,25 @@ Both sides of each comparison are interleaved in one run (common.interleaved); o
 
 from __future__ import annotations
 
-import gzip
+import tempfile
 
 import torch
 import torch.nn.functional as F
 from common import base_parser, configure, emit, interleaved, machine, ratio, stats
+from serve_load import random_classifier, short_texts
 
-from litebert.corpus.documents import BUNDLED_CORPUS
 from litebert.corpus.tokenizer_training import train_tokenizer
 from litebert.model import gelu_tanh
+from litebert.serving.pipeline import pipeline
 from litebert.tokenizer import THREADED_ENCODE_MIN_TEXTS
 
 
-def corpus_lines(n: int) -> list[str]:
-    with gzip.open(BUNDLED_CORPUS, "rt", encoding="utf-8") as f:
-        lines = [line.strip() for line, _ in zip(f, range(20 * n)) if 40 <= len(line.strip()) <= 120]
-    return lines[:n]
-
-
 def encoding(sizes: list[int], repeats: int, directory: str) -> list[dict]:
-    lines = corpus_lines(max(sizes))
+    """A 1000-piece tokenizer trained on 3000 short sentences, then the first of them encoded both ways."""
+    lines = short_texts(3000)
     path = f"{directory}/corpus.txt"
     with open(path, "w", encoding="utf-8") as f:
-        f.write("\n".join(corpus_lines(3000)))
+        f.write("\n".join(lines))
     sp = train_tokenizer([path], f"{directory}/tok", vocab_size=1000).sp
     rows = []
     for n in sizes:
@@ -67,9 +63,6 @@ def gelu(repeats: int, shape: tuple[int, int]) -> dict:
 
 
 def pipeline_calls(model: str, repeats: int) -> dict:
-    from serve_load import short_texts
-
-    from litebert.serving.pipeline import pipeline
     pipe, texts = pipeline(model=model), short_texts(32)
     times = interleaved({"one_per_call": lambda: [pipe(t) for t in texts], "32_per_call": lambda: pipe(texts)},
                         2, repeats)
@@ -78,7 +71,6 @@ def pipeline_calls(model: str, repeats: int) -> dict:
 
 
 def main() -> None:
-    import tempfile
     parser = base_parser(__doc__)
     parser.add_argument("--model", help="model directory for the pipeline part (default: a random classifier)")
     args = parser.parse_args()
@@ -87,7 +79,6 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="litebert-small-calls-") as tmp:
         encode = encoding(sizes, repeats, tmp)
         if not args.model:
-            from serve_load import random_classifier
             args.model = random_classifier("tiny", tmp)
         calls = pipeline_calls(args.model, repeats)
     emit({"bench": "small_calls", "threaded_encode_min_texts": THREADED_ENCODE_MIN_TEXTS, "encoding": encode,
