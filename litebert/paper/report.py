@@ -195,7 +195,7 @@ def _pair_text(metric: str, pair: Mapping[str, Any], kind: str) -> str:
         text += ": not measured"
     if "paper" in pair:
         a, b = pair["paper"]
-        text += f"; paper {a:g} vs {b:g}"
+        text += f"; paper {a:.1f} vs {b:.1f}"  # the paper prints one decimal (52.0, not 52)
     return text
 
 
