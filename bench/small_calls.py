@@ -56,9 +56,10 @@ def gelu(repeats: int, shape: tuple[int, int]) -> dict:
         times = interleaved({"fused": lambda: F.gelu(x, approximate="tanh"), "sigmoid_form": lambda: gelu_tanh(x)},
                             3, repeats)
         errors = {"fused": F.gelu(x, approximate="tanh"), "sigmoid_form": gelu_tanh(x)}
-    return {"elements": x.numel(), **{side: {**stats(times[side], x.numel() / 1e6, "melements"),
-                                             "max_abs_error_vs_fp64": float((errors[side].double() - exact).abs().max())}
-                                      for side in times},
+    error = {side: float((y.double() - exact).abs().max()) for side, y in errors.items()}
+    return {"elements": x.numel(),
+            **{side: {**stats(times[side], x.numel() / 1e6, "melements"), "max_abs_error_vs_fp64": error[side]}
+               for side in times},
             "sigmoid_form_vs_fused": ratio(times, "sigmoid_form", "fused")}
 
 

@@ -89,7 +89,8 @@ def test_a_batch_encodes_like_its_texts_one_by_one(albert_tok, corpus):
     lines = [line for line in corpus if line.strip()][:3 * THREADED_ENCODE_MIN_TEXTS]
     one_by_one = [albert_tok.encode(line) for line in lines]
     for n in (THREADED_ENCODE_MIN_TEXTS - 1, len(lines)):
-        assert albert_tok(lines[:n], padding=False, truncation=False, return_tensors=None)["input_ids"] == one_by_one[:n]
+        batch = albert_tok(lines[:n], padding=False, truncation=False, return_tensors=None)
+        assert batch["input_ids"] == one_by_one[:n]
 
 
 def test_cases_equal_recorded_slow_albert_tokenizer(albert_tok, golden):
