@@ -69,6 +69,7 @@ def test_every_experiment_runs_end_to_end_at_the_tiny_scale(experiment, data_dir
         assert f"## The paper ({exp.table}" in report and str(first) in report
     if experiment == "objective":
         assert {"nsp_acc", "sop_acc"} <= set(results["rows"]["NSP"]["runs"]["12345"]) and results["chance"]
+        assert "; paper 86.5 vs 52.0" in report  # the paper's SOP accuracies as it prints them (not "52")
     if experiment == "transitions":
         layers = results["rows"]["ALBERT-large"]["model"]["num_hidden_layers"]
         assert len(results["rows"]["BERT-large"]["runs"]["12345"]["angle"]) == layers
