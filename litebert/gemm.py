@@ -319,14 +319,19 @@ def _write_cache(key: str, entry: dict) -> None:
 
 # -- the call sites -----------------------------------------------------------------------------------------------
 
+def eager_fp32_on_cpu(x: torch.Tensor) -> bool:
+    """Whether `x` is an fp32 CPU tensor in eager mode, where a hand-picked CPU kernel may replace torch's op:
+    not while compiling, tracing or scripting, whose graphs must hold the standard op (the TorchScript-based
+    ONNX export traces; torch.export compiles)."""
+    return (x.device.type == "cpu" and x.dtype == torch.float32
+            and not (torch.compiler.is_compiling() or torch.jit.is_tracing() or torch.jit.is_scripting()))
+
+
 def _plain_only(x: torch.Tensor, weight: torch.Tensor, min_macs: int) -> bool:
-    """Where only F.linear will do: not fp32 on CPU, under autocast, while compiling, tracing or exporting (the
-    TorchScript-based ONNX export traces; torch.export compiles), or a GEMM too small to pay oneDNN's fixed
-    cost per call (~50 us here, against ~9 us for F.linear)."""
-    return (x.device.type != "cpu" or x.dtype != torch.float32 or weight.dtype != torch.float32
-            or x.numel() * weight.shape[0] < min_macs or torch.is_autocast_enabled("cpu")
-            or torch.compiler.is_compiling() or torch.jit.is_tracing() or torch.jit.is_scripting()
-            or not _onednn_is_strict_fp32())
+    """Where only F.linear will do: outside eager fp32 on the CPU, under autocast, or a GEMM too small to pay
+    oneDNN's fixed cost per call (~50 us here, against ~9 us for F.linear)."""
+    return (not eager_fp32_on_cpu(x) or weight.dtype != torch.float32 or x.numel() * weight.shape[0] < min_macs
+            or torch.is_autocast_enabled("cpu") or not _onednn_is_strict_fp32())
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -427,5 +432,6 @@ def choose_inference_precision(model: torch.nn.Module, inputs: dict, repeats: in
 
 
 __all__ = ["BACKENDS", "GemmChoice", "PrecisionChoice", "autocast", "backend", "bf16_supported", "cache_key",
-           "cache_path", "choose_inference_precision", "choose_precision", "cpu_model", "dense", "forced_backend",
+           "cache_path", "choose_inference_precision", "choose_precision", "cpu_model", "dense", "eager_fp32_on_cpu",
+           "forced_backend",
            "isa", "linear", "measure_backends", "set_backend"]

@@ -20,19 +20,21 @@ from torch import nn
 
 from litebert.config import IGNORE_INDEX, AlbertConfig
 from litebert.errors import ConfigError
-from litebert.gemm import dense, linear
+from litebert.gemm import dense, eager_fp32_on_cpu, linear
 from litebert.weights import PretrainedMixin
+
+
+SQRT_2_OVER_PI = 0.7978845608028654
 
 
 def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     """ALBERT's GELU, 0.5x(1 + tanh(u)) with u = sqrt(2/pi)(x + 0.044715x^3): torch's one fused kernel (HF runs
     eight), except in fp32 inference on a CPU, where the same function written as x * sigmoid(2u) in place is
     1.5-2x faster (torch's vectorised tanh is slow; bench/small_calls.py) and as exact (both within 6e-7 of fp64)."""
-    if (x.requires_grad or x.dtype != torch.float32 or x.device.type != "cpu" or torch.jit.is_tracing()
-            or torch.onnx.is_in_onnx_export() or torch.compiler.is_compiling()):
+    if x.requires_grad or not eager_fp32_on_cpu(x):
         return F.gelu(x, approximate="tanh")  # autograd, other dtypes and devices, and graphs keep the fused op
     two_u = x * x
-    two_u.mul_(2 * 0.7978845608028654 * 0.044715).add_(2 * 0.7978845608028654).mul_(x)
+    two_u.mul_(2 * SQRT_2_OVER_PI * 0.044715).add_(2 * SQRT_2_OVER_PI).mul_(x)
     return two_u.sigmoid_().mul_(x)
 
 
