@@ -433,5 +433,4 @@ def choose_inference_precision(model: torch.nn.Module, inputs: dict, repeats: in
 
 __all__ = ["BACKENDS", "GemmChoice", "PrecisionChoice", "autocast", "backend", "bf16_supported", "cache_key",
            "cache_path", "choose_inference_precision", "choose_precision", "cpu_model", "dense", "eager_fp32_on_cpu",
-           "forced_backend",
-           "isa", "linear", "measure_backends", "set_backend"]
+           "forced_backend", "isa", "linear", "measure_backends", "set_backend"]
