@@ -13,6 +13,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Sequence
 
+import numpy as np
 import torch
 
 from litebert.config import IGNORE_INDEX
@@ -140,9 +141,12 @@ def pad(rows: Sequence[Sequence], value: int, dtype: torch.dtype = torch.long) -
     nested = bool(rows) and bool(rows[0]) and isinstance(rows[0][0], (list, tuple))
     flat = [r for row in rows for r in row] if nested else list(rows)
     width = max(len(r) for r in flat)
-    out = torch.full((len(flat), width), value, dtype=dtype)
+    # filled in numpy: a row copied from a list costs ~1 us there against ~8 us through torch.tensor, which
+    # made padding a served batch of 32 short texts a twentieth of its forward pass
+    out = np.full((len(flat), width), value, dtype=torch.empty((), dtype=dtype).numpy().dtype)
     for i, r in enumerate(flat):
-        out[i, : len(r)] = torch.tensor(r, dtype=dtype)
+        out[i, : len(r)] = r
+    out = torch.from_numpy(out)
     if nested:
         if len({len(row) for row in rows}) != 1:
             raise ValueError("multiple-choice examples in one batch must have the same number of options")
