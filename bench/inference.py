@@ -10,7 +10,10 @@
   int8 by ORT's quantize_dynamic with its defaults, the usual recipe).
 Each side reports min/median/max seconds and its speedup over litebert_fp32 and over ort_fp32, and how often
 its predictions differ from litebert fp32's on `--agreement-samples` random inputs of 8-128 tokens (padded to
-128) with the largest logit difference; the ONNX files' sizes are in `files_mb`. The record names the CPU
+128) with the largest logit difference; the ONNX files' sizes are in `files_mb`. Beside them, untimed,
+`int8_weight_rounding_only`: the fp32 model with its weights rounded to int8 per row, computed in fp32, the
+share of the differences no int8 path can avoid; and the quantiles of fp32's margin between its top two logits
+(a random model's are tiny). --agreement-only skips the timing (~2 min). The record names the CPU
 (lscpu's "Model name") and the load average, since other processes on a shared machine move every figure.
 
 --suite encoder: AlbertModel forward under torch.inference_mode, litebert vs transformers vs ONNX Runtime.
@@ -133,6 +136,20 @@ def agreement_batches(config: AlbertConfig, n: int, T: int, seed: int) -> list[d
     return out
 
 
+def weights_rounded_to_int8(model):
+    """A copy of `model` with every linear weight rounded to int8 per output row and every embedding table per
+    row (litebert's int8 schemes at their finest), run in fp32: what any int8 path loses to its weights alone.
+    With ALBERT's shared layer the same rounding error enters all 12 layers."""
+    rounded = copy.deepcopy(model)
+    with torch.no_grad():
+        for module in rounded.modules():
+            if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
+                w = module.weight
+                scale = w.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / 127
+                w.copy_(torch.round(w / scale) * scale)
+    return rounded
+
+
 def classifier_suite(args) -> None:
     import transformers
     from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -196,7 +213,8 @@ def classifier_suite(args) -> None:
     batches = agreement_batches(config, samples, T_max, args.seed + 1)
     reference = [sides["litebert_fp32"](b) for b in batches]
     agreement = {}
-    for name, run in sides.items():
+    untimed = {"int8_weight_rounding_only": torch_side(weights_rounded_to_int8(ours))}
+    for name, run in {**sides, **untimed}.items():
         if name == "litebert_fp32":
             continue
         got = [run(b) for b in batches]
@@ -211,7 +229,7 @@ def classifier_suite(args) -> None:
     result = {"bench": "inference", "suite": "classifier", "model": f"{preset} AlbertForSequenceClassification "
               "(random weights)", "modes": modes, "agreement_samples": samples, "shapes": {}}
     slow = [] if bf16_kernels else ["litebert_bf16"]  # tens of seconds a call: timed apart, fewer repeats
-    for shape in shapes:
+    for shape in ([] if args.agreement_only else shapes):
         B, T = map(int, shape.split("x"))
         g = torch.Generator().manual_seed(args.seed)
         inputs = dict(input_ids=torch.randint(5, config.vocab_size, (B, T), generator=g),
@@ -237,6 +255,9 @@ def classifier_suite(args) -> None:
         row["best_litebert"] = {"side": best, "speedup_vs_ort_fp32": row[best]["speedup_vs_ort_fp32"]}
         result["shapes"][shape] = row
     result["agreement_vs_litebert_fp32"] = agreement
+    margins = np.concatenate([np.abs(np.diff(np.sort(x, axis=-1)[:, -2:], axis=-1))[:, 0] for x in reference])
+    result["fp32_logit_margin_quantiles"] = {f"{q:g}": float(f"{np.quantile(margins, q):.3g}")
+                                             for q in (0.01, 0.05, 0.5)}
     result["files_mb"] = {name: round(os.path.getsize(path) / 1e6, 2) for name, path in files.items()}
     result["files_mb"]["parameters_fp32"] = round(sum(p.numel() * 4 for p in ours.parameters()) / 1e6, 2)
     for (mode, precision), path in ort_files.items():  # both of transformers' variants, chosen or not
@@ -259,6 +280,8 @@ def main() -> None:
     parser.add_argument("--no-ort", action="store_true", help="encoder suite only")
     parser.add_argument("--agreement-samples", type=int, default=None,
                         help="classifier suite: random inputs the predictions are compared on (default 256)")
+    parser.add_argument("--agreement-only", action="store_true",
+                        help="classifier suite: compare the predictions, skip the timing")
     args = parser.parse_args()
     configure(args)
     if args.suite == "classifier":

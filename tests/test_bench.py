@@ -70,7 +70,10 @@ def test_inference_classifier_suite_reports_every_side_its_agreement_and_the_mac
         assert best["side"].startswith("litebert") and best["speedup_vs_ort_fp32"] == max(
             row[s]["speedup_vs_ort_fp32"] for s in sides if s.startswith("litebert") and "speedup_vs_ort_fp32" in row[s])
     agreement = r["agreement_vs_litebert_fp32"]
-    assert sorted(agreement) == sorted(sides[1:])
+    assert sorted(agreement) == sorted(sides[1:] + ["int8_weight_rounding_only"])
+    assert agreement["int8_weight_rounding_only"]["max_abs_logit_diff"] > 0  # the weights were rounded
+    margins = r["fp32_logit_margin_quantiles"]
+    assert 0 <= margins["0.01"] <= margins["0.05"] <= margins["0.5"]
     for side, found in agreement.items():
         assert 0 <= found["differ"] <= r["agreement_samples"] and found["max_abs_logit_diff"] >= 0
         assert found["differ_pct"] == pytest.approx(100 * found["differ"] / r["agreement_samples"], abs=0.01)
@@ -82,6 +85,8 @@ def test_inference_classifier_suite_reports_every_side_its_agreement_and_the_mac
     assert files["litebert_onnx_fp32"] == pytest.approx(files["parameters_fp32"], rel=0.05)  # each weight once
     assert r["litebert_onnx_int8_initializer_bytes"]["INT8"] > 10 * r["litebert_onnx_int8_initializer_bytes"]["FLOAT"]
     assert r["cpu_model"] and len(r["loadavg"]) == 3 and set(r["modes"]) >= {"transformers_fp32", "ort_fp32"}
+    (only,) = records("inference.py", "--quick", "--agreement-only")
+    assert only["shapes"] == {} and only["agreement_vs_litebert_fp32"] == agreement  # the same seeds, untimed
 
 
 @pytest.mark.slow
