@@ -13,7 +13,7 @@ its predictions differ from litebert fp32's on `--agreement-samples` random inpu
 128) with the largest logit difference; the ONNX files' sizes are in `files_mb`. Beside them, untimed,
 `int8_weight_rounding_only`: the fp32 model with its weights rounded to int8 per row, computed in fp32, the
 share of the differences no int8 path can avoid; and the quantiles of fp32's margin between its top two logits
-(a random model's are tiny). --agreement-only skips the timing (~2 min). The record names the CPU
+(a random model's are tiny). --agreement-only skips the timing. The record names the CPU
 (lscpu's "Model name") and the load average, since other processes on a shared machine move every figure.
 
 --suite encoder: AlbertModel forward under torch.inference_mode, litebert vs transformers vs ONNX Runtime.
@@ -150,11 +150,19 @@ def weights_rounded_to_int8(model):
     return rounded
 
 
+def random_classifier(config: AlbertConfig, seed: int, workdir: str):
+    """A random two-label classifier saved to workdir/model (for the exports and the peers) and read back."""
+    from litebert.heads import AlbertForSequenceClassification
+    directory = os.path.join(workdir, "model")
+    torch.manual_seed(seed)
+    AlbertForSequenceClassification(config.replace(num_labels=2)).save_pretrained(directory)
+    return directory, AlbertForSequenceClassification.from_pretrained(directory).eval()
+
+
 def classifier_suite(args) -> None:
     import transformers
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from litebert.heads import AlbertForSequenceClassification
     from litebert.interop.export import export_model
     from litebert.interop.quantize import initializer_bytes, quantize_model
 
@@ -165,10 +173,7 @@ def classifier_suite(args) -> None:
     samples = args.agreement_samples or (16 if args.quick else 256)
     config = AlbertConfig.from_preset(preset).replace(num_labels=2)
     workdir = tempfile.mkdtemp(prefix="litebert-bench-int8-")
-    directory = os.path.join(workdir, "model")
-    torch.manual_seed(args.seed)
-    AlbertForSequenceClassification(config).save_pretrained(directory)
-    ours = AlbertForSequenceClassification.from_pretrained(directory).eval()
+    directory, ours = random_classifier(config, args.seed, workdir)
     theirs = {attn: transformers.AlbertForSequenceClassification.from_pretrained(
         directory, attn_implementation=attn).eval() for attn in ("sdpa", "eager")}
     bf16_kernels = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())

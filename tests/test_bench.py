@@ -90,6 +90,21 @@ def test_inference_classifier_suite_reports_every_side_its_agreement_and_the_mac
 
 
 @pytest.mark.slow
+def test_int8_error_scores_every_variant_against_fp32():
+    pytest.importorskip("onnxruntime")
+    (r,) = records("int8_error.py", "--quick")
+    variants = ["weights_only", "shipped", "tables_fp32", "per_channel", "reduce_range", "uint8_weights"]
+    for name in variants:
+        found = r[name]
+        assert 0 <= found["changed"] <= r["samples"]
+        assert found["unchanged_pct"] == pytest.approx(100 * (1 - found["changed"] / r["samples"]), abs=0.01)
+        assert 0 < found["margin_change_mean"] <= found["margin_change_max"]  # every variant moves the logits
+    assert r["weights_only"]["size_vs_fp32"] is None
+    assert r["shipped"]["size_vs_fp32"] < 0.35 < r["tables_fp32"]["size_vs_fp32"] < 1  # the table is most of it
+    assert 0 <= r["fp32_margin_quantiles"]["0.01"] <= r["fp32_margin_quantiles"]["0.5"]
+
+
+@pytest.mark.slow
 def test_memory_gemm_data_prep_and_profile_report_what_they_measured():
     for r in records("memory.py", "--quick"):
         deltas = {side: r[side]["peak_delta_mib"] for side in ("litebert", "litebert_checkpointing", "transformers")}

@@ -346,10 +346,12 @@ def quantize_embedding_tables(graph) -> list[str]:
     return done
 
 
-def quantize_onnx(src: str | os.PathLike, dst: str | os.PathLike, per_channel: bool = False) -> list[str]:
+def quantize_onnx(src: str | os.PathLike, dst: str | os.PathLike, per_channel: bool = False,
+                  embedding_tables: bool = True, reduce_range: bool = False, weight_type: str = "int8") -> list[str]:
     """Write an int8 copy of the ONNX model `src` to `dst`: embedding tables per-row int8, then ORT's dynamic
     quantization of every MatMul/Gemm with a constant weight (int8 weights, uint8 activations quantized per
-    call). Returns the embedding tables quantized."""
+    call). Returns the embedding tables quantized. The other settings (tables left fp32, ORT's per-channel
+    weights, 7-bit weights, uint8 weights) are there to be compared (bench/int8_error.py)."""
     import onnx
     try:
         from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -359,12 +361,13 @@ def quantize_onnx(src: str | os.PathLike, dst: str | os.PathLike, per_channel: b
     model = onnx.load(os.fspath(src))
     bypass_identities(model.graph)
     fold_initializer_transposes(model.graph)  # int8 stores the tied copy again, as int8: 2 x 1/4 of one fp32
-    tables = quantize_embedding_tables(model.graph)
+    tables = quantize_embedding_tables(model.graph) if embedding_tables else []
     quiet = logging.getLogger()  # ORT's quantizer logs a pre-processing advice at WARNING on every call
     level, quiet.level = quiet.level, logging.ERROR
     try:
         quantize_dynamic(model, os.fspath(dst), op_types_to_quantize=["MatMul", "Gemm"], per_channel=per_channel,
-                         weight_type=QuantType.QInt8)
+                         reduce_range=reduce_range,
+                         weight_type={"int8": QuantType.QInt8, "uint8": QuantType.QUInt8}[weight_type])
     finally:
         quiet.setLevel(level)
     return tables
