@@ -13,7 +13,7 @@ size against the fp32 export's.
 A random model's two logits are near ties, the worst case for unchanged predictions: the quantiles of fp32's
 margin are printed beside.
 
-    .venv/bin/python bench/int8_error.py --threads 1     # albert-base, 1024 inputs, ~10 min on one core
+    .venv/bin/python bench/int8_error.py --threads 1     # albert-base, 1024 inputs, ~25 min on one loaded core
     .venv/bin/python bench/int8_error.py --quick
 """
 
