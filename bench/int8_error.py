@@ -6,8 +6,8 @@ size against the fp32 export's.
   shipped        `litebert export --quantize int8`: embedding tables int8 per row, ORT's dynamic int8 MatMuls
   tables_fp32    the same with the embedding tables left in fp32 (ORT's default)
   per_channel, reduce_range, uint8_weights
-                 ORT's other settings (its advice for AVX2 CPUs without VNNI, whose 16-bit multiply-adds
-                 can saturate)
+                 ORT's other settings (the last two its advice for AVX2 CPUs without VNNI, whose 16-bit
+                 multiply-adds can saturate)
   weights_only   PyTorch fp32 with every linear weight and embedding table rounded to int8 per row: what
                  rounding the weights costs when no activation is quantized
 A random model's two logits are near ties, the worst case for unchanged predictions: the quantiles of fp32's
