@@ -3,7 +3,9 @@
 Each variant is scored against PyTorch fp32 on the same random inputs as inference.py's agreement (8-128
 tokens): predictions changed, the mean and largest change of the margin between the two logits, and the file
 size against the fp32 export's.
-  shipped        `litebert export --quantize int8`: embedding tables int8 per row, ORT's dynamic int8 MatMuls
+  shipped        `litebert export --quantize int8`: ORT's BERT fusions (SkipLayerNormalization, FastGelu),
+                 embedding tables int8 per row, ORT's dynamic int8 MatMuls
+  unfused        the same without the fusions
   tables_fp32    the same with the embedding tables left in fp32 (ORT's default)
   per_channel, reduce_range, uint8_weights
                  ORT's other settings (the last two its advice for AVX2 CPUs without VNNI, whose 16-bit
@@ -31,7 +33,7 @@ from litebert.config import AlbertConfig
 from litebert.interop.export import export_model
 from litebert.interop.quantize import quantize_onnx
 
-ONNX_VARIANTS = {"shipped": {}, "tables_fp32": {"embedding_tables": False}, "per_channel": {"per_channel": True},
+ONNX_VARIANTS = {"shipped": {}, "unfused": {"fuse": False}, "tables_fp32": {"embedding_tables": False}, "per_channel": {"per_channel": True},
                  "reduce_range": {"reduce_range": True}, "uint8_weights": {"weight_type": "uint8"}}
 
 
@@ -56,7 +58,7 @@ def main() -> None:
     sizes = {}
     for name, options in ONNX_VARIANTS.items():
         path = os.path.join(workdir, f"{name}.onnx")
-        quantize_onnx(fp32_path, path, **options)
+        quantize_onnx(fp32_path, path, config=config, **options)
         sides[name] = onnx_side(path, args.threads)
         sizes[name] = round(os.path.getsize(path) / os.path.getsize(fp32_path), 3)
 

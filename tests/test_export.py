@@ -215,6 +215,32 @@ def test_int8_onnx_holds_every_weight_and_the_embedding_tables_in_int8(tmp_path,
                                (config.type_vocab_size, config.embedding_size)])
 
 
+@pytest.mark.parametrize("act, gelu_op", [("gelu_new", "FastGelu"), ("gelu", "BiasGelu")])
+def test_int8_export_fuses_layernorm_and_gelu_keeping_their_formulas(tmp_path, act, gelu_op):
+    pytest.importorskip("onnxruntime")
+    import onnx
+    from collections import Counter
+    config = AlbertConfig(vocab_size=61, embedding_size=8, hidden_size=16, num_hidden_layers=3, num_hidden_groups=1,
+                          num_attention_heads=2, intermediate_size=24, max_position_embeddings=24, num_labels=3,
+                          hidden_act=act)
+    torch.manual_seed(0)
+    MODEL_CLASSES["AlbertForSequenceClassification"](config).save_pretrained(tmp_path / "model")
+    fp32 = export_model(tmp_path / "model", tmp_path / "onnx").path
+    fused = str(tmp_path / "fused.onnx")
+    onnx.save(quantize.fuse_transformer_ops(onnx.load(fp32), config), fused)
+    ops = Counter(node.op_type for node in onnx.load(fused).graph.node)
+    # every layer application: two LayerNorm(x + y) and one GELU, each one op; nothing of the formulas left
+    assert ops["SkipLayerNormalization"] >= 2 * config.num_hidden_layers and ops[gelu_op] == config.num_hidden_layers
+    other_form = {"FastGelu"} if act == "gelu" else {"Gelu", "BiasGelu"}  # erf stays erf, tanh stays tanh
+    assert not ({"Pow", "Erf"} | other_form) & set(ops)
+    batch = fresh_batch(str(tmp_path / "model"), padded=True)
+    for e, g in zip(export._runner(fp32, "onnx")(batch), export._runner(fused, "onnx")(batch), strict=True):
+        np.testing.assert_allclose(g, e, atol=2e-5)  # the same function, fewer passes
+    quantize.quantize_onnx(fp32, tmp_path / "int8.onnx", config=config)
+    int8_ops = Counter(node.op_type for node in onnx.load(tmp_path / "int8.onnx").graph.node)
+    assert int8_ops["SkipLayerNormalization"] == ops["SkipLayerNormalization"] and int8_ops[gelu_op] == ops[gelu_op]
+
+
 def test_classifier_export_holds_each_weight_once(tmp_path, trained_classifier):
     """The last layer's [CLS]-only path used to read Q, K and V through the modules while the other layers
     read the packed QKV, so the export stored both: 3 H^2 floats too many."""

@@ -218,7 +218,7 @@ def _write_int8(result: ExportResult, module: InferenceModule, config: AlbertCon
     final = os.path.join(os.path.dirname(result.path), q.INT8_ONNX)
     staged = os.path.join(os.path.dirname(result.path), f".tmp-{q.INT8_ONNX}")
     try:
-        q.quantize_onnx(result.path, staged)
+        q.quantize_onnx(result.path, staged, config=config)
         run = _runner(staged, "onnx")
         result.agreement = q.compare(module, lambda *batch: run(batch), result.output_names, batches,
                                      config.problem_type)
