@@ -91,11 +91,30 @@ def test_inference_classifier_suite_reports_every_side_its_agreement_and_the_mac
         assert only["agreement_vs_litebert_fp32"][side]["differ"] == agreement[side]["differ"]  # the same seeds
 
 
+def test_int8_gemm_bound_follows_from_the_times_it_prints():
+    pytest.importorskip("onnxruntime")
+    (r,) = records("int8_gemm.py", "--quick")
+    assert set(r["gemms"]) == {"qkv", "attention_output", "ffn", "ffn_output", "embedding_projection"}
+    summed = {side: 0.0 for side in r["gemm_ms_per_forward"]}
+    for gemm in r["gemms"].values():
+        assert gemm["ort_int8_vs_fp32"] == pytest.approx(gemm["ort_fp32_ms"] / gemm["ort_int8_ms"], rel=0.1)
+        for side in summed:
+            summed[side] += gemm["per_forward"] * gemm[f"{side}_ms"]
+    for side, ms in summed.items():  # the per-forward GEMM time is the layer's GEMMs times the layer count
+        assert r["gemm_ms_per_forward"][side] == pytest.approx(ms, rel=0.05, abs=0.05)
+    forward, fp32 = r["forward_fp32_ms"], r["gemm_ms_per_forward"]["torch_fp32"]
+    rest = max(forward - fp32, 0.0)
+    for side in ("ort_int8", "torch_int8"):
+        bound = forward / (rest + r["gemm_ms_per_forward"][side])
+        assert r["int8_bound_vs_litebert_fp32"][side] == pytest.approx(bound, rel=0.05, abs=0.02)
+    assert 0 < r["gemm_share_of_fp32_forward"] and r["machine"]["cpu"]
+
+
 @pytest.mark.slow
 def test_int8_error_scores_every_variant_against_fp32():
     pytest.importorskip("onnxruntime")
     (r,) = records("int8_error.py", "--quick")
-    variants = ["weights_only", "shipped", "tables_fp32", "per_channel", "reduce_range", "uint8_weights"]
+    variants = ["weights_only", "shipped", "unfused", "tables_fp32", "per_channel", "reduce_range", "uint8_weights"]
     for name in variants:
         found = r[name]
         assert 0 <= found["changed"] <= r["samples"]
