@@ -12,7 +12,10 @@ Then the whole fp32 forward of a random albert-base classifier at 32 x 128 (lite
 bound: the forward's time with every GEMM replaced by its int8 time (the layer's four GEMMs x the layer count,
 plus the embedding projection), which no int8 path that keeps the rest in fp32 can beat.
 
-    .venv/bin/python bench/int8_gemm.py --threads 1     # ~3 min alone
+One thread by default: with more, the two libraries' thread pools alternate, and OpenMP's threads spin on
+after torch's turn into ORT's (2 threads on 2 cores: the GEMMs summed to 1.1x the whole forward).
+
+    .venv/bin/python bench/int8_gemm.py     # ~2 min alone
     .venv/bin/python bench/int8_gemm.py --quick
 """
 
@@ -70,6 +73,7 @@ def gemm_sides(M: int, K: int, N: int, seed: int, workdir: str, threads: int) ->
 
 def main() -> None:
     parser = base_parser(__doc__)
+    parser.set_defaults(threads=1)
     args = parser.parse_args()
     configure(args)
     preset = "tiny" if args.quick else args.preset
