@@ -33,8 +33,9 @@ from litebert.config import AlbertConfig
 from litebert.interop.export import export_model
 from litebert.interop.quantize import quantize_onnx
 
-ONNX_VARIANTS = {"shipped": {}, "unfused": {"fuse": False}, "tables_fp32": {"embedding_tables": False}, "per_channel": {"per_channel": True},
-                 "reduce_range": {"reduce_range": True}, "uint8_weights": {"weight_type": "uint8"}}
+ONNX_VARIANTS = {"shipped": {}, "unfused": {"fuse": False}, "tables_fp32": {"embedding_tables": False},
+                 "per_channel": {"per_channel": True}, "reduce_range": {"reduce_range": True},
+                 "uint8_weights": {"weight_type": "uint8"}}
 
 
 def margin(logits: np.ndarray) -> np.ndarray:
