@@ -165,9 +165,16 @@ class OnnxBackend:
         path = os.path.join(directory, cls.FILES[precision])
         if os.path.isfile(path):
             return cls(path, precision)
-        from litebert.interop.export import export_model
+        from litebert.interop.export import ExportError, export_model
         tmp = tempfile.TemporaryDirectory(prefix="litebert-onnx-")
-        export_model(directory, tmp.name, "onnx", quantize="int8" if precision == "int8" else "none")
+        try:
+            export_model(directory, tmp.name, "onnx", quantize="int8" if precision == "int8" else "none")
+        except ExportError as e:  # its "--force" is export's flag: say how to reach it from here
+            if precision != "int8":
+                raise
+            raise ExportError(f"{e}. To use this int8 model anyway, export it once (`litebert export --model "
+                              f"{directory} --out DIR --quantize int8 --force`, or --verify-text with your own "
+                              f"inputs) and give DIR as the model") from None
         return cls(os.path.join(tmp.name, cls.FILES[precision]), precision, keep=tmp)
 
     def __call__(self, batch: dict[str, torch.Tensor]) -> GraphOutputs:
