@@ -27,7 +27,8 @@ import tempfile
 import numpy as np
 
 from common import base_parser, configure, emit, machine
-from inference import agreement_batches, onnx_side, random_classifier, torch_side, weights_rounded_to_int8
+from inference import (agreement_batches, logit_margins, margin_quantiles, onnx_side, random_classifier,
+                       torch_side, weights_rounded_to_int8)
 
 from litebert.config import AlbertConfig
 from litebert.interop.export import export_model
@@ -36,11 +37,6 @@ from litebert.interop.quantize import quantize_onnx
 ONNX_VARIANTS = {"shipped": {}, "unfused": {"fuse": False}, "tables_fp32": {"embedding_tables": False},
                  "per_channel": {"per_channel": True}, "reduce_range": {"reduce_range": True},
                  "uint8_weights": {"weight_type": "uint8"}}
-
-
-def margin(logits: np.ndarray) -> np.ndarray:
-    top2 = np.sort(logits, axis=-1)[:, -2:]
-    return top2[:, 1] - top2[:, 0]
 
 
 def main() -> None:
@@ -64,15 +60,14 @@ def main() -> None:
         sizes[name] = round(os.path.getsize(path) / os.path.getsize(fp32_path), 3)
 
     batches = agreement_batches(config, samples, min(128, config.max_position_embeddings), args.seed + 1)
-    reference = [torch_side(model)(b) for b in batches]
+    fp32 = torch_side(model)
+    reference = [fp32(b) for b in batches]
     result = {"bench": "int8_error", "model": f"{preset} AlbertForSequenceClassification (random weights)",
-              "samples": samples, "fp32_margin_quantiles": {
-                  f"{q:g}": float(f"{np.quantile(np.concatenate([margin(r) for r in reference]), q):.3g}")
-                  for q in (0.01, 0.05, 0.5)}}
+              "samples": samples, "fp32_margin_quantiles": margin_quantiles(reference)}
     for name, run in sides.items():
         got = [run(b) for b in batches]
         changed = sum(int((r.argmax(-1) != g.argmax(-1)).sum()) for r, g in zip(reference, got))
-        shift = np.concatenate([np.abs(margin(r) - margin(g)) for r, g in zip(reference, got)])
+        shift = np.concatenate([np.abs(logit_margins(r) - logit_margins(g)) for r, g in zip(reference, got)])
         result[name] = {"changed": changed, "unchanged_pct": round(100 * (1 - changed / samples), 2),
                         "margin_change_mean": float(f"{shift.mean():.3g}"),
                         "margin_change_max": float(f"{shift.max():.3g}"),

@@ -53,7 +53,6 @@ def onnx_linear(K: int, N: int, seed: int, workdir: str, threads: int) -> tuple:
     fp32 = os.path.join(workdir, f"linear_{K}x{N}.onnx")
     int8 = os.path.join(workdir, f"linear_{K}x{N}.int8.onnx")
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), fp32)
-    logging.getLogger().setLevel(logging.ERROR)  # ORT's pre-processing advice, on every call
     quantize_dynamic(fp32, int8, op_types_to_quantize=["MatMul"], weight_type=QuantType.QInt8)
     return onnx_session(fp32, threads, spin=False), onnx_session(int8, threads, spin=False)
 
@@ -81,6 +80,7 @@ def main() -> None:
     parser.set_defaults(threads=1)
     args = parser.parse_args()
     configure(args)
+    logging.getLogger().setLevel(logging.ERROR)  # ORT's quantizer logs a pre-processing advice on every call
     preset = "tiny" if args.quick else args.preset
     repeats = args.repeats or (2 if args.quick else 7)
     config = AlbertConfig.from_preset(preset).replace(num_labels=2)

@@ -309,6 +309,14 @@ def fold_initializer_transposes(graph) -> int:
     return len(folds)
 
 
+def per_row_int8(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(int8 rows, fp32 scale per row) with matrix ~= rows * scale: symmetric, scale = max |row| / 127."""
+    matrix = matrix.astype(np.float32)
+    scale = np.abs(matrix).max(axis=1, keepdims=True) / 127.0
+    scale[scale == 0] = 1.0  # an all-zero row (padding) stays zero
+    return np.clip(np.rint(matrix / scale), -127, 127).astype(np.int8), scale
+
+
 def quantize_embedding_tables(graph) -> list[str]:
     """Replace each Gather from a 2-D float initializer (an embedding table) by a per-row int8 lookup:
     int8 rows and one fp32 scale per row (symmetric, scale = max |row| / 127). Returns the tables' names."""
@@ -325,10 +333,7 @@ def quantize_embedding_tables(graph) -> list[str]:
         axis = [a.i for n in nodes for a in n.attribute if a.name == "axis"]
         if any(n.op_type != "Gather" or n.input[0] != name for n in nodes) or any(axis):
             continue  # also read as a matrix (a tied decoder) or along another axis: left to the MatMul pass
-        table = numpy_helper.to_array(tables[name]).astype(np.float32)
-        scale = np.abs(table).max(axis=1, keepdims=True) / 127.0
-        scale[scale == 0] = 1.0  # an all-zero row (padding) stays zero
-        q = np.clip(np.rint(table / scale), -127, 127).astype(np.int8)
+        q, scale = per_row_int8(numpy_helper.to_array(tables[name]))
         graph.initializer.remove(tables[name])
         graph.initializer.extend([numpy_helper.from_array(q, name + "_int8"),
                                   numpy_helper.from_array(scale.astype(np.float32), name + "_row_scale")])
