@@ -146,7 +146,7 @@ def test_a_model_with_parameters_outside_the_loss_is_named_at_the_first_ddp_step
     "Expected to have finished reduction" at step 2."""
     script = tmp_path / "worker.py"
     script.write_text(textwrap.dedent(f"""
-        import torch, sys
+        import os, sys, torch
         from torch import nn
         from pathlib import Path
         from litebert.errors import ConfigError
@@ -157,7 +157,7 @@ def test_a_model_with_parameters_outside_the_loss_is_named_at_the_first_ddp_step
         try:
             train(model, toy_batches(8, 4), toy_config(Path({str(tmp_path)!r}), micro_batch_size=4, max_steps=3))
         except ConfigError as e:
-            print("REFUSED", e)
+            os.write(1, f"REFUSED {{e}}\\n".encode())  # one write: the two ranks share the pipe
             sys.exit(0)
         print("TRAINED")
     """))
@@ -265,7 +265,7 @@ ELASTIC_WORKER = textwrap.dedent("""
 
     model = make_toy(0.1)  # with dropout: the resumed RNG streams must be the uninterrupted run's
     train(model, batch_fn, toy_config(out, micro_batch_size=4, max_steps=10, save_every=2, log_every=1))
-    print("attempt", os.environ["TORCHELASTIC_RESTART_COUNT"], "finished")
+    os.write(1, f"attempt {os.environ['TORCHELASTIC_RESTART_COUNT']} finished\\n".encode())  # one write per rank
 """)
 
 
@@ -422,7 +422,8 @@ RESUME_DECISION = textwrap.dedent("""
     env = setup_distributed("cpu")
     if env.rank == 1:  # this rank's view of the filesystem disagrees (a stale cache, a racing rename)
         ckpt.latest_checkpoint = ckpt.resume_point = lambda out_dir: Path(out_dir) / "step_99"
-    print(f"rank {env.rank} resumes from", _checkpoint_to_resume(out, True, env).name)
+    decision = _checkpoint_to_resume(out, True, env).name
+    os.write(1, f"rank {env.rank} resumes from {decision}\\n".encode())  # one write: the ranks share the pipe
     dist.destroy_process_group()
 """)
 
