@@ -4,8 +4,9 @@
 32x128 (throughput), every way to run it on a CPU side by side, interleaved, in one JSON line:
   litebert_fp32, litebert_bf16 (the faster of bf16 weights and autocast; autocast alone, timed with fewer
   repeats, on a CPU without bf16 kernels, where bf16 is several times slower), litebert_int8 (PyTorch dynamic
-  int8, litebert.interop.quantize.quantize_model), litebert_onnx_fp32 and litebert_onnx_int8 (`litebert
-  export --quantize int8`, run by ONNX Runtime), transformers_fp32 (the faster of eager and sdpa), ort_fp32 and
+  int8, litebert.interop.quantize.quantize_model), litebert_onnx_fp32, litebert_onnx_int8 and
+  litebert_onnx_int8_per_column (`litebert export --quantize int8` with --int8-weights per-tensor and
+  per-column, run by ONNX Runtime), transformers_fp32 (the faster of eager and sdpa), ort_fp32 and
   ort_int8 (ONNX Runtime on transformers' own export, plain or through ORT's BERT fusions, whichever is faster;
   int8 by ORT's quantize_dynamic with its defaults, the usual recipe).
 Each side reports min/median/max seconds and its speedup over litebert_fp32 and over ort_fp32, and how often
@@ -176,7 +177,7 @@ def classifier_suite(args) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     from litebert.interop.export import export_model
-    from litebert.interop.quantize import initializer_bytes, quantize_model
+    from litebert.interop.quantize import initializer_bytes, quantize_model, quantize_onnx
 
     transformers.utils.logging.disable_progress_bar()
     preset = "tiny" if args.quick else args.preset
@@ -191,11 +192,13 @@ def classifier_suite(args) -> None:
     bf16_kernels = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
     exported = export_model(directory, os.path.join(workdir, "litebert-onnx"), quantize="int8", force=True,
-                            verify_samples=16)
-    files = {"litebert_onnx_fp32": exported.path, "litebert_onnx_int8": exported.int8_path}
+                            verify_samples=16, int8_weights="per-tensor")
+    per_column = os.path.join(workdir, "litebert-onnx", "model.int8-per-column.onnx")
+    quantize_onnx(exported.path, per_column, weights="per-column", config=config)
+    files = {"litebert_onnx_fp32": exported.path, "litebert_onnx_int8": exported.int8_path,
+             "litebert_onnx_int8_per_column": per_column}
     sides = {"litebert_fp32": torch_side(ours), "litebert_int8": torch_side(quantize_model(ours)),
-             "litebert_onnx_fp32": onnx_side(exported.path, args.threads),
-             "litebert_onnx_int8": onnx_side(exported.int8_path, args.threads)}
+             **{name: onnx_side(path, args.threads) for name, path in files.items()}}
 
     # the peers' variants, each tried on the largest shape and the faster kept (named in `modes`)
     B, T = map(int, shapes[-1].split("x"))
@@ -242,7 +245,7 @@ def classifier_suite(args) -> None:
                            "max_abs_logit_diff": float(f"{max(float(np.abs(e - x).max()) for e, x in zip(reference, got)):.3g}")}
 
     order = ["litebert_fp32", "litebert_bf16", "litebert_int8", "litebert_onnx_fp32", "litebert_onnx_int8",
-             "transformers_fp32", "ort_fp32", "ort_int8"]
+             "litebert_onnx_int8_per_column", "transformers_fp32", "ort_fp32", "ort_int8"]
     result = {"bench": "inference", "suite": "classifier", "model": f"{preset} AlbertForSequenceClassification "
               "(random weights)", "modes": modes, "agreement_samples": samples, "shapes": {}}
     slow = [] if bf16_kernels else ["litebert_bf16"]  # tens of seconds a call: timed apart, fewer repeats

@@ -3,8 +3,10 @@
 Each variant is scored against PyTorch fp32 on the same random inputs as inference.py's agreement (8-128
 tokens): predictions changed, the mean and largest change of the margin between the two logits, and the file
 size against the fp32 export's.
-  shipped        `litebert export --quantize int8`: ORT's BERT fusions (SkipLayerNormalization, FastGelu),
-                 embedding tables int8 per row, ORT's dynamic int8 MatMuls
+  shipped        `litebert export --quantize int8 --int8-weights per-tensor`: ORT's BERT fusions
+                 (SkipLayerNormalization, FastGelu), embedding tables int8 per row, ORT's dynamic int8 MatMuls
+  per_column     the same with --int8-weights per-column: one scale per output column, stored uint8 (the
+                 scheme `auto` falls back to)
   unfused        the same without the fusions
   tables_fp32    the same with the embedding tables left in fp32 (ORT's default)
   per_channel, reduce_range, uint8_weights
@@ -34,7 +36,8 @@ from litebert.config import AlbertConfig
 from litebert.interop.export import export_model
 from litebert.interop.quantize import quantize_onnx
 
-ONNX_VARIANTS = {"shipped": {}, "unfused": {"fuse": False}, "tables_fp32": {"embedding_tables": False},
+ONNX_VARIANTS = {"shipped": {}, "per_column": {"weights": "per-column"}, "unfused": {"fuse": False},
+                 "tables_fp32": {"embedding_tables": False},
                  "per_channel": {"per_channel": True}, "reduce_range": {"reduce_range": True},
                  "uint8_weights": {"weight_type": "uint8"}}
 

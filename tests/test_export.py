@@ -17,6 +17,7 @@ import litebert.interop.export as export
 import litebert.interop.quantize as quantize
 from litebert.cli import main as litebert_main
 from litebert.config import AlbertConfig
+from litebert.errors import ConfigError
 from litebert.heads import MODEL_CLASSES
 from litebert.interop.export import ExportError, export_model, sample_batch
 
@@ -196,9 +197,11 @@ def test_int8_pytorch_runs_every_head(tmp_path, class_name):
         assert (e is None) == (g is None) and (e is None or (e.shape == g.shape and torch.isfinite(g).all()))
 
 
-def test_int8_onnx_holds_every_weight_and_the_embedding_tables_in_int8(tmp_path, trained_classifier):
+@pytest.mark.parametrize("weights, stored", [("per-tensor", np.int8), ("per-column", np.uint8)])
+def test_int8_onnx_holds_every_weight_and_the_embedding_tables_in_int8(tmp_path, trained_classifier, weights, stored):
     pytest.importorskip("onnxruntime")
-    result = export_model(trained_classifier, tmp_path / "onnx", quantize="int8")
+    result = export_model(trained_classifier, tmp_path / "onnx", quantize="int8", int8_weights=weights, force=True)
+    assert result.int8_weights == weights
     config = AlbertConfig.load(trained_classifier)
     found = initializers(result.int8_path)
     table = found["model.albert.embeddings.word_embeddings.weight_int8"]
@@ -207,12 +210,54 @@ def test_int8_onnx_holds_every_weight_and_the_embedding_tables_in_int8(tmp_path,
     # what stays fp32 is vectors (biases, LayerNorm, scales): no matrix of the model is left unquantized
     assert not [name for name, a in found.items() if a.dtype == np.float32 and a.ndim == 2 and min(a.shape) > 1]
     H, I = config.hidden_size, config.intermediate_size
-    matrices = sorted(a.shape for a in found.values() if a.dtype == np.int8 and a.ndim == 2)
+    matrices = sorted(a.shape for a in found.values() if a.dtype == stored and a.ndim == 2)
+    tables = sorted(a.shape for a in found.values() if a.dtype == np.int8 and a.ndim == 2 and stored != np.int8)
     # each weight once: E->H, packed QKV, attention output, FFN in and out, pooler, classifier, 3 tables
-    assert matrices == sorted([(config.embedding_size, H), (H, 3 * H), (H, H), (H, I), (I, H), (H, H), (H, 3),
-                               (config.vocab_size, config.embedding_size),
-                               (config.max_position_embeddings, config.embedding_size),
-                               (config.type_vocab_size, config.embedding_size)])
+    assert sorted(matrices + tables) == sorted([
+        (config.embedding_size, H), (H, 3 * H), (H, H), (H, I), (I, H), (H, H), (H, 3),
+        (config.vocab_size, config.embedding_size), (config.max_position_embeddings, config.embedding_size),
+        (config.type_vocab_size, config.embedding_size)])
+
+
+def _one_product_graph(op: str, weight: np.ndarray):
+    """x (B, T, K) @ weight, as MatMul (weight (K, N)) or as Gemm with transB (weight (N, K), x 2-D)."""
+    from onnx import TensorProto, helper, numpy_helper
+    K = weight.shape[1] if op == "Gemm" else weight.shape[0]
+    shape = [None, K] if op == "Gemm" else [None, None, K]
+    node = helper.make_node(op, ["x", "w"], ["y"], name="product", **({"transB": 1} if op == "Gemm" else {}))
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(weight, "w")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+
+
+@pytest.mark.parametrize("op", ["MatMul", "Gemm"])
+def test_per_column_int8_weights_compute_exactly_what_their_rounding_says(op):
+    """One scale per output column, stored uint8: the product equals the arithmetic of the rounded operands
+    (uint8 x int8 on AVX2 without VNNI saturates pairs of products at int16, and per-column int8 weights
+    reach +-127 in every column; this would fail there), and a column of small weights keeps its resolution."""
+    ort = pytest.importorskip("onnxruntime")
+    rng = np.random.default_rng(0)
+    K, N = 64, 24
+    weight = (rng.standard_normal((K, N)) * np.geomspace(1.0, 1e-3, N)).astype(np.float32)  # columns 1000x apart
+    x = rng.standard_normal((3, 5, K)).astype(np.float32)
+    if op == "Gemm":
+        x, stored = x.reshape(-1, K), weight.T.copy()
+    else:
+        stored = weight
+    model = _one_product_graph(op, stored)
+    assert quantize.quantize_matmuls_per_column(model.graph) == 1
+    got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    columns, scale = quantize.per_row_int8(weight.T)  # what the file holds, one row per output column
+    lo, hi = min(x.min(), 0.0), max(x.max(), 0.0)  # DynamicQuantizeLinear: uint8, 0 exactly representable
+    step = (hi - lo) / 255
+    zero = np.clip(np.rint(-lo / step), 0, 255)
+    x_rounded = (np.clip(np.rint(x / step) + zero, 0, 255) - zero) * step
+    expected = x_rounded.astype(np.float64) @ (columns.astype(np.float64) * scale).T
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6 * np.abs(expected).max())
+    exact = x.astype(np.float64) @ weight
+    small = slice(N - 4, N)  # the smallest columns: per-tensor int8 would round most of them to 0
+    assert np.abs(got - exact)[..., small].max() < 0.02 * np.abs(exact[..., small]).max()
 
 
 @pytest.mark.parametrize("act, gelu_op", [("gelu_new", "FastGelu"), ("gelu", "BiasGelu")])
@@ -266,7 +311,8 @@ def test_fill_mask_export_holds_the_tied_decoder_once(tmp_path):
     assert found["model.albert.embeddings.word_embeddings.weight"].shape == (V, E)
     assert [a.shape for a in found.values() if a.shape in ((V, E), (E, V))] == [(V, E)]
     assert result.max_abs_diff < 1e-4
-    int8 = sorted(a.shape for a in initializers(result.int8_path).values() if a.dtype == np.int8 and a.ndim == 2)
+    int8 = sorted(a.shape for a in initializers(result.int8_path).values()
+                  if a.dtype in (np.int8, np.uint8) and a.ndim == 2)
     assert (V, E) in int8 and (E, V) in int8  # the table for the lookup, its transpose for the decoder
 
 
@@ -319,6 +365,47 @@ def test_min_agreement_refuses_and_force_keeps(tmp_path, capsys):
     assert litebert_main(["export", "--model", model_dir, "--out", str(out), "--quantize", "int8",
                           "--format", "torchscript"]) == 2
     assert "--quantize int8 writes ONNX" in capsys.readouterr().err
+
+
+def test_auto_int8_weights_try_per_tensor_then_per_column(tmp_path, monkeypatch, capsys):
+    """auto keeps the fastest scheme that meets --min-agreement; when none does, the refusal names each one's
+    agreement, and --force keeps the closest."""
+    pytest.importorskip("onnxruntime")
+    model_dir = save_tiny(tmp_path / "model", "AlbertForSequenceClassification")
+    out = tmp_path / "onnx"
+    scores = {"per-tensor": 97, "per-column": 99}
+    tried = []
+    real_quantize = quantize.quantize_onnx
+
+    def quantize_onnx(src, dst, weights="per-tensor", **kwargs):
+        tried.append(weights)
+        return real_quantize(src, dst, weights=weights, **kwargs)
+
+    def compare(*args, **kwargs):  # the agreement this test says each scheme has
+        return quantize.Agreement(scores[tried[-1]], 100, 0.1, "predictions")
+
+    monkeypatch.setattr(quantize, "quantize_onnx", quantize_onnx)
+    monkeypatch.setattr(quantize, "compare", compare)
+    result = export_model(model_dir, out, quantize="int8")
+    assert tried == ["per-tensor", "per-column"] and result.int8_weights == "per-column"
+    assert "int8 weights per-column" in result.summary() and "(per-tensor weights, not kept: 97.00%" in result.summary()
+    assert sorted(os.listdir(out)).count("model.int8.onnx") == 1 and not [f for f in os.listdir(out) if ".tmp" in f]
+
+    tried.clear()
+    scores["per-tensor"] = 99
+    assert export_model(model_dir, out, quantize="int8").int8_weights == "per-tensor" and tried == ["per-tensor"]
+
+    scores.update({"per-tensor": 95, "per-column": 97})
+    assert litebert_main(["export", "--model", model_dir, "--out", str(out), "--quantize", "int8"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "per-tensor weights 95.00%" in err and "per-column weights 97.00%" in err
+    assert not (out / "model.int8.onnx").exists()  # the new fp32 graph removed the older int8 file
+    assert export_model(model_dir, out, quantize="int8", force=True).int8_weights == "per-column"  # the closest
+    tried.clear()
+    assert export_model(model_dir, out, quantize="int8", int8_weights="per-tensor", force=True).int8_weights \
+        == "per-tensor" and tried == ["per-tensor"]
+    with pytest.raises(ConfigError, match="unknown --int8-weights 'per-row'"):
+        export_model(model_dir, out, quantize="int8", int8_weights="per-row")
 
 
 def test_int8_checked_on_text_lines(tmp_path):

@@ -18,6 +18,8 @@ longer inputs fail inside the position-embedding lookup instead of with litebert
 every weight matrix, embedding tables per-row int8) and checks it against PyTorch fp32 on sample inputs
 (random token ids, or the lines of `--verify-text`): the share of predictions unchanged and the largest
 logit difference are printed, and an int8 model below `--min-agreement` is not kept unless `--force`.
+Weights are first quantized with one scale per matrix (the fastest kernels); when that falls below
+`--min-agreement`, with one scale per output column (`--int8-weights` chooses one scheme outright).
 NaN or inf in any output, fp32 or int8, fails an export whatever the flags.
 """
 
@@ -41,6 +43,7 @@ from litebert.interop import quantize as q
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 FORMATS = {"onnx": "model.onnx", "torchscript": "model.pt"}
 QUANTIZATIONS = ("none", "int8")
+INT8_WEIGHT_CHOICES = ("auto", *q.INT8_WEIGHTS)
 COPIED_FILES = ("config.json", "spiece.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 ONNX_OPSET = 17  # SDPA and LayerNorm export as single ops from 17 on; onnxruntime >= 1.14 runs it
 
@@ -103,6 +106,8 @@ class ExportResult:
     int8_path: str | None = None  # model.int8.onnx, with --quantize int8
     agreement: q.Agreement | None = None  # int8 against PyTorch fp32
     agreement_inputs: str = ""  # what the agreement was measured on
+    int8_weights: str | None = None  # the weight scheme kept: "per-tensor" | "per-column"
+    int8_tried: list = field(default_factory=list)  # (scheme, Agreement) of the schemes tried and not kept
 
     def summary(self) -> str:
         line = f"wrote {self.path} ({self.model_class}; inputs {', '.join(INPUT_NAMES)}; outputs {', '.join(self.output_names)})"
@@ -113,19 +118,23 @@ class ExportResult:
         if self.int8_path is not None:
             fp32, int8 = os.path.getsize(self.path), os.path.getsize(self.int8_path)
             line += (f"\nwrote {self.int8_path} ({int8 / 1e6:.1f} MB, {int8 / fp32:.2f}x of the fp32 file's "
-                     f"{fp32 / 1e6:.1f} MB)\n  against PyTorch fp32 on {self.agreement_inputs}: "
-                     f"{self.agreement.summary()}")
+                     f"{fp32 / 1e6:.1f} MB; int8 weights {self.int8_weights})\n  against PyTorch fp32 on "
+                     f"{self.agreement_inputs}: {self.agreement.summary()}")
+            for scheme, agreement in self.int8_tried:
+                line += f"\n  ({scheme} weights, not kept: {agreement.summary()})"
         return line
 
 
 def export_model(model_dir: str | os.PathLike, out_dir: str | os.PathLike, fmt: str = "onnx",
                  verify: bool = True, atol: float = 1e-4, quantize: str = "none", min_agreement: float = 0.99,
-                 force: bool = False, verify_text: str | None = None, verify_samples: int = 256) -> ExportResult:
+                 force: bool = False, verify_text: str | None = None, verify_samples: int = 256,
+                 int8_weights: str = "auto") -> ExportResult:
     """Export the model in `model_dir` (litebert or HF layout) to `out_dir/model.onnx|model.pt`, copy its
     config and tokenizer beside it, and check the export against PyTorch on fresh batch shapes. With
     quantize="int8" (ONNX only), also write out_dir/model.int8.onnx, checked against PyTorch fp32 on
     `verify_samples` random inputs or the lines of `verify_text`, and refused (ExportError) when fewer than
-    `min_agreement` of its predictions are unchanged, unless `force`.
+    `min_agreement` of its predictions are unchanged, unless `force`. int8_weights "auto" keeps per-tensor
+    int8 weights when they agree, else per-column ones ("per-tensor" / "per-column": that scheme only).
 
     Each file is written and checked beside out_dir and moved in only when it passed: a failed export (a
     check, a full disk) leaves what out_dir held before. A new fp32 ONNX export removes an older
@@ -133,7 +142,7 @@ def export_model(model_dir: str | os.PathLike, out_dir: str | os.PathLike, fmt: 
     from litebert.heads import model_class
     from litebert.weights import resolve_model_dir
 
-    _check_options(fmt, quantize, min_agreement)
+    _check_options(fmt, quantize, min_agreement, int8_weights)
     model_dir = resolve_model_dir(model_dir)
     cls = model_class(AlbertConfig.load(model_dir))
     model = cls.from_pretrained(model_dir).eval()
@@ -160,11 +169,11 @@ def export_model(model_dir: str | os.PathLike, out_dir: str | os.PathLike, fmt: 
     write_files_atomically(out_dir, fill, owned=owned, last=("config.json",))
     if quantize == "int8":
         result.agreement_inputs = agreement_inputs
-        _write_int8(result, module, config, batches, min_agreement, force)
+        _write_int8(result, module, config, batches, min_agreement, force, int8_weights)
     return result
 
 
-def _check_options(fmt: str, quantize: str, min_agreement: float) -> None:
+def _check_options(fmt: str, quantize: str, min_agreement: float, int8_weights: str) -> None:
     if fmt not in FORMATS:
         raise ExportError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}")
     if quantize not in QUANTIZATIONS:
@@ -174,6 +183,8 @@ def _check_options(fmt: str, quantize: str, min_agreement: float) -> None:
                           "litebert.interop.quantize.quantize_model")
     if not 0.0 <= min_agreement <= 1.0:
         raise ConfigError(f"--min-agreement is a fraction in [0, 1], got {min_agreement}")
+    if int8_weights not in INT8_WEIGHT_CHOICES:
+        raise ConfigError(f"unknown --int8-weights {int8_weights!r}; choose from {', '.join(INT8_WEIGHT_CHOICES)}")
 
 
 def _write_graph(module: InferenceModule, sample: tuple[torch.Tensor, ...], path: str, fmt: str,
@@ -213,25 +224,35 @@ def _check_graph(result: ExportResult, module: InferenceModule, path: str, fmt: 
 
 
 def _write_int8(result: ExportResult, module: InferenceModule, config: AlbertConfig, batches: list,
-                min_agreement: float, force: bool) -> None:
-    """model.int8.onnx from result.path, kept only when it agrees with PyTorch fp32 (or `force`)."""
+                min_agreement: float, force: bool, weights: str) -> None:
+    """model.int8.onnx from result.path, kept only when it agrees with PyTorch fp32 (or `force`). weights
+    "auto" tries per-tensor weights (the fastest) and, below min_agreement, per-column ones (the closest)."""
     final = os.path.join(os.path.dirname(result.path), q.INT8_ONNX)
-    staged = os.path.join(os.path.dirname(result.path), f".tmp-{q.INT8_ONNX}")
+    tried = []
     try:
-        q.quantize_onnx(result.path, staged, config=config)
-        run = _runner(staged, "onnx")
-        result.agreement = q.compare(module, lambda *batch: run(batch), result.output_names, batches,
-                                     config.problem_type)
-        if result.agreement.fraction < min_agreement and not force:
-            raise ExportError(f"int8 model not kept: {result.agreement.summary()} against PyTorch fp32 on "
-                              f"{result.agreement_inputs}, below --min-agreement {min_agreement:g} (--force keeps it)")
+        for scheme in q.INT8_WEIGHTS if weights == "auto" else (weights,):
+            staged = os.path.join(os.path.dirname(result.path), f".tmp-{scheme}-{q.INT8_ONNX}")
+            q.quantize_onnx(result.path, staged, weights=scheme, config=config)
+            run = _runner(staged, "onnx")
+            tried.append((q.compare(module, lambda *batch: run(batch), result.output_names, batches,
+                                    config.problem_type), scheme, staged))
+            if tried[-1][0].fraction >= min_agreement:
+                break
+        agreement, scheme, staged = tried[-1] if tried[-1][0].fraction >= min_agreement else max(
+            tried, key=lambda t: t[0].fraction)  # none passed: the closest one, if forced
+        if agreement.fraction < min_agreement and not force:
+            found = "; ".join(f"{s} weights {a.summary()}" for a, s, _ in tried)
+            raise ExportError(f"int8 model not kept: {found} against PyTorch fp32 on {result.agreement_inputs}, "
+                              f"below --min-agreement {min_agreement:g} (--force keeps it)")
         os.replace(staged, final)
     except q.QuantizeError as e:
         raise ExportError(f"int8 model not kept: {e}") from None
     finally:
-        if os.path.exists(staged):
-            os.remove(staged)
-    result.int8_path = final
+        for _, _, path in tried:
+            if os.path.exists(path):
+                os.remove(path)
+    result.int8_path, result.agreement, result.int8_weights = final, agreement, scheme
+    result.int8_tried = [(s, a) for a, s, _ in tried if s != scheme]
 
 
 def _runner(path: str, fmt: str):
@@ -302,6 +323,10 @@ class ExportConfig:
                 "(default: random token ids)", "metavar": "FILE"})
     verify_samples: int = field(default=256, metadata={
         "help": "how many inputs check int8 (random ones, or the first lines of --verify-text)", "metavar": "N"})
+    int8_weights: str = field(default="auto", metadata={
+        "help": "int8 weight scales: per-tensor (ORT's, fastest), per-column (about half the changed "
+                "predictions; slower on CPUs without VNNI), or auto: per-tensor when it meets --min-agreement, "
+                "else per-column", "choices": INT8_WEIGHT_CHOICES})
 
 
 def cli(argv: list[str]) -> int:
@@ -315,5 +340,5 @@ def cli(argv: list[str]) -> int:
     (cfg,) = parse_verb(parser, argv, ExportConfig)
     print(export_model(cfg.model, cfg.out, cfg.format, verify=cfg.verify, quantize=cfg.quantize,
                        min_agreement=cfg.min_agreement, force=cfg.force, verify_text=cfg.verify_text or None,
-                       verify_samples=cfg.verify_samples).summary())
+                       verify_samples=cfg.verify_samples, int8_weights=cfg.int8_weights).summary())
     return 0

@@ -351,6 +351,67 @@ def quantize_embedding_tables(graph) -> list[str]:
     return done
 
 
+def quantize_matmuls_per_column(graph) -> int:
+    """Replace each MatMul (and Gemm) by a 2-D float initializer, a weight, with ORT's dynamic int8 MatMul whose
+    weight has one scale per output column instead of ORT's one per tensor: a column of small weights keeps
+    its own resolution. The activations are quantized per call as ORT does (DynamicQuantizeLinear).
+
+    The weights are stored as uint8 (int8 + 128, zero point 128). On x86 CPUs without VNNI, ORT multiplies
+    uint8 activations by int8 weights with vpmaddubsw, which saturates each pair of products at int16; weights
+    scaled per column fill the whole int8 range and saturate often (ORT's own per-channel option changes 2x
+    more predictions than per-tensor), while uint8 x uint8 runs a kernel that cannot saturate. Returns how
+    many products were replaced.
+
+        x -> DynamicQuantizeLinear -> (q, s, zp) -> MatMulIntegerToFloat(q, W_u8, s, w_scale, zp, 128[, bias])"""
+    from onnx import TensorProto, helper, numpy_helper
+
+    weights = {i.name: i for i in graph.initializer if i.data_type == TensorProto.FLOAT and len(i.dims) == 2}
+    zero_point = "per_column_weight_zero_point"
+    graph.initializer.append(numpy_helper.from_array(np.array(128, np.uint8), zero_point))
+    stored: dict[tuple[str, bool], tuple[str, str]] = {}  # (weight, read transposed) -> (uint8, scales)
+
+    def quantized(name: str, transposed: bool) -> tuple[str, str]:
+        if (name, transposed) not in stored:
+            matrix = numpy_helper.to_array(weights[name])
+            rows, scale = per_row_int8(matrix if transposed else matrix.T)  # one row per output column
+            tag = f"{name}{'_t' if transposed else ''}"
+            graph.initializer.extend([
+                numpy_helper.from_array(np.ascontiguousarray((rows.astype(np.int16) + 128).astype(np.uint8).T),
+                                        tag + "_uint8"),
+                numpy_helper.from_array(scale.reshape(-1).astype(np.float32), tag + "_column_scale")])
+            stored[(name, transposed)] = (tag + "_uint8", tag + "_column_scale")
+        return stored[(name, transposed)]
+
+    def attribute(node, key, default):
+        return next((helper.get_attribute_value(a) for a in node.attribute if a.name == key), default)
+
+    replaced = 0
+    for node in list(graph.node):
+        if len(node.input) < 2 or node.input[1] not in weights:
+            continue
+        if node.op_type == "MatMul":
+            transposed, bias = False, []
+        elif (node.op_type == "Gemm" and attribute(node, "transA", 0) == 0 and attribute(node, "alpha", 1.0) == 1.0
+              and attribute(node, "beta", 1.0) == 1.0):
+            transposed, bias = bool(attribute(node, "transB", 0)), list(node.input[2:3])
+        else:
+            continue
+        w, w_scale = quantized(node.input[1], transposed)
+        x, y, t = node.input[0], node.output[0], f"{node.name or node.input[1]}_{replaced}_int8"
+        new = [helper.make_node("DynamicQuantizeLinear", [x], [t + "_q", t + "_s", t + "_zp"], name=t + "_quantize"),
+               helper.make_node("MatMulIntegerToFloat", [t + "_q", w, t + "_s", w_scale, t + "_zp", zero_point, *bias],
+                                [y], name=t + "_matmul", domain="com.microsoft")]
+        at = list(graph.node).index(node)
+        graph.node.remove(node)
+        graph.node.insert(at, new[1])
+        graph.node.insert(at, new[0])
+        replaced += 1
+    used = {name for n in graph.node for name in n.input}
+    for name in {name for name, _ in stored} - used:
+        graph.initializer.remove(weights[name])
+    return replaced
+
+
 def fuse_transformer_ops(model, config: AlbertConfig | None = None):
     """`model` through ONNX Runtime's BERT fusions: LayerNorm(x + y) becomes one SkipLayerNormalization and the
     GELU formula one FastGelu (tanh form) or BiasGelu (erf form, with the bias before it), each one pass over
@@ -367,19 +428,28 @@ def fuse_transformer_ops(model, config: AlbertConfig | None = None):
                           optimization_options=options).model
 
 
-def quantize_onnx(src: str | os.PathLike, dst: str | os.PathLike, per_channel: bool = False,
-                  embedding_tables: bool = True, reduce_range: bool = False, weight_type: str = "int8",
-                  fuse: bool = True, config: AlbertConfig | None = None) -> list[str]:
+INT8_WEIGHTS = ("per-tensor", "per-column")  # the int8 weight schemes quantize_onnx writes
+
+
+def quantize_onnx(src: str | os.PathLike, dst: str | os.PathLike, weights: str = "per-tensor",
+                  config: AlbertConfig | None = None, fuse: bool = True, embedding_tables: bool = True,
+                  per_channel: bool = False, reduce_range: bool = False, weight_type: str = "int8") -> list[str]:
     """Write an int8 copy of the ONNX model `src` to `dst`: ORT's BERT fusions (`fuse_transformer_ops`),
-    embedding tables per-row int8, then ORT's dynamic quantization of every MatMul/Gemm with a constant weight
-    (int8 weights, uint8 activations quantized per call). Returns the embedding tables quantized. The other
-    settings (unfused, tables left fp32, ORT's per-channel weights, 7-bit weights, uint8 weights) are there to
-    be compared (bench/int8_error.py)."""
+    embedding tables per-row int8, then every MatMul/Gemm with a constant weight as a dynamic int8 product
+    (uint8 activations quantized per call). Returns the embedding tables quantized.
+
+    weights="per-tensor" is ORT's dynamic quantization (one scale per weight, int8: the fastest kernel on
+    every x86 CPU); "per-column" is `quantize_matmuls_per_column` (one scale per output column, stored
+    uint8: about half the changed predictions, slower where the CPU lacks VNNI). The other settings (unfused,
+    tables left fp32, ORT's per-channel weights, 7-bit weights, uint8 weights) are there to be compared
+    (bench/int8_error.py)."""
     import onnx
     try:
         from onnxruntime.quantization import QuantType, quantize_dynamic
     except ImportError:
         raise QuantizeError("int8 ONNX needs onnxruntime: pip install onnxruntime") from None
+    if weights not in INT8_WEIGHTS:
+        raise ConfigError(f"unknown int8 weights {weights!r}; choose from {', '.join(INT8_WEIGHTS)}")
 
     model = onnx.load(os.fspath(src))
     bypass_identities(model.graph)
@@ -390,11 +460,15 @@ def quantize_onnx(src: str | os.PathLike, dst: str | os.PathLike, per_channel: b
         if fuse:
             model = fuse_transformer_ops(model, config)
         tables = quantize_embedding_tables(model.graph) if embedding_tables else []
-        quantize_dynamic(model, os.fspath(dst), op_types_to_quantize=["MatMul", "Gemm"], per_channel=per_channel,
-                         reduce_range=reduce_range,
-                         weight_type={"int8": QuantType.QInt8, "uint8": QuantType.QUInt8}[weight_type],
-                         # ONNX's shape inference does not type the outputs of ORT's fused ops
-                         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+        if weights == "per-column":
+            quantize_matmuls_per_column(model.graph)
+            onnx.save(model, os.fspath(dst))
+        else:
+            quantize_dynamic(model, os.fspath(dst), op_types_to_quantize=["MatMul", "Gemm"],
+                             per_channel=per_channel, reduce_range=reduce_range,
+                             weight_type={"int8": QuantType.QInt8, "uint8": QuantType.QUInt8}[weight_type],
+                             # ONNX's shape inference does not type the outputs of ORT's fused ops
+                             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
     finally:
         quiet.setLevel(level)
     return tables
