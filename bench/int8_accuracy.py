@@ -1,8 +1,9 @@
 """int8 on a fine-tuned classifier: accuracy and unchanged predictions against fp32, on a real dev split.
 
 Every path runs through `litebert.pipeline` on the same texts: PyTorch fp32 (the reference), PyTorch int8
-(torch.ao dynamic quantization), ONNX Runtime fp32 and int8 (`litebert export --quantize int8`, written here
-with --force so that a low agreement is measured rather than refused). Prints one JSON line: per path the
+(torch.ao dynamic quantization), ONNX Runtime fp32 and int8 (`litebert export --quantize int8`, with
+--int8-weights per-tensor and per-column, each written with --force so that a low agreement is measured
+rather than refused). Prints one JSON line: per path the
 accuracy against the gold labels, the share of predictions equal to fp32's, the largest score difference,
 the file size, and the machine.
 
@@ -41,16 +42,20 @@ def main() -> None:
     configure(args)
     texts, gold = read_rows(args.data, args.limit)
     with tempfile.TemporaryDirectory(prefix="int8-bench-") as tmp:
-        export = export_model(args.model, tmp, "onnx", quantize="int8", force=True, verify_text=args.data)
+        exports = {weights: export_model(args.model, os.path.join(tmp, weights), "onnx", quantize="int8", force=True,
+                                         verify_text=args.data, int8_weights=weights)
+                   for weights in ("per-tensor", "per-column")}
         paths = {"torch_fp32": ("torch", "fp32", args.model), "torch_int8": ("torch", "int8", args.model),
-                 "onnx_fp32": ("onnx", "fp32", tmp), "onnx_int8": ("onnx", "int8", tmp)}
+                 "onnx_fp32": ("onnx", "fp32", os.path.join(tmp, "per-tensor")),
+                 **{f"onnx_int8_{w.replace('-', '_')}": ("onnx", "int8", os.path.join(tmp, w)) for w in exports}}
         answers = {name: litebert.pipeline("text-classification", directory, backend=backend,
                                            precision=precision, batch_size=32)(texts)
                    for name, (backend, precision, directory) in paths.items()}
-        sizes = {"onnx_fp32": os.path.getsize(export.path), "onnx_int8": os.path.getsize(export.int8_path)}
+        sizes = {"onnx_fp32": os.path.getsize(exports["per-tensor"].path),
+                 **{f"onnx_int8_{w.replace('-', '_')}": os.path.getsize(e.int8_path) for w, e in exports.items()}}
     reference = answers["torch_fp32"]
     result = {"bench": "int8_accuracy", "model": args.model, "data": args.data, "rows": len(texts),
-              "export_agreement_on_dev_text": export.agreement.summary()}
+              "export_agreement_on_dev_text": {w: e.agreement.summary() for w, e in exports.items()}}
     for name, out in answers.items():
         result[name] = {
             "accuracy": round(sum(a["label"] == g for a, g in zip(out, gold)) / len(gold), 4),

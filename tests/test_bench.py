@@ -159,9 +159,10 @@ def test_pipeline_batching_wait_policy_and_int8_accuracy_report_what_they_measur
                             for i, t in enumerate(short_texts(16))))
     (q,) = records("int8_accuracy.py", "--model", model, "--data", str(data))
     assert q["rows"] == 16 and q["torch_fp32"]["unchanged_vs_torch_fp32"] == 1.0
-    for name in ("torch_int8", "onnx_fp32", "onnx_int8"):
+    for name in ("torch_int8", "onnx_fp32", "onnx_int8_per_tensor", "onnx_int8_per_column"):
         assert 0 <= q[name]["accuracy"] <= 1 and 0 <= q[name]["unchanged_vs_torch_fp32"] <= 1
-    assert q["onnx_int8"]["file_mb"] < q["onnx_fp32"]["file_mb"]
+    assert max(q["onnx_int8_per_tensor"]["file_mb"], q["onnx_int8_per_column"]["file_mb"]) < q["onnx_fp32"]["file_mb"]
+    assert set(q["export_agreement_on_dev_text"]) == {"per-tensor", "per-column"}
 
 
 def test_small_calls_reports_encoding_and_gelu_ratios_of_its_timings():

@@ -207,32 +207,31 @@ def test_int8_onnx_holds_every_weight_and_the_embedding_tables_in_int8(tmp_path,
     table = found["model.albert.embeddings.word_embeddings.weight_int8"]
     assert table.dtype == np.int8 and table.shape == (config.vocab_size, config.embedding_size)
     assert found["model.albert.embeddings.word_embeddings.weight_row_scale"].shape == (config.vocab_size, 1)
-    # what stays fp32 is vectors (biases, LayerNorm, scales): no matrix of the model is left unquantized
-    assert not [name for name, a in found.items() if a.dtype == np.float32 and a.ndim == 2 and min(a.shape) > 1]
-    H, I = config.hidden_size, config.intermediate_size
-    matrices = sorted(a.shape for a in found.values() if a.dtype == stored and a.ndim == 2)
-    tables = sorted(a.shape for a in found.values() if a.dtype == np.int8 and a.ndim == 2 and stored != np.int8)
-    # each weight once: E->H, packed QKV, attention output, FFN in and out, pooler, classifier, 3 tables
-    assert sorted(matrices + tables) == sorted([
-        (config.embedding_size, H), (H, 3 * H), (H, H), (H, I), (I, H), (H, H), (H, 3),
-        (config.vocab_size, config.embedding_size), (config.max_position_embeddings, config.embedding_size),
-        (config.type_vocab_size, config.embedding_size)])
+    H, I, E = config.hidden_size, config.intermediate_size, config.embedding_size
+    head = [(H, H), (3, H)]  # the pooler and the classifier, over one vector per sequence
+    # what stays fp32 is vectors (biases, LayerNorm, scales) and, with per-column weights, the head
+    fp32 = sorted(a.shape for a in found.values() if a.dtype == np.float32 and a.ndim == 2 and min(a.shape) > 1)
+    assert fp32 == (sorted(head) if weights == "per-column" else [])
+    matrices = sorted(a.shape for a in found.values() if a.dtype in (np.int8, np.uint8) and a.ndim == 2)
+    encoder = [(E, H), (H, 3 * H), (H, H), (H, I), (I, H)]  # each weight once: E->H, packed QKV, ...
+    tables = [(config.vocab_size, E), (config.max_position_embeddings, E), (config.type_vocab_size, E)]
+    transposed_head = [(H, H), (H, 3)]  # ORT's per-tensor int8 stores the head's Gemm weights as (K, N)
+    assert matrices == sorted(encoder + tables + (transposed_head if weights == "per-tensor" else []))
+    assert all(found[name].dtype == stored for name in found if name.endswith(("_quantized", "_uint8")))
 
 
-def _one_product_graph(op: str, weight: np.ndarray):
-    """x (B, T, K) @ weight, as MatMul (weight (K, N)) or as Gemm with transB (weight (N, K), x 2-D)."""
+def _one_product_graph(weight: np.ndarray):
+    """x (B, T, K) @ weight (K, N) as one MatMul."""
     from onnx import TensorProto, helper, numpy_helper
-    K = weight.shape[1] if op == "Gemm" else weight.shape[0]
-    shape = [None, K] if op == "Gemm" else [None, None, K]
-    node = helper.make_node(op, ["x", "w"], ["y"], name="product", **({"transB": 1} if op == "Gemm" else {}))
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+    node = helper.make_node("MatMul", ["x", "w"], ["y"], name="product")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                          [None, None, weight.shape[0]])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
                               [numpy_helper.from_array(weight, "w")])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
 
 
-@pytest.mark.parametrize("op", ["MatMul", "Gemm"])
-def test_per_column_int8_weights_compute_exactly_what_their_rounding_says(op):
+def test_per_column_int8_weights_compute_exactly_what_their_rounding_says():
     """One scale per output column, stored uint8: the product equals the arithmetic of the rounded operands
     (uint8 x int8 on AVX2 without VNNI saturates pairs of products at int16, and per-column int8 weights
     reach +-127 in every column; this would fail there), and a column of small weights keeps its resolution."""
@@ -241,12 +240,10 @@ def test_per_column_int8_weights_compute_exactly_what_their_rounding_says(op):
     K, N = 64, 24
     weight = (rng.standard_normal((K, N)) * np.geomspace(1.0, 1e-3, N)).astype(np.float32)  # columns 1000x apart
     x = rng.standard_normal((3, 5, K)).astype(np.float32)
-    if op == "Gemm":
-        x, stored = x.reshape(-1, K), weight.T.copy()
-    else:
-        stored = weight
-    model = _one_product_graph(op, stored)
+    model = _one_product_graph(weight)
     assert quantize.quantize_matmuls_per_column(model.graph) == 1
+    assert {i.name for i in model.graph.initializer} >= {"w_uint8", "w_column_scale"} and "w" not in {
+        i.name for i in model.graph.initializer}
     got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     columns, scale = quantize.per_row_int8(weight.T)  # what the file holds, one row per output column
     lo, hi = min(x.min(), 0.0), max(x.max(), 0.0)  # DynamicQuantizeLinear: uint8, 0 exactly representable
