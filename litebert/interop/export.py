@@ -228,14 +228,14 @@ def _write_int8(result: ExportResult, module: InferenceModule, config: AlbertCon
     """model.int8.onnx from result.path, kept only when it agrees with PyTorch fp32 (or `force`). weights
     "auto" tries per-tensor weights (the fastest) and, below min_agreement, per-column ones (the closest)."""
     final = os.path.join(os.path.dirname(result.path), q.INT8_ONNX)
-    tried = []
+    tried, staged_files = [], []
     try:
         for scheme in q.INT8_WEIGHTS if weights == "auto" else (weights,):
-            staged = os.path.join(os.path.dirname(result.path), f".tmp-{scheme}-{q.INT8_ONNX}")
-            q.quantize_onnx(result.path, staged, weights=scheme, config=config)
-            run = _runner(staged, "onnx")
+            staged_files.append(os.path.join(os.path.dirname(result.path), f".tmp-{scheme}-{q.INT8_ONNX}"))
+            q.quantize_onnx(result.path, staged_files[-1], weights=scheme, config=config)
+            run = _runner(staged_files[-1], "onnx")
             tried.append((q.compare(module, lambda *batch: run(batch), result.output_names, batches,
-                                    config.problem_type), scheme, staged))
+                                    config.problem_type), scheme, staged_files[-1]))
             if tried[-1][0].fraction >= min_agreement:
                 break
         agreement, scheme, staged = tried[-1] if tried[-1][0].fraction >= min_agreement else max(
@@ -248,7 +248,7 @@ def _write_int8(result: ExportResult, module: InferenceModule, config: AlbertCon
     except q.QuantizeError as e:
         raise ExportError(f"int8 model not kept: {e}") from None
     finally:
-        for _, _, path in tried:
+        for path in staged_files:
             if os.path.exists(path):
                 os.remove(path)
     result.int8_path, result.agreement, result.int8_weights = final, agreement, scheme

@@ -10,6 +10,8 @@
       - the embedding lookups (Gather) are replaced by a lookup in an int8 table with one scale per row
         (Gather int8 rows, Gather their scales, Cast, Mul). ORT's own Gather quantization uses one uint8
         scale for the whole table, which a few large rows can stretch.
+    Weights have one scale per matrix (ORT's dynamic quantization, the fastest kernels) or, closer to fp32,
+    one per output column (`quantize_matmuls_per_column`, stored uint8 so that no CPU's kernel saturates).
   * PyTorch (`quantize_model`): torch.ao's dynamic quantization of every nn.Linear (fbgemm/x86 kernels,
     int8 weights per tensor, activations quantized per call). The packed QKV projection that the encoder
     shares across its layer applications becomes one int8 Linear too. torchao was measured and not used:
