@@ -427,7 +427,8 @@ def quantize_onnx(src: str | os.PathLike, dst: str | os.PathLike, weights: str =
                   per_channel: bool = False, reduce_range: bool = False, weight_type: str = "int8") -> list[str]:
     """Write an int8 copy of the ONNX model `src` to `dst`: ORT's BERT fusions (`fuse_transformer_ops`),
     embedding tables per-row int8, then every MatMul/Gemm with a constant weight as a dynamic int8 product
-    (uint8 activations quantized per call). Returns the embedding tables quantized.
+    (uint8 activations quantized per call; with per-column weights the head's Gemm stay fp32). Returns the
+    embedding tables quantized.
 
     weights="per-tensor" is ORT's dynamic quantization (one scale per weight, int8: the fastest kernel on
     every x86 CPU); "per-column" is `quantize_matmuls_per_column` (one scale per output column, stored
@@ -453,6 +454,8 @@ def quantize_onnx(src: str | os.PathLike, dst: str | os.PathLike, weights: str =
         tables = quantize_embedding_tables(model.graph) if embedding_tables else []
         if weights == "per-column":
             quantize_matmuls_per_column(model.graph)
+            if not any(o.domain == "com.microsoft" for o in model.opset_import):  # unfused: no contrib op yet
+                model.opset_import.append(onnx.helper.make_opsetid("com.microsoft", 1))
             onnx.save(model, os.fspath(dst))
         else:
             quantize_dynamic(model, os.fspath(dst), op_types_to_quantize=["MatMul", "Gemm"],
