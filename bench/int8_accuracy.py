@@ -45,14 +45,15 @@ def main() -> None:
         exports = {weights: export_model(args.model, os.path.join(tmp, weights), "onnx", quantize="int8", force=True,
                                          verify_text=args.data, int8_weights=weights)
                    for weights in ("per-tensor", "per-column")}
+        int8_sides = {w: f"onnx_int8_{w.replace('-', '_')}" for w in exports}
         paths = {"torch_fp32": ("torch", "fp32", args.model), "torch_int8": ("torch", "int8", args.model),
                  "onnx_fp32": ("onnx", "fp32", os.path.join(tmp, "per-tensor")),
-                 **{f"onnx_int8_{w.replace('-', '_')}": ("onnx", "int8", os.path.join(tmp, w)) for w in exports}}
+                 **{side: ("onnx", "int8", os.path.join(tmp, w)) for w, side in int8_sides.items()}}
         answers = {name: litebert.pipeline("text-classification", directory, backend=backend,
                                            precision=precision, batch_size=32)(texts)
                    for name, (backend, precision, directory) in paths.items()}
         sizes = {"onnx_fp32": os.path.getsize(exports["per-tensor"].path),
-                 **{f"onnx_int8_{w.replace('-', '_')}": os.path.getsize(e.int8_path) for w, e in exports.items()}}
+                 **{int8_sides[w]: os.path.getsize(e.int8_path) for w, e in exports.items()}}
     reference = answers["torch_fp32"]
     result = {"bench": "int8_accuracy", "model": args.model, "data": args.data, "rows": len(texts),
               "export_agreement_on_dev_text": {w: e.agreement.summary() for w, e in exports.items()}}

@@ -238,8 +238,8 @@ def _write_int8(result: ExportResult, module: InferenceModule, config: AlbertCon
                                     config.problem_type), scheme, staged_files[-1]))
             if tried[-1][0].fraction >= min_agreement:
                 break
-        agreement, scheme, staged = tried[-1] if tried[-1][0].fraction >= min_agreement else max(
-            tried, key=lambda t: t[0].fraction)  # none passed: the closest one, if forced
+        # the one that passed (always the last tried), else the closest, kept only if forced
+        agreement, scheme, staged = max(tried, key=lambda t: t[0].fraction)
         if agreement.fraction < min_agreement and not force:
             found = "; ".join(f"{s} weights {a.summary()}" for a, s, _ in tried)
             raise ExportError(f"int8 model not kept: {found} against PyTorch fp32 on {result.agreement_inputs}, "

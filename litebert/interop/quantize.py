@@ -311,6 +311,14 @@ def fold_initializer_transposes(graph) -> int:
     return len(folds)
 
 
+def replace_node(graph, node, new: list) -> None:
+    """Put the nodes `new` where `node` was (keeping the graph's topological order) and drop `node`."""
+    at = list(graph.node).index(node)
+    graph.node.remove(node)
+    for j, n in enumerate(new):
+        graph.node.insert(at + j, n)
+
+
 def per_row_int8(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(int8 rows, fp32 scale per row) with matrix ~= rows * scale: symmetric, scale = max |row| / 127."""
     matrix = matrix.astype(np.float32)
@@ -345,10 +353,7 @@ def quantize_embedding_tables(graph) -> list[str]:
                    helper.make_node("Gather", [name + "_row_scale", ids], [tag + "_s"], name=tag + "_scales"),
                    helper.make_node("Cast", [tag + "_q"], [tag + "_f"], name=tag + "_cast", to=TensorProto.FLOAT),
                    helper.make_node("Mul", [tag + "_f", tag + "_s"], [out], name=tag + "_dequantize")]
-            at = list(graph.node).index(node)
-            graph.node.remove(node)
-            for j, n in enumerate(new):
-                graph.node.insert(at + j, n)
+            replace_node(graph, node, new)
         done.append(name)
     return done
 
@@ -389,13 +394,10 @@ def quantize_matmuls_per_column(graph) -> int:
             stored[name] = (name + "_uint8", name + "_column_scale")
         (w, w_scale), x, y = stored[name], node.input[0], node.output[0]
         t = f"{node.name or name}_{replaced}_int8"
-        at = list(graph.node).index(node)
-        graph.node.remove(node)
-        graph.node.insert(at, helper.make_node("MatMulIntegerToFloat", [t + "_q", w, t + "_s", w_scale, t + "_zp",
-                                                                        zero_point], [y], name=t + "_matmul",
-                                               domain="com.microsoft"))
-        graph.node.insert(at, helper.make_node("DynamicQuantizeLinear", [x], [t + "_q", t + "_s", t + "_zp"],
-                                               name=t + "_quantize"))
+        replace_node(graph, node, [
+            helper.make_node("DynamicQuantizeLinear", [x], [t + "_q", t + "_s", t + "_zp"], name=t + "_quantize"),
+            helper.make_node("MatMulIntegerToFloat", [t + "_q", w, t + "_s", w_scale, t + "_zp", zero_point], [y],
+                             name=t + "_matmul", domain="com.microsoft")])
         replaced += 1
     used = {name for n in graph.node for name in n.input}
     for name in set(stored) - used:  # a weight also read by something else (a tied table's Gather) stays too
