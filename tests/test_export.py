@@ -353,7 +353,8 @@ def test_min_agreement_refuses_and_force_keeps(tmp_path, capsys):
     out = tmp_path / "onnx"
     assert litebert_main(["export", "--model", model_dir, "--out", str(out), "--quantize", "int8"]) == 2
     err = capsys.readouterr().err
-    assert "int8 model not kept:" in err and "below --min-agreement 0.99 (--force keeps it)" in err
+    assert "int8 model not kept:" in err and "below --min-agreement 0.99" in err
+    assert err.rstrip().endswith("(--verify-text FILE checks on real inputs, --force keeps it)")
     assert err.count("\n") == 1 and not (out / "model.int8.onnx").exists() and (out / "model.onnx").exists()
     assert litebert_main(["export", "--model", model_dir, "--out", str(out), "--quantize", "int8", "--force"]) == 0
     assert (out / "model.int8.onnx").exists() and "% of predictions unchanged" in capsys.readouterr().out
@@ -405,7 +406,7 @@ def test_auto_int8_weights_try_per_tensor_then_per_column(tmp_path, monkeypatch,
         export_model(model_dir, out, quantize="int8", int8_weights="per-row")
 
 
-def test_int8_checked_on_text_lines(tmp_path):
+def test_int8_checked_on_text_lines(tmp_path, monkeypatch, capsys):
     pytest.importorskip("onnxruntime")
     config = AlbertConfig(vocab_size=8000, embedding_size=8, hidden_size=16, num_hidden_layers=1,
                           num_attention_heads=2, intermediate_size=24, max_position_embeddings=64, num_labels=2)
@@ -416,3 +417,10 @@ def test_int8_checked_on_text_lines(tmp_path):
     text.write_text("A first sentence.\nAnother one, longer than the first\tand its pair.\n\nThird.\n")
     result = export_model(model_dir, tmp_path / "onnx", quantize="int8", force=True, verify_text=str(text))
     assert result.agreement.total == 3 and f"3 lines of {text}" in result.summary()
+
+    # refused on the user's own text, the way out is --force alone (random ids would also name --verify-text)
+    monkeypatch.setattr(quantize, "compare", lambda *args, **kwargs: quantize.Agreement(2, 3, 0.1, "predictions"))
+    assert litebert_main(["export", "--model", str(model_dir), "--out", str(tmp_path / "refused"), "--quantize",
+                          "int8", "--int8-weights", "per-tensor", "--verify-text", str(text)]) == 2
+    err = capsys.readouterr().err
+    assert err.rstrip().endswith(f"on 3 lines of {text}, below --min-agreement 0.99 (--force keeps it)")
