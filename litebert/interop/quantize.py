@@ -366,8 +366,9 @@ def quantize_matmuls_per_column(graph) -> int:
 
     The weights are stored as uint8 (int8 + 128, zero point 128). On x86 CPUs without VNNI, ORT multiplies
     uint8 activations by int8 weights with vpmaddubsw, which saturates each pair of products at int16; weights
-    scaled per column fill the whole int8 range and saturate often (ORT's own per-channel option changes 2x
-    more predictions than per-tensor), while uint8 x uint8 runs a kernel that cannot saturate.
+    scaled per column reach +-127 in every column, so pairs of large products can saturate (the same weights
+    stored int8 changed 10 of 1024 predictions on a random albert-base, 8 computed exactly; more where
+    activations have outlier features), while uint8 x uint8 runs a kernel that cannot saturate.
 
     Gemm nodes stay fp32: in litebert's graphs they are the pooler and the classifier over it, one vector per
     sequence, a negligible share of the work, and rounding them moves the logits directly (on a random
@@ -434,9 +435,9 @@ def quantize_onnx(src: str | os.PathLike, dst: str | os.PathLike, weights: str =
 
     weights="per-tensor" is ORT's dynamic quantization (one scale per weight, int8: the fastest kernel on
     every x86 CPU); "per-column" is `quantize_matmuls_per_column` (one scale per output column, stored
-    uint8: about half the changed predictions, slower where the CPU lacks VNNI). The other settings (unfused,
-    tables left fp32, ORT's per-channel weights, 7-bit weights, uint8 weights) are there to be compared
-    (bench/int8_error.py)."""
+    uint8: closer to fp32 on every random albert-base measured, slower where the CPU lacks VNNI). The other
+    settings (unfused, tables left fp32, ORT's per-channel weights, 7-bit weights, uint8 weights) are there
+    to be compared (bench/int8_error.py)."""
     import onnx
     try:
         from onnxruntime.quantization import QuantType, quantize_dynamic
