@@ -10,7 +10,10 @@
      against the untrained model;
   4. fine-tune it on a real labelled task (novel_authorship: who wrote this passage?), and fine-tune the same
      architecture from random initialisation with the same budget, to show what pretraining bought;
-  5. print a summary a person can read, and where the checkpoints and plots are.
+  5. use them on text they never saw, through the pipelines `litebert predict` and `litebert serve` run: the
+     pretrained model fills masks in sentences written for the demo, the classifier reads the task's test split;
+  6. print a summary a person can read, where the checkpoints and plots are, and the command that serves the
+     classifier.
 
 Each stage is the same Python API the CLI verbs use; the pretraining recipe is litebert/configs/demo.toml.
 """
@@ -22,6 +25,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 
+from litebert.config import AlbertConfig
 from litebert.errors import ConfigError
 from litebert.files import write_json
 from litebert.finetune import FinetuneConfig, finetune
@@ -31,6 +35,13 @@ from litebert.training.loop import TrainConfig
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 CORPUS = os.path.join(DATA, "demo_corpus.txt.gz")
+TASK_DIR = os.path.join(DATA, "novel_authorship")  # the task readers take the bundled .jsonl.gz as they are
+TASK_MAX_LENGTH = 64  # tokens per passage, in fine-tuning and in the classifier's use after it
+# Written for the demo, so in no text the models saw; each hides a word the corpus's novels use often.
+UNSEEN_SENTENCES = (("She could not help thinking of [MASK] all the evening.", "him"),
+                    ("What do you [MASK] of him?", "think"),
+                    ("She sat down at the [MASK] and began to write a letter.", "table"),
+                    ("The captain gave the order, and the ship turned toward the [MASK].", "shore"))
 
 RECIPE = load_toml(BUNDLED_CONFIGS / "demo.toml", ("model", "pretrain", "train"))
 MODEL = RECIPE["model"]
@@ -80,11 +91,11 @@ def run(out_dir: str, quick: bool = False, seed: int = 12345) -> dict:
     start_clean(out_dir)
     tok_dir = os.path.join(out_dir, "tokenizer")
 
-    print("[1/5] tokenizer: SentencePiece unigram on the bundled demo corpus", flush=True)
+    print("[1/6] tokenizer: SentencePiece unigram on the bundled demo corpus", flush=True)
     tok = train_tokenizer([CORPUS], tok_dir, vocab_size=8000)
     print(f"      {tok.vocab_size} pieces -> {tok_dir}")
 
-    print("[2/5] prepare: sentence-order pairs of 64 and of 128 tokens, 2 cuts of the corpus (dupe_factor)",
+    print("[2/6] prepare: sentence-order pairs of 64 and of 128 tokens, 2 cuts of the corpus (dupe_factor)",
           flush=True)
     data, metas = {}, {}
     for length in (64, 128):
@@ -93,7 +104,7 @@ def run(out_dir: str, quick: bool = False, seed: int = 12345) -> dict:
                                        dupe_factor=1 if quick else 2, seed=seed, num_workers=2, progress=False)
         print(f"      seq {length}: {meta['num_instances']} examples, {meta['num_tokens']} tokens -> {data[length]}")
 
-    print("[3/5] pretrain: MLM + SOP on the 64-token pairs", flush=True)
+    print("[3/6] pretrain: MLM + SOP on the 64-token pairs", flush=True)
     # The pairs of the last documents (a random sample: the corpus's order is shuffled) are held out.
     held_out = max(256, metas[64]["num_instances"] // 25)
     pre_cfg = resolve_config(PretrainConfig, {**RECIPE["pretrain"], "data": data[64], "held_out": held_out})
@@ -101,7 +112,7 @@ def run(out_dir: str, quick: bool = False, seed: int = 12345) -> dict:
                                              "out_dir": os.path.join(out_dir, "pretrain"), "seed": seed})
     short = pretrain(pre_cfg, pre_train, MODEL)
 
-    print("[4/5] pretrain: the same model continued on the 128-token pairs", flush=True)
+    print("[4/6] pretrain: the same model continued on the 128-token pairs", flush=True)
     long_cfg = resolve_config(PretrainConfig, {**RECIPE["pretrain"], "data": data[128], "held_out": held_out,
                                                "held_out_from": data[64],  # the same held-out documents
                                                "init_from": short["checkpoint"]})
@@ -111,19 +122,78 @@ def run(out_dir: str, quick: bool = False, seed: int = 12345) -> dict:
     pre = pretrain(long_cfg, long_train)
     pretrained_dir = pre["checkpoint"]
 
-    print("[5/5] fine-tune: novel_authorship (4 authors), from the pretrained model and from scratch", flush=True)
-    task_dir = os.path.join(DATA, "novel_authorship")  # the task readers take the bundled .jsonl.gz as they are
+    print("[5/6] fine-tune: novel_authorship (4 authors), from the pretrained model and from scratch", flush=True)
     runs = {}
     for name, scratch in (("pretrained", False), ("from_scratch", True)):
-        cfg = FinetuneConfig(model=pretrained_dir, task="novel_authorship", data_dir=task_dir, max_length=64,
-                             from_scratch=scratch, max_eval_examples=None)
+        cfg = FinetuneConfig(model=pretrained_dir, task="novel_authorship", data_dir=TASK_DIR,
+                             max_length=TASK_MAX_LENGTH, from_scratch=scratch, max_eval_examples=None)
         train_cfg = TrainConfig(**{**FINETUNE, **(QUICK if quick else {}),
                                    "out_dir": os.path.join(out_dir, f"finetune_{name}"), "seed": seed})
         runs[name] = finetune(cfg, train_cfg)
-    summary = {"pretrain": short, "pretrain128": pre, "finetune": runs, "minutes": (time.time() - t0) / 60,
-               "out_dir": out_dir}
+
+    print("[6/6] use: the pretrained model and the classifier on text they never saw", flush=True)
+    use = use_models(pretrained_dir, runs["pretrained"]["best_dir"], TASK_MAX_LENGTH,
+                     runs["pretrained"]["baseline"]["majority_class"])
+    summary = {"pretrain": short, "pretrain128": pre, "finetune": runs, "use": use,
+               "minutes": (time.time() - t0) / 60, "out_dir": out_dir}
     write_json(os.path.join(out_dir, "summary.json"), summary)
     return summary
+
+
+def use_models(pretrained_dir: str, classifier_dir: str, max_length: int, majority: str) -> dict:
+    """Stage 6, through the pipelines that `litebert predict` and `litebert serve` run. The pretrained model fills
+    the masks of UNSEEN_SENTENCES; each hidden word's rank among all pieces, beside its rank for a lone [MASK]
+    (the same model without the sentence), shows what the context taught it, where a 10-minute model's top
+    guesses are still mostly commas and "the". The classifier reads novel_authorship's test split, which
+    neither its training nor the choice of its best checkpoint saw, at the length it was trained on."""
+    from litebert.serving.pipeline import pipeline
+    from litebert.tasks.readers import read_table
+
+    vocab = AlbertConfig.load(pretrained_dir).vocab_size
+    fill = pipeline("fill-mask", pretrained_dir, top_k=vocab)  # every piece, ranked: the hidden word's place
+    *answers, alone = fill([text for text, _ in UNSEEN_SENTENCES] + ["[MASK]"])
+
+    def rank(ranked: list[dict], word: str) -> int | None:
+        """1-based, of the word's own piece (a word-initial piece and a word-inner one can read alike); None
+        when the tokenizer cuts the word into several pieces."""
+        ids = fill.tokenizer.encode(word, add_special_tokens=False)
+        return next(i + 1 for i, a in enumerate(ranked) if a["token"] == ids[0]) if len(ids) == 1 else None
+    filled = [{"text": text, "hidden": word, "rank": rank(ranked, word), "rank_alone": rank(alone, word),
+               "top": [{"token": a["token_str"], "score": a["score"]} for a in ranked[:3]]}
+              for (text, word), ranked in zip(UNSEEN_SENTENCES, answers)]
+
+    test = read_table(os.path.join(TASK_DIR, "test.jsonl.gz"), ["text"], "label")
+    classify = pipeline("text-classification", classifier_dir, max_length=max_length)
+    predicted = classify([example.text_a for example in test])
+    shown: dict[str, dict] = {}  # the first test passage of each author
+    for example, answer in zip(test, predicted):
+        shown.setdefault(example.label, {"text": example.text_a, "author": example.label, **answer})
+    return {"fill_mask": filled, "vocab_size": vocab,
+            "test": {"passages": len(test),
+                     "accuracy": sum(a["label"] == e.label for a, e in zip(predicted, test)) / len(test),
+                     "majority_class_accuracy": sum(e.label == majority for e in test) / len(test)},
+            "shown": [shown[author] for author in sorted(shown)], "predictions": [a["label"] for a in predicted],
+            "serve": f"litebert serve --model {classifier_dir}"}
+
+
+def format_use(use: dict) -> list[str]:
+    lines = ["", "the models on text they never saw (the pipelines of `litebert predict` and `litebert serve`):",
+             f"  fill-mask, pretrained model; the hidden word's rank among {use['vocab_size']} pieces, and for a "
+             "lone [MASK]:"]
+    for s in use["fill_mask"]:
+        guesses = "  ".join(f"{t['token']!r} {t['score']:.2f}" for t in s["top"])
+        where = (f"{s['hidden']!r} ranks {s['rank']} (alone: {s['rank_alone']})" if s["rank"] else
+                 f"{s['hidden']!r} is not one piece")
+        lines += [f"    {s['text']}", f"        top 3: {guesses}    {where}"]
+    test = use["test"]
+    lines.append(f"  text-classification, fine-tuned model, novel_authorship's {test['passages']} test passages: "
+                 f"accuracy {test['accuracy']:.1%} (majority class {test['majority_class_accuracy']:.1%})")
+    for s in use["shown"]:
+        text = s["text"] if len(s["text"]) <= 60 else s["text"][:57].rstrip() + "..."
+        lines.append(f"    {text!r:64} -> {s['label']} {s['score']:.2f}  (by {s['author']})")
+    lines += [f"  serve the classifier:  {use['serve']}",
+              """    and ask it:  curl -s 127.0.0.1:8000/predict -d '{"inputs": "It was a dark and stormy night."}'"""]
+    return lines
 
 
 def format_demo(summary: dict) -> str:
@@ -137,8 +207,8 @@ def format_demo(summary: dict) -> str:
              f"(macro-F1 {p['best'].get('macro_f1', float('nan')):.3f})",
              f"  from random initialisation {s['best'].get('accuracy', float('nan')):.1%}   "
              f"(macro-F1 {s['best'].get('macro_f1', float('nan')):.3f})",
-             f"  majority class ({p['baseline']['majority_class']}) {p['baseline']['accuracy']:.1%}", "",
-             "files:",
+             f"  majority class ({p['baseline']['majority_class']}) {p['baseline']['accuracy']:.1%}",
+             *format_use(summary["use"]), "", "files:",
              f"  pretraining curves   {os.path.join(short['out_dir'], 'metrics.png')} (seq 64), "
              f"{os.path.join(pre['out_dir'], 'metrics.png')} (seq 128)",
              f"  pretrained model     {pre['checkpoint']}  (loads in transformers.AlbertForPreTraining)",

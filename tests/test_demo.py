@@ -6,8 +6,9 @@ import os
 import pytest
 
 from litebert.cli import main as litebert_main
-from litebert.demo import DEMO_MARKER, start_clean
+from litebert.demo import DEMO_MARKER, TASK_DIR, TASK_MAX_LENGTH, UNSEEN_SENTENCES, start_clean
 from litebert.errors import ConfigError
+from litebert.finetune import FinetuneConfig, evaluate_checkpoint
 from litebert.pretrain import PretrainConfig, pretrain
 from litebert.corpus.pairs import prepare
 from litebert.corpus.tokenizer_training import train_tokenizer
@@ -29,6 +30,22 @@ def test_quick_demo_runs_every_stage_and_prints_a_summary(tmp_path, capsys):
     assert "continued 0." in out and "at start" in out
     assert set(summary["finetune"]) == {"pretrained", "from_scratch"}
     assert (tmp_path / "demo" / "finetune_pretrained" / "best" / "model.safetensors").exists()
+
+    # It ends by using what it made, through the pipelines: masks filled in sentences no corpus holds, the
+    # test split classified (exactly as `litebert evaluate` predicts it), and the command that serves it.
+    use, best = summary["use"], summary["finetune"]["pretrained"]["best_dir"]
+    assert [s["text"] for s in use["fill_mask"]] == [text for text, _ in UNSEEN_SENTENCES]
+    for s in use["fill_mask"]:
+        assert len(s["top"]) == 3 and s["top"][0]["score"] >= s["top"][1]["score"] >= s["top"][2]["score"]
+        assert 1 <= s["rank"] <= use["vocab_size"] and 1 <= s["rank_alone"] <= use["vocab_size"], s
+        assert f"{s['hidden']!r} ranks {s['rank']} (alone: {s['rank_alone']})" in out
+    cfg = FinetuneConfig(model=best, task="novel_authorship", data_dir=TASK_DIR, max_length=TASK_MAX_LENGTH)
+    scored, _, examples = evaluate_checkpoint(best, cfg, "test")
+    assert use["predictions"] == scored.predictions and use["test"]["passages"] == len(examples) == 767
+    assert use["test"]["accuracy"] == pytest.approx(scored.metrics["accuracy"])
+    assert sorted(s["author"] for s in use["shown"]) == sorted(set(e.label for e in examples))
+    assert f"767 test passages: accuracy {scored.metrics['accuracy']:.1%}" in out
+    assert f"serve the classifier:  litebert serve --model {best}" in out
 
 
 @pytest.mark.slow
