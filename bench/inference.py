@@ -6,7 +6,8 @@
   repeats, on a CPU without bf16 kernels, where bf16 is several times slower), litebert_int8 (PyTorch dynamic
   int8, litebert.interop.quantize.quantize_model), litebert_onnx_fp32, litebert_onnx_int8 and
   litebert_onnx_int8_per_column (`litebert export --quantize int8` with --int8-weights per-tensor and
-  per-column, run by ONNX Runtime), transformers_fp32 (the faster of eager and sdpa), ort_fp32 and
+  per-column, run by ONNX Runtime; per-column weights stored as export stores them on this CPU, named in
+  `per_column_storage`), transformers_fp32 (the faster of eager and sdpa), ort_fp32 and
   ort_int8 (ONNX Runtime on transformers' own export, plain or through ORT's BERT fusions, whichever is faster;
   int8 by ORT's quantize_dynamic with its defaults, the usual recipe).
 Each side reports min/median/max seconds and its speedup over litebert_fp32 and over ort_fp32, and how often
@@ -177,7 +178,7 @@ def classifier_suite(args) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     from litebert.interop.export import export_model
-    from litebert.interop.quantize import initializer_bytes, quantize_model, quantize_onnx
+    from litebert.interop.quantize import initializer_bytes, per_column_storage, quantize_model, quantize_onnx
 
     transformers.utils.logging.disable_progress_bar()
     preset = "tiny" if args.quick else args.preset
@@ -283,6 +284,7 @@ def classifier_suite(args) -> None:
     result["litebert_onnx_int8_size_ratio"] = round(os.path.getsize(files["litebert_onnx_int8"]) /
                                                     os.path.getsize(files["litebert_onnx_fp32"]), 3)
     result["litebert_onnx_int8_initializer_bytes"] = initializer_bytes(files["litebert_onnx_int8"])
+    result["per_column_storage"] = per_column_storage()
     result["bf16_kernels"] = bf16_kernels
     result["cpu_model"] = gemm.cpu_model()
     result["loadavg"] = [round(x, 2) for x in os.getloadavg()]

@@ -5,8 +5,10 @@ tokens): predictions changed, the mean and largest change of the margin between 
 size against the fp32 export's.
   shipped        `litebert export --quantize int8 --int8-weights per-tensor`: ORT's BERT fusions
                  (SkipLayerNormalization, FastGelu), embedding tables int8 per row, ORT's dynamic int8 MatMuls
-  per_column     the same with --int8-weights per-column: one scale per output column, stored uint8 (the
-                 scheme `auto` falls back to)
+  per_column_uint8, per_column_int8
+                 the same with --int8-weights per-column: one scale per output column, stored uint8 (what
+                 export writes on x86 without VNNI) or int8 (with VNNI/AMX; on other x86 CPUs its products
+                 saturate, which is what this row shows there)
   unfused        the same without the fusions
   tables_fp32    the same with the embedding tables left in fp32 (ORT's default)
   per_channel, reduce_range, uint8_weights
@@ -36,7 +38,8 @@ from litebert.config import AlbertConfig
 from litebert.interop.export import export_model
 from litebert.interop.quantize import quantize_onnx
 
-ONNX_VARIANTS = {"shipped": {}, "per_column": {"weights": "per-column"}, "unfused": {"fuse": False},
+ONNX_VARIANTS = {"shipped": {}, "per_column_uint8": {"weights": "per-column", "column_storage": "uint8"},
+                 "per_column_int8": {"weights": "per-column", "column_storage": "int8"}, "unfused": {"fuse": False},
                  "tables_fp32": {"embedding_tables": False},
                  "per_channel": {"per_channel": True}, "reduce_range": {"reduce_range": True},
                  "uint8_weights": {"weight_type": "uint8"}}

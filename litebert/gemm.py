@@ -85,8 +85,19 @@ def cpu_model() -> str:
 def isa() -> list[str]:
     """The instruction-set extensions that decide which GEMM kernels exist: avx2, avx512f, avx512_bf16, amx."""
     flags = cpu_flags()
-    found = [f for f in ("avx2", "fma", "avx512f", "avx512bw", "avx512_bf16", "avx_ne_convert") if f in flags]
+    found = [f for f in ("avx2", "fma", "avx512f", "avx512bw", "avx512_bf16", "avx_ne_convert", "avx512_vnni",
+                         "avx_vnni") if f in flags]
     return found + (["amx"] if {"amx_tile", "amx_bf16"} <= flags else [])
+
+
+def int8_products_exact() -> bool:
+    """Whether int8 GEMMs on this CPU sum uint8 x int8 products exactly. x86 without VNNI multiplies them with
+    vpmaddubsw, which adds each pair of neighbouring products in int16 and saturates there; VNNI's vpdpbusd
+    and AMX accumulate in int32, as ARM's dot-product instructions do. An x86 CPU whose flags cannot be read
+    counts as inexact."""
+    if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686", "x86"):
+        return True
+    return bool({"avx512_vnni", "avx_vnni", "amx_int8"} & cpu_flags())
 
 
 def bf16_supported(device: torch.device | str = "cpu") -> bool:

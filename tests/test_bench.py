@@ -85,6 +85,7 @@ def test_inference_classifier_suite_reports_every_side_its_agreement_and_the_mac
     assert files["litebert_onnx_fp32"] == pytest.approx(files["parameters_fp32"], rel=0.05)  # each weight once
     assert r["litebert_onnx_int8_initializer_bytes"]["INT8"] > 10 * r["litebert_onnx_int8_initializer_bytes"]["FLOAT"]
     assert r["cpu_model"] and len(r["loadavg"]) == 3 and set(r["modes"]) >= {"transformers_fp32", "ort_fp32"}
+    assert r["per_column_storage"] in ("int8", "uint8")
     (only,) = records("inference.py", "--quick", "--agreement-only")
     assert only["shapes"] == {}
     for side in ("litebert_int8", "litebert_onnx_int8", "int8_weight_rounding_only"):  # no variant picked by speed
@@ -114,15 +115,15 @@ def test_int8_gemm_bound_follows_from_the_times_it_prints():
 def test_int8_error_scores_every_variant_against_fp32():
     pytest.importorskip("onnxruntime")
     (r,) = records("int8_error.py", "--quick")
-    variants = ["weights_only", "shipped", "per_column", "unfused", "tables_fp32", "per_channel", "reduce_range",
-                "uint8_weights"]
+    variants = ["weights_only", "shipped", "per_column_uint8", "per_column_int8", "unfused", "tables_fp32",
+                "per_channel", "reduce_range", "uint8_weights"]
     for name in variants:
         found = r[name]
         assert 0 <= found["changed"] <= r["samples"]
         assert found["unchanged_pct"] == pytest.approx(100 * (1 - found["changed"] / r["samples"]), abs=0.01)
         assert 0 < found["margin_change_mean"] <= found["margin_change_max"]  # every variant moves the logits
     assert r["weights_only"]["size_vs_fp32"] is None
-    assert max(r["shipped"]["size_vs_fp32"], r["per_column"]["size_vs_fp32"]) < 0.35  # the table is most of it:
+    assert max(r["shipped"]["size_vs_fp32"], r["per_column_uint8"]["size_vs_fp32"]) < 0.35  # the table is most of it:
     assert 0.35 < r["tables_fp32"]["size_vs_fp32"] < 1
     assert 0 <= r["fp32_margin_quantiles"]["0.01"] <= r["fp32_margin_quantiles"]["0.5"]
 

@@ -197,11 +197,18 @@ def test_int8_pytorch_runs_every_head(tmp_path, class_name):
         assert (e is None) == (g is None) and (e is None or (e.shape == g.shape and torch.isfinite(g).all()))
 
 
-@pytest.mark.parametrize("weights, stored", [("per-tensor", np.int8), ("per-column", np.uint8)])
-def test_int8_onnx_holds_every_weight_and_the_embedding_tables_in_int8(tmp_path, trained_classifier, weights, stored):
+@pytest.mark.parametrize("weights, exact, stored", [("per-tensor", False, np.int8), ("per-column", False, np.uint8),
+                                                    ("per-column", True, np.int8)])
+def test_int8_onnx_holds_every_weight_and_the_embedding_tables_in_int8(tmp_path, trained_classifier, monkeypatch,
+                                                                       weights, exact, stored):
+    """Per-column weights are stored for the CPU that exports: int8 where its int8 products are exact (VNNI,
+    AMX), uint8 where they would saturate."""
     pytest.importorskip("onnxruntime")
+    monkeypatch.setattr(quantize, "int8_products_exact", lambda: exact)
     result = export_model(trained_classifier, tmp_path / "onnx", quantize="int8", int8_weights=weights, force=True)
     assert result.int8_weights == weights
+    assert result.column_storage == (np.dtype(stored).name if weights == "per-column" else None)
+    assert (f"stored {result.column_storage}" in result.summary()) == (weights == "per-column")
     config = AlbertConfig.load(trained_classifier)
     found = initializers(result.int8_path)
     table = found["model.albert.embeddings.word_embeddings.weight_int8"]
@@ -217,7 +224,9 @@ def test_int8_onnx_holds_every_weight_and_the_embedding_tables_in_int8(tmp_path,
     tables = [(config.vocab_size, E), (config.max_position_embeddings, E), (config.type_vocab_size, E)]
     transposed_head = [(H, H), (H, 3)]  # ORT's per-tensor int8 stores the head's Gemm weights as (K, N)
     assert matrices == sorted(encoder + tables + (transposed_head if weights == "per-tensor" else []))
-    assert all(found[name].dtype == stored for name in found if name.endswith(("_quantized", "_uint8")))
+    weights_found = [name for name in found if name.endswith(("_quantized", "_uint8")) or (
+        name.endswith("_int8") and "embeddings" not in name)]
+    assert weights_found and all(found[name].dtype == stored for name in weights_found)
 
 
 def _one_product_graph(weight: np.ndarray):
@@ -231,19 +240,25 @@ def _one_product_graph(weight: np.ndarray):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
 
 
-def test_per_column_int8_weights_compute_exactly_what_their_rounding_says():
-    """One scale per output column, stored uint8: the product equals the arithmetic of the rounded operands
-    (uint8 x int8 on AVX2 without VNNI saturates pairs of products at int16, and per-column int8 weights
-    reach +-127 in every column; this would fail there), and a column of small weights keeps its resolution."""
+@pytest.mark.parametrize("storage", ["uint8", "int8"])
+def test_per_column_int8_weights_compute_exactly_what_their_rounding_says(storage):
+    """One scale per output column: the product equals the arithmetic of the rounded operands, and a column of
+    small weights keeps its resolution. Stored uint8 on every CPU; stored int8 only where this CPU's int8
+    products are exact (on AVX2 without VNNI uint8 x int8 saturates pairs of products at int16, and per-column
+    int8 weights reach +-127 in every column: that is why `per_column_storage` picks uint8 there)."""
     ort = pytest.importorskip("onnxruntime")
+    from onnx import numpy_helper
+    if storage == "int8" and not quantize.int8_products_exact():
+        pytest.skip("this CPU's uint8 x int8 products saturate (x86 without VNNI): int8 storage is not exact here")
     rng = np.random.default_rng(0)
     K, N = 64, 24
     weight = (rng.standard_normal((K, N)) * np.geomspace(1.0, 1e-3, N)).astype(np.float32)  # columns 1000x apart
     x = rng.standard_normal((3, 5, K)).astype(np.float32)
     model = _one_product_graph(weight)
-    assert quantize.quantize_matmuls_per_column(model.graph) == 1
-    assert {i.name for i in model.graph.initializer} >= {"w_uint8", "w_column_scale"} and "w" not in {
-        i.name for i in model.graph.initializer}
+    assert quantize.quantize_matmuls_per_column(model.graph, storage) == 1
+    stored = {i.name: i for i in model.graph.initializer}
+    assert {f"w_{storage}", "w_column_scale"} <= set(stored) and "w" not in stored
+    assert numpy_helper.to_array(stored[f"w_{storage}"]).dtype == np.dtype(storage)
     got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     columns, scale = quantize.per_row_int8(weight.T)  # what the file holds, one row per output column
     lo, hi = min(x.min(), 0.0), max(x.max(), 0.0)  # DynamicQuantizeLinear: uint8, 0 exactly representable
@@ -365,10 +380,27 @@ def test_min_agreement_refuses_and_force_keeps(tmp_path, capsys):
     assert "--quantize int8 writes ONNX" in capsys.readouterr().err
 
 
+def test_per_column_storage_follows_the_cpu(monkeypatch):
+    """int8 products are exact with VNNI (AVX-512 or AVX), AMX, and off x86; x86 flags unread count as inexact."""
+    from litebert import gemm
+    monkeypatch.setattr(gemm.platform, "machine", lambda: "x86_64")
+    for flags, storage in [({"avx2", "fma"}, "uint8"), ({"avx2", "avx512f", "avx512_vnni"}, "int8"),
+                           ({"avx2", "avx_vnni"}, "int8"), ({"amx_tile", "amx_int8"}, "int8"), (set(), "uint8")]:
+        monkeypatch.setattr(gemm, "cpu_flags", lambda flags=flags: flags)
+        assert quantize.per_column_storage() == storage, flags
+        assert quantize.int8_weight_order() == (("per-column",) if storage == "int8" else ("per-tensor", "per-column"))
+    monkeypatch.setattr(gemm.platform, "machine", lambda: "aarch64")
+    assert quantize.per_column_storage() == "int8"
+    with pytest.raises(ConfigError, match="stored int8 or uint8, not 'int4'"):
+        quantize.quantize_matmuls_per_column(_one_product_graph(np.ones((4, 2), np.float32)).graph, "int4")
+
+
 def test_auto_int8_weights_try_per_tensor_then_per_column(tmp_path, monkeypatch, capsys):
     """auto keeps the fastest scheme that meets --min-agreement; when none does, the refusal names each one's
-    agreement, and --force keeps the closest."""
+    agreement, and --force keeps the closest. On a CPU without VNNI: per-tensor first; with it, per-column only
+    (stored int8 it runs per-tensor's kernel)."""
     pytest.importorskip("onnxruntime")
+    monkeypatch.setattr(quantize, "int8_products_exact", lambda: False)
     model_dir = save_tiny(tmp_path / "model", "AlbertForSequenceClassification")
     out = tmp_path / "onnx"
     scores = {"per-tensor": 97, "per-column": 99}
@@ -402,6 +434,10 @@ def test_auto_int8_weights_try_per_tensor_then_per_column(tmp_path, monkeypatch,
     tried.clear()
     assert export_model(model_dir, out, quantize="int8", int8_weights="per-tensor", force=True).int8_weights \
         == "per-tensor" and tried == ["per-tensor"]
+    monkeypatch.setattr(quantize, "int8_products_exact", lambda: True)
+    tried.clear()
+    result = export_model(model_dir, out, quantize="int8", force=True)
+    assert tried == ["per-column"] and result.int8_weights == "per-column" and result.column_storage == "int8"
     with pytest.raises(ConfigError, match="unknown --int8-weights 'per-row'"):
         export_model(model_dir, out, quantize="int8", int8_weights="per-row")
 

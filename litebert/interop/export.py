@@ -107,6 +107,7 @@ class ExportResult:
     agreement: q.Agreement | None = None  # int8 against PyTorch fp32
     agreement_inputs: str = ""  # what the agreement was measured on
     int8_weights: str | None = None  # the weight scheme kept: "per-tensor" | "per-column"
+    column_storage: str | None = None  # per-column weights stored "int8" | "uint8" (q.per_column_storage)
     int8_tried: list = field(default_factory=list)  # (scheme, Agreement) of the schemes tried and not kept
 
     def summary(self) -> str:
@@ -117,8 +118,9 @@ class ExportResult:
             line += f"\n  verified with {self.verified_with} on other batch shapes: max |diff| {self.max_abs_diff:.2e}"
         if self.int8_path is not None:
             fp32, int8 = os.path.getsize(self.path), os.path.getsize(self.int8_path)
+            stored = f", stored {self.column_storage}" if self.int8_weights == "per-column" else ""
             line += (f"\nwrote {self.int8_path} ({int8 / 1e6:.1f} MB, {int8 / fp32:.2f}x of the fp32 file's "
-                     f"{fp32 / 1e6:.1f} MB; int8 weights {self.int8_weights})\n  against PyTorch fp32 on "
+                     f"{fp32 / 1e6:.1f} MB; int8 weights {self.int8_weights}{stored})\n  against PyTorch fp32 on "
                      f"{self.agreement_inputs}: {self.agreement.summary()}")
             for scheme, agreement in self.int8_tried:
                 line += f"\n  ({scheme} weights, not kept: {agreement.summary()})"
@@ -133,8 +135,8 @@ def export_model(model_dir: str | os.PathLike, out_dir: str | os.PathLike, fmt: 
     config and tokenizer beside it, and check the export against PyTorch on fresh batch shapes. With
     quantize="int8" (ONNX only), also write out_dir/model.int8.onnx, checked against PyTorch fp32 on
     `verify_samples` random inputs or the lines of `verify_text`, and refused (ExportError) when fewer than
-    `min_agreement` of its predictions are unchanged, unless `force`. int8_weights "auto" keeps per-tensor
-    int8 weights when they agree, else per-column ones ("per-tensor" / "per-column": that scheme only).
+    `min_agreement` of its predictions are unchanged, unless `force`. int8_weights "auto" tries the schemes
+    of `q.int8_weight_order` for this CPU ("per-tensor" / "per-column": that scheme only).
 
     Each file is written and checked beside out_dir and moved in only when it passed: a failed export (a
     check, a full disk) leaves what out_dir held before. A new fp32 ONNX export removes an older
@@ -226,15 +228,15 @@ def _check_graph(result: ExportResult, module: InferenceModule, path: str, fmt: 
 def _write_int8(result: ExportResult, module: InferenceModule, config: AlbertConfig, batches: list,
                 min_agreement: float, force: bool, weights: str, random_ids: bool) -> None:
     """model.int8.onnx from result.path, kept only when it agrees with PyTorch fp32 (or `force`). weights
-    "auto" tries per-tensor weights (the fastest) and, below min_agreement, per-column ones (the closest).
+    "auto" tries `q.int8_weight_order()` until one meets min_agreement, else keeps the closest if forced.
     `random_ids`: the batches are random token ids, harder than real text for a fine-tuned model (its near-ties
     are many more), so a refusal names --verify-text beside --force."""
     final = os.path.join(os.path.dirname(result.path), q.INT8_ONNX)
-    tried, staged_files = [], []
+    tried, staged_files, storage = [], [], q.per_column_storage()
     try:
-        for scheme in q.INT8_WEIGHTS if weights == "auto" else (weights,):
+        for scheme in q.int8_weight_order() if weights == "auto" else (weights,):
             staged_files.append(os.path.join(os.path.dirname(result.path), f".tmp-{scheme}-{q.INT8_ONNX}"))
-            q.quantize_onnx(result.path, staged_files[-1], weights=scheme, config=config)
+            q.quantize_onnx(result.path, staged_files[-1], weights=scheme, config=config, column_storage=storage)
             run = _runner(staged_files[-1], "onnx")
             tried.append((q.compare(module, lambda *batch: run(batch), result.output_names, batches,
                                     config.problem_type), scheme, staged_files[-1]))
@@ -255,6 +257,7 @@ def _write_int8(result: ExportResult, module: InferenceModule, config: AlbertCon
             if os.path.exists(path):
                 os.remove(path)
     result.int8_path, result.agreement, result.int8_weights = final, agreement, scheme
+    result.column_storage = storage if scheme == "per-column" else None
     result.int8_tried = [(s, a) for a, s, _ in tried if s != scheme]
 
 
@@ -327,8 +330,9 @@ class ExportConfig:
     verify_samples: int = field(default=256, metadata={
         "help": "how many inputs check int8 (random ones, or the first lines of --verify-text)", "metavar": "N"})
     int8_weights: str = field(default="auto", metadata={
-        "help": "int8 weight scales: per-tensor (ORT's, fastest), per-column (closer to fp32; slower on CPUs "
-                "without VNNI), or auto: per-tensor when it meets --min-agreement, else per-column",
+        "help": "int8 weight scales: per-tensor (ORT's), per-column (closer to fp32; as fast on CPUs with "
+                "VNNI or AMX, slower without), or auto: per-column with VNNI/AMX, else per-tensor when it meets "
+                "--min-agreement and per-column when not",
         "choices": INT8_WEIGHT_CHOICES})
 
 

@@ -37,6 +37,7 @@ from torch import nn
 
 from litebert.config import AlbertConfig
 from litebert.errors import ConfigError, LitebertError
+from litebert.gemm import int8_products_exact
 
 INT8_ONNX = "model.int8.onnx"  # beside model.onnx in an export directory
 
@@ -358,29 +359,42 @@ def quantize_embedding_tables(graph) -> list[str]:
     return done
 
 
-def quantize_matmuls_per_column(graph) -> int:
+def per_column_storage() -> str:
+    """How per-column int8 weights are stored for this CPU: int8 where it sums uint8 x int8 products exactly
+    (VNNI, AMX, ARM: the same kernel as per-tensor weights, as fast), uint8 where it would saturate (x86 without
+    VNNI: a slower kernel that cannot). See `quantize_matmuls_per_column`."""
+    return "int8" if int8_products_exact() else "uint8"
+
+
+def quantize_matmuls_per_column(graph, storage: str = "uint8") -> int:
     """Replace each MatMul by a 2-D float initializer, a weight, with ORT's dynamic int8 MatMul whose weight has
     one scale per output column instead of ORT's one per tensor: a column of small weights keeps its own
     resolution. The activations are quantized per call as ORT does (DynamicQuantizeLinear). Returns how many
     MatMuls were replaced.
 
-    The weights are stored as uint8 (int8 + 128, zero point 128). On x86 CPUs without VNNI, ORT multiplies
-    uint8 activations by int8 weights with vpmaddubsw, which saturates each pair of products at int16; weights
-    scaled per column reach +-127 in every column, so pairs of large products can saturate (the same weights
-    stored int8 changed 10 of 1024 predictions on a random albert-base, 8 computed exactly; more where
-    activations have outlier features), while uint8 x uint8 runs a kernel that cannot saturate.
+    `storage` is how the rounded weights are kept (`per_column_storage` picks it for the CPU at hand). "int8":
+    ORT's uint8 x int8 kernel, the one per-tensor weights run, as fast. "uint8" (int8 + 128, zero point 128):
+    a uint8 x uint8 kernel that cannot saturate, for x86 CPUs without VNNI, where the int8 kernel multiplies
+    with vpmaddubsw and saturates each pair of products at int16; weights scaled per column reach +-127 in
+    every column, so pairs of large products saturate there (int8 storage changed 10 of 1024 predictions on a
+    random albert-base, 8 computed exactly; more where activations have outlier features). On a CPU with VNNI
+    both storages compute the same products (albert-base 32x128: 6 of 1024 changed either way, int8 1.9x as
+    fast; bench/README.md).
 
     Gemm nodes stay fp32: in litebert's graphs they are the pooler and the classifier over it, one vector per
     sequence, a negligible share of the work, and rounding them moves the logits directly (on a random
     albert-base, 13 of 1024 predictions changed with them in int8, 8 without; the file grows 0.256x -> 0.294x).
 
-        x -> DynamicQuantizeLinear -> (q, s, zp) -> MatMulIntegerToFloat(q, W_u8, s, w_scale, zp, 128)"""
+        x -> DynamicQuantizeLinear -> (q, s, zp) -> MatMulIntegerToFloat(q, W, s, w_scale, zp, w_zp)"""
     from onnx import TensorProto, helper, numpy_helper
 
     weights = {i.name: i for i in graph.initializer if i.data_type == TensorProto.FLOAT and len(i.dims) == 2}
+    if storage not in ("int8", "uint8"):
+        raise ConfigError(f"per-column int8 weights are stored int8 or uint8, not {storage!r}")
+    offset = 128 if storage == "uint8" else 0
     zero_point = "per_column_weight_zero_point"
-    graph.initializer.append(numpy_helper.from_array(np.array(128, np.uint8), zero_point))
-    stored: dict[str, tuple[str, str]] = {}  # weight -> (its uint8 copy, its column scales)
+    graph.initializer.append(numpy_helper.from_array(np.array(offset, getattr(np, storage)), zero_point))
+    stored: dict[str, tuple[str, str]] = {}  # weight -> (its stored copy, its column scales)
     replaced = 0
     for node in list(graph.node):
         if node.op_type != "MatMul" or node.input[1] not in weights:
@@ -388,11 +402,11 @@ def quantize_matmuls_per_column(graph) -> int:
         name = node.input[1]
         if name not in stored:
             columns, scale = per_row_int8(numpy_helper.to_array(weights[name]).T)  # one row per output column
+            shifted = (columns.astype(np.int16) + offset).astype(getattr(np, storage))
             graph.initializer.extend([
-                numpy_helper.from_array(np.ascontiguousarray((columns.astype(np.int16) + 128).astype(np.uint8).T),
-                                        name + "_uint8"),
+                numpy_helper.from_array(np.ascontiguousarray(shifted.T), f"{name}_{storage}"),
                 numpy_helper.from_array(scale.reshape(-1).astype(np.float32), name + "_column_scale")])
-            stored[name] = (name + "_uint8", name + "_column_scale")
+            stored[name] = (f"{name}_{storage}", name + "_column_scale")
         (w, w_scale), x, y = stored[name], node.input[0], node.output[0]
         t = f"{node.name or name}_{replaced}_int8"
         replace_node(graph, node, [
@@ -425,19 +439,28 @@ def fuse_transformer_ops(model, config: AlbertConfig | None = None):
 INT8_WEIGHTS = ("per-tensor", "per-column")  # the int8 weight schemes quantize_onnx writes
 
 
+def int8_weight_order() -> tuple[str, ...]:
+    """The schemes `--int8-weights auto` tries in turn, keeping the first that meets the agreement threshold.
+    Where the CPU sums int8 products exactly, per-column weights are stored int8 and run per-tensor's kernel:
+    as fast and closer to fp32, so they alone. Elsewhere per-tensor first (the fastest), then per-column
+    (stored uint8: closer, slower)."""
+    return ("per-column",) if per_column_storage() == "int8" else INT8_WEIGHTS
+
+
 def quantize_onnx(src: str | os.PathLike, dst: str | os.PathLike, weights: str = "per-tensor",
                   config: AlbertConfig | None = None, fuse: bool = True, embedding_tables: bool = True,
-                  per_channel: bool = False, reduce_range: bool = False, weight_type: str = "int8") -> list[str]:
+                  per_channel: bool = False, reduce_range: bool = False, weight_type: str = "int8",
+                  column_storage: str | None = None) -> list[str]:
     """Write an int8 copy of the ONNX model `src` to `dst`: ORT's BERT fusions (`fuse_transformer_ops`),
     embedding tables per-row int8, then every MatMul/Gemm with a constant weight as a dynamic int8 product
     (uint8 activations quantized per call; with per-column weights the head's Gemm stay fp32). Returns the
     embedding tables quantized.
 
     weights="per-tensor" is ORT's dynamic quantization (one scale per weight, int8: the fastest kernel on
-    every x86 CPU); "per-column" is `quantize_matmuls_per_column` (one scale per output column, stored
-    uint8: closer to fp32 on every random albert-base measured, slower where the CPU lacks VNNI). The other
-    settings (unfused, tables left fp32, ORT's per-channel weights, 7-bit weights, uint8 weights) are there
-    to be compared (bench/int8_error.py)."""
+    every x86 CPU); "per-column" is `quantize_matmuls_per_column` (one scale per output column: closer to fp32
+    on every random albert-base measured; stored as `column_storage` says, by default what suits this CPU:
+    as fast as per-tensor with VNNI, slower without). The other settings (unfused, tables left fp32, ORT's
+    per-channel weights, 7-bit weights, uint8 weights) are there to be compared (bench/int8_error.py)."""
     import onnx
     try:
         from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -456,7 +479,7 @@ def quantize_onnx(src: str | os.PathLike, dst: str | os.PathLike, weights: str =
             model = fuse_transformer_ops(model, config)
         tables = quantize_embedding_tables(model.graph) if embedding_tables else []
         if weights == "per-column":
-            quantize_matmuls_per_column(model.graph)
+            quantize_matmuls_per_column(model.graph, column_storage or per_column_storage())
             if not any(o.domain == "com.microsoft" for o in model.opset_import):  # unfused: no contrib op yet
                 model.opset_import.append(onnx.helper.make_opsetid("com.microsoft", 1))
             onnx.save(model, os.fspath(dst))
