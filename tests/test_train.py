@@ -262,14 +262,22 @@ def test_rank_and_world_size_come_from_one_place(monkeypatch):
 
 
 DDP_WORKER = textwrap.dedent("""
-    import os, sys, torch
+    import gc, os, sys, weakref, torch
     torch.set_num_threads(1)
     sys.path.insert(0, {tests!r})
     from pathlib import Path
     from litebert.training.loop import train
     from test_train import make_toy, toy_batches, toy_config
-    model = make_toy(0.0)
-    train(model, toy_batches(8, 2), toy_config(Path({tmp!r}), micro_batch_size=2, max_steps=6, log_every=2))
+    model, batches, group = make_toy(0.0), toy_batches(8, 2), []
+
+    def batch_fn(*args):
+        group.append(weakref.ref(torch.distributed.group.WORLD))
+        return batches(*args)
+
+    train(model, batch_fn, toy_config(Path({tmp!r}), micro_batch_size=2, max_steps=6, log_every=2))
+    gc.collect()
+    # freed, its gloo threads joined: alive at interpreter shutdown, they aborted about 1 run in 30
+    assert group[0]() is None, "the process group outlived train"
     if os.environ["RANK"] == "0":
         torch.save(model.state_dict(), {tmp!r} + "/params.pt")
 """)

@@ -176,6 +176,7 @@ def train(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, eval
     from tqdm.auto import tqdm
 
     env = setup_distributed(cfg.device, cfg.dist_timeout_minutes)
+    run = None
     try:
         if early_stopping is not None and (evaluate is None or cfg.eval_every == 0):
             raise ConfigError("early stopping needs evaluations every N steps (--eval-every N): it counts them")
@@ -216,6 +217,7 @@ def train(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, eval
         result.step = progress.step
         return result
     finally:
+        run = None  # DDP holds the process group: released first, the group is freed (its threads joined) here
         teardown_distributed(env)
 
 
