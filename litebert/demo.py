@@ -31,6 +31,7 @@ from litebert.files import write_json
 from litebert.finetune import FinetuneConfig, finetune
 from litebert.pretrain import PretrainConfig, format_summary, pretrain
 from litebert.runconfig import BUNDLED_CONFIGS, add_config_args, load_toml, parse_verb, resolve_config, verb_parser
+from litebert.serving.server import one_line
 from litebert.training.loop import TrainConfig
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
@@ -189,8 +190,7 @@ def format_use(use: dict) -> list[str]:
     lines.append(f"  text-classification, fine-tuned model, novel_authorship's {test['passages']} test passages: "
                  f"accuracy {test['accuracy']:.1%} (majority class {test['majority_class_accuracy']:.1%})")
     for s in use["shown"]:
-        text = s["text"] if len(s["text"]) <= 60 else s["text"][:57].rstrip() + "..."
-        lines.append(f"    {text!r:64} -> {s['label']} {s['score']:.2f}  (by {s['author']})")
+        lines.append(f"    {one_line(s['text'], 60)!r:64} -> {s['label']} {s['score']:.2f}  (by {s['author']})")
     lines += [f"  serve the classifier:  {use['serve']}",
               """    and ask it:  curl -s 127.0.0.1:8000/predict -d '{"inputs": "It was a dark and stormy night."}'"""]
     return lines
