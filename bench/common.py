@@ -39,7 +39,7 @@ def base_parser(doc: str) -> argparse.ArgumentParser:
     parser.add_argument("--malloc", default="glibc", choices=["glibc", "retain"],
                         help="glibc: the C library's defaults, what either library gets when imported; retain: "
                              "freed memory kept in the process, for both sides (what `litebert` commands do: "
-                             "litebert.allocator). Default: %(default)s")
+                             "litebert.runtime.allocator). Default: %(default)s")
     return parser
 
 
@@ -51,7 +51,7 @@ def configure(args: argparse.Namespace) -> None:
     global MALLOC
     torch.set_num_threads(args.threads)
     if args.malloc == "retain":
-        from litebert.allocator import retain_freed_memory
+        from litebert.runtime.allocator import retain_freed_memory
         if not retain_freed_memory():
             raise SystemExit("--malloc retain needs glibc's mallopt")
     MALLOC = args.malloc
@@ -60,11 +60,11 @@ def configure(args: argparse.Namespace) -> None:
 def machine() -> dict:
     """Where the figures were taken, so that runs on different machines can be read side by side: the CPU
     model, the ISA extensions that decide which GEMM kernels exist, whether it has bf16 kernels, the fp32 GEMM
-    backend litebert chose (litebert.gemm; transformers always runs torch's default, MKL), threads, versions
+    backend litebert chose (litebert.runtime.gemm; transformers always runs torch's default, MKL), threads, versions
     and the load average (other processes on a shared machine move every absolute figure)."""
-    from litebert import gemm
+    from litebert.runtime import cpu, gemm
     load = os.getloadavg()
-    return {"cpu": gemm.cpu_model(), "isa": gemm.isa(), "bf16_kernels": gemm.bf16_supported(),
+    return {"cpu": cpu.cpu_model(), "isa": cpu.isa(), "bf16_kernels": cpu.bf16_supported(),
             "litebert_gemm": gemm.backend().record(), "threads": torch.get_num_threads(),
             "torch": torch.__version__, "python": platform.python_version(), "malloc": MALLOC,
             "loadavg_1min": round(load[0], 2), "loadavg_5_15min": [round(load[1], 2), round(load[2], 2)]}
@@ -72,12 +72,12 @@ def machine() -> dict:
 
 def gemm_used(precision: str, side: str) -> str:
     """The GEMM kernels behind a side's linear layers at `precision` ("litebert", or a peer that calls
-    torch's F.linear): fp32 on litebert.gemm's choice or torch's default (MKL); bf16 autocast on oneDNN where
+    torch's F.linear): fp32 on litebert.runtime.gemm's choice or torch's default (MKL); bf16 autocast on oneDNN where
     the CPU has bf16 kernels, else torch's reference fallback."""
-    from litebert import gemm
+    from litebert.runtime import cpu, gemm
     if precision == "fp32":
         return gemm.backend().name if side == "litebert" else "mkl"
-    return "onednn" if gemm.bf16_supported() else "torch reference (no bf16 kernels)"
+    return "onednn" if cpu.bf16_supported() else "torch reference (no bf16 kernels)"
 
 
 def emit(record: dict) -> None:

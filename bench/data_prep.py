@@ -16,9 +16,9 @@ import sys
 import tempfile
 import time
 
-from litebert.devdata import SHARED_DATA
-from litebert.corpus.pairs import prepare
+from litebert.corpus.shards import prepare
 from litebert.corpus.tokenizer_training import train_tokenizer
+from litebert.devdata import SHARED_DATA
 
 CORPUS = str(SHARED_DATA / "pretrain" / "en_medium.txt")
 

@@ -7,8 +7,8 @@ AVX512BW/VL/DQ or AVX-NE-CONVERT) is reported as unavailable, with the reason:
     CPU has bf16 kernels, else a slow reference kernel);
   * oneDNN directly ("onednn"): `torch._C._nn.mkldnn_linear` on tensors already in oneDNN layout (no
     conversions timed), and `torch.ops.mkldnn._linear_pointwise` on plain tensors (no conversions needed:
-    what litebert.gemm's "onednn" backend calls);
-  * fp32 backward (dx = dy W and dW = dy^T x, as litebert.gemm computes them), on each backend.
+    what litebert.runtime.gemm's "onednn" backend calls);
+  * fp32 backward (dx = dy W and dW = dy^T x, as litebert.runtime.gemm computes them), on each backend.
 Shapes: ALBERT-base's FFN GEMM at 8x128 tokens (1024x768 @ 768x3072) and a large square one (2048^3).
 On x86 with AMX (Sapphire Rapids and later) bf16 runs on the tile units and is several times fp32.
 
@@ -22,10 +22,9 @@ import time
 
 import torch
 import torch.nn.functional as F
-
 from common import base_parser, configure, emit, machine
 
-from litebert import gemm
+from litebert.runtime import gemm
 
 BACKEND_OF = {"torch.mm": "torch", "F.linear": "torch", "onednn_linear": "onednn",
               "onednn_linear_pointwise": "onednn", "backward torch": "torch", "backward onednn": "onednn"}

@@ -45,13 +45,22 @@ import tempfile
 
 import numpy as np
 import torch
-
-from common import (base_parser, configure, emit, forward_flops, interleaved, load_pair, machine, ratio,
-                    save_random_model, stats)
+from common import (
+    base_parser,
+    configure,
+    emit,
+    forward_flops,
+    interleaved,
+    load_pair,
+    machine,
+    ratio,
+    save_random_model,
+    stats,
+)
 from train_step import gemm_probe, mfu_fields
 
-from litebert import gemm
 from litebert.config import AlbertConfig
+from litebert.runtime import cpu
 
 
 def forward_fn(model, inputs: dict, mode: str):
@@ -286,7 +295,7 @@ def classifier_suite(args) -> None:
     result["litebert_onnx_int8_initializer_bytes"] = initializer_bytes(files["litebert_onnx_int8"])
     result["per_column_storage"] = per_column_storage()
     result["bf16_kernels"] = bf16_kernels
-    result["cpu_model"] = gemm.cpu_model()
+    result["cpu_model"] = cpu.cpu_model()
     result["loadavg"] = [round(x, 2) for x in os.getloadavg()]
     result["machine"] = machine()
     emit(result)

@@ -29,10 +29,16 @@ import os
 import tempfile
 
 import numpy as np
-
 from common import base_parser, configure, emit, machine
-from inference import (agreement_batches, logit_margins, margin_quantiles, onnx_side, random_classifier,
-                       torch_side, weights_rounded_to_int8)
+from inference import (
+    agreement_batches,
+    logit_margins,
+    margin_quantiles,
+    onnx_side,
+    random_classifier,
+    torch_side,
+    weights_rounded_to_int8,
+)
 
 from litebert.config import AlbertConfig
 from litebert.interop.export import export_model

@@ -3,7 +3,7 @@
 int8 speeds up the GEMMs only; softmax, LayerNorm, GELU and the attention products stay fp32. This measures,
 at the throughput shape (32 x 128 = 4096 rows), each GEMM of one albert-base layer application (QKV 768->2304,
 attention output 768->768, FFN 768->3072 and 3072->768), interleaved on the same thread(s):
-  torch_fp32   litebert.gemm.linear (the kernels litebert's fp32 forward runs)
+  torch_fp32   litebert.runtime.gemm.linear (the kernels litebert's fp32 forward runs)
   ort_fp32     an ONNX Runtime session holding one MatMul + Add
   ort_int8     the same graph after ORT's dynamic quantization (litebert's int8 export: the activations
                quantized per call, u8 x s8 GEMM, dequantized to fp32), so the quantization is in its time
@@ -28,11 +28,10 @@ import tempfile
 
 import numpy as np
 import torch
-
 from common import base_parser, configure, emit, interleaved, machine
 
 from litebert.config import AlbertConfig
-from litebert.gemm import linear
+from litebert.runtime.gemm import linear
 
 
 def onnx_linear(K: int, N: int, seed: int, workdir: str, threads: int) -> tuple:

@@ -2,7 +2,7 @@
 
 `litebert.pipeline` sorts its inputs by length and cuts them into batches of at most batch_size; a batch also
 ends where padding it to its next (longest) feature would add more than PADDING_SLACK of padding
-(litebert.tasks.families.length_batches). This compares that rule with cutting at batch_size alone (the
+(litebert.tasks.inference.length_batches). This compares that rule with cutting at batch_size alone (the
 slack set to infinity), interleaved on the same model and texts: calls of `--per-call` sentences drawn at
 random from the bundled corpus (mixed lengths, as real requests come), and of sentences of 40-120 characters
 (near-equal lengths, where the cut should cost nothing). Prints one JSON line per text set.
@@ -22,7 +22,7 @@ from serve_load import random_classifier
 
 import litebert
 from litebert.corpus.documents import BUNDLED_CORPUS
-from litebert.tasks import families
+from litebert.tasks import inference
 
 
 def corpus_sentences(limit: int = 20000) -> list[str]:
@@ -47,18 +47,18 @@ def main() -> None:
     rng = random.Random(args.seed)
     sets = {"corpus_sentences": rng.sample(sentences, args.per_call * args.calls),
             "sentences_40_120_chars": [s for s in sentences if 40 <= len(s) <= 120][:args.per_call * args.calls]}
-    cut = families.PADDING_SLACK
+    cut = inference.PADDING_SLACK
     for name, texts in sets.items():
         calls = [texts[i:i + args.per_call] for i in range(0, len(texts), args.per_call)]
 
         def run(slack: float) -> list:
-            families.PADDING_SLACK = slack
+            inference.PADDING_SLACK = slack
             return [pipe(c) for c in calls]
 
         times = interleaved({"padding_cut": lambda: run(cut), "batch_size_only": lambda: run(math.inf)},
                             args.warmup, repeats)
         ours, theirs = [x for c in run(cut) for x in c], [x for c in run(math.inf) for x in c]
-        families.PADDING_SLACK = cut
+        inference.PADDING_SLACK = cut
         emit({"bench": "pipeline_batching", "model": model_name, "texts": name,
               "per_call": args.per_call, "calls": len(calls), "padding_slack": cut,
               "padding_cut": stats(times["padding_cut"], len(texts), "texts"),

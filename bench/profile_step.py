@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import torch
-
 from common import base_parser, configure, load_pair, pretraining_batch, save_random_model
 from train_step import make_step
 

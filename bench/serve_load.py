@@ -41,7 +41,6 @@ sys.path.insert(0, str(ROOT))  # run from a checkout
 
 from common import emit, machine  # noqa: E402
 
-
 # -- the model and the texts ---------------------------------------------------------------------------------
 
 def random_classifier(preset: str, directory: str, seed: int = 0) -> str:

@@ -8,9 +8,9 @@ named in the output). Steps are interleaved; `speedup` is peer median / litebert
 MFU = model FLOPs (3x forward, see common.forward_flops) per second / the matmul ceiling of that precision,
 measured by a GEMM burst on each backend's fastest path (bench/gemm.py), interleaved with the steps so under
 the same load; each backend's ceiling is printed, MFU divides by the fastest. Each side names the precision
-and the GEMM kernels it ran (litebert's fp32 backend is litebert.gemm's choice; transformers runs torch's).
+and the GEMM kernels it ran (litebert's fp32 backend is litebert.runtime.gemm's choice; transformers runs torch's).
 
-Precision "auto": litebert runs what `--precision auto` picks (litebert.gemm.choose_precision on this batch),
+Precision "auto": litebert runs what `--precision auto` picks (litebert.runtime.precision.choose_precision on this batch),
 timed beside litebert in fp32 and in bf16 (`auto_vs_best`: the better of those two over auto's median, ~1 or
 more when auto picked right); transformers runs the chosen precision. On a CPU without bf16 kernels the bf16
 side is timed once (it is tens of times slower there).
@@ -27,13 +27,25 @@ import statistics
 import time
 
 import torch
-
-from common import (base_parser, configure, emit, forward_flops, gemm_used, interleaved, load_pair, machine,
-                    pretraining_batch, ratio, save_random_model, stats)
+from common import (
+    base_parser,
+    configure,
+    emit,
+    forward_flops,
+    gemm_used,
+    interleaved,
+    load_pair,
+    machine,
+    pretraining_batch,
+    ratio,
+    save_random_model,
+    stats,
+)
 from gemm import BACKEND_OF, gflops, paths
 
-from litebert import gemm
 from litebert.config import AlbertConfig
+from litebert.runtime import cpu
+from litebert.runtime.precision import autocast, choose_precision
 
 
 def make_step(model, batch: dict, precision: str):
@@ -41,7 +53,7 @@ def make_step(model, batch: dict, precision: str):
     model.train()
 
     def step():
-        with gemm.autocast(precision):
+        with autocast(precision):
             loss = model(**batch).loss
         loss.backward()
         optimizer.step()
@@ -130,7 +142,7 @@ def main() -> None:
             ours, theirs = load_pair(directory, "AlbertForPreTraining", "sdpa")
             extra, auto = {}, None
             if precision == "auto":  # litebert as `--precision auto` runs it, beside its fp32 and bf16 selves
-                auto = choose_precision(ours, batch)
+                auto = auto_precision(ours, batch)
                 extra = {f"litebert_{p}": make_step(copy.deepcopy(ours), batch, p) for p in ("fp32", "bf16")}
             runs = auto.precision if auto else precision  # what the litebert and transformers sides run
             steps = {"litebert": make_step(ours, batch, runs)}
@@ -143,7 +155,7 @@ def main() -> None:
             attn = min(trial, key=lambda k: trial[k][0])
             steps["transformers"] = make_step(candidates[attn], batch, runs)
             once = {}
-            if "litebert_bf16" in extra and not gemm.bf16_supported():  # reference kernels: tens of times slower
+            if "litebert_bf16" in extra and not cpu.bf16_supported():  # reference kernels: tens of times slower
                 once["litebert_bf16"] = timed_once(extra.pop("litebert_bf16"))  # than fp32, far outside noise
             steps.update(extra)
             steps["gemm_probe"], probe_flops = gemm_probe(runs)
@@ -167,13 +179,13 @@ def main() -> None:
             emit(result)
 
 
-def choose_precision(model, batch: dict):
-    """What `--precision auto` picks for this model and batch: litebert.gemm.choose_precision over one forward
+def auto_precision(model, batch: dict):
+    """What `--precision auto` picks for this model and batch: litebert.runtime.precision.choose_precision over one forward
     and backward, as the training loop measures it."""
     def run(precision: str) -> None:
-        with gemm.autocast(precision):
+        with autocast(precision):
             model(**batch).loss.backward()
-    choice = gemm.choose_precision(run, "cpu", work=batch["input_ids"].numel(), unit="tokens")
+    choice = choose_precision(run, "cpu", work=batch["input_ids"].numel(), unit="tokens")
     model.zero_grad(set_to_none=True)
     print(f"# {choice}", flush=True)
     return choice

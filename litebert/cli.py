@@ -13,17 +13,18 @@ import os
 import sys
 
 from litebert.errors import LitebertError
+from litebert.runtime import allocator
 
 VERBS: dict[str, tuple[str, str]] = {
     # verb: (module:function, one-line help)
     "demo": ("litebert.demo:main", "the whole life cycle on the bundled corpus, with a readable summary"),
     "tokenizer": ("litebert.corpus.tokenizer_training:cli", "train a SentencePiece tokenizer with ALBERT's conventions"),
-    "prepare": ("litebert.corpus.pairs:cli", "turn raw documents into sharded sentence-order pretraining pairs"),
+    "prepare": ("litebert.corpus.shards:cli", "turn raw documents into sharded sentence-order pretraining pairs"),
     "pretrain": ("litebert.pretrain:cli", "pretrain AlbertForPreTraining with MLM + SOP (or NSP) and LAMB"),
-    "finetune": ("litebert.sweep:cli", "fine-tune on a classification, QA, multiple-choice or tagging task; "
+    "finetune": ("litebert.finetune:cli", "fine-tune on a classification, QA, multiple-choice or tagging task; "
                  "--seeds/swept flags: a grid"),
-    "evaluate": ("litebert.finetune:cli_evaluate", "score a fine-tuned checkpoint on a task's dev/test file"),
-    "predict": ("litebert.finetune:cli_predict", "write predictions of a fine-tuned checkpoint"),
+    "evaluate": ("litebert.evaluate:cli_evaluate", "score a fine-tuned checkpoint on a task's dev/test file"),
+    "predict": ("litebert.evaluate:cli_predict", "write predictions of a fine-tuned checkpoint"),
     "ensemble": ("litebert.ensemble:cli", "average fine-tuned models' scores, members chosen greedily on dev"),
     "embed": ("litebert.embed:cli", "sentence embeddings for a file of sentences; S-ALBERT training"),
     "convert": ("litebert.interop.convert:cli", "convert HF or original TF ALBERT checkpoints to a litebert/HF directory"),
@@ -45,7 +46,6 @@ def _usage() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from litebert import allocator
     allocator.retain_freed_memory()  # training steps reuse their buffers instead of page-faulting them in again
     try:
         code = _run(list(sys.argv[1:] if argv is None else argv))

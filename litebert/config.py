@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from litebert import files
-from litebert.errors import CheckpointError, ConfigError  # noqa: F401  (CheckpointError: re-exported)
+from litebert.errors import ConfigError
 
 IGNORE_INDEX = -100  # the label of positions and pairs no loss reads (F.cross_entropy's default ignore_index)
 

@@ -26,12 +26,16 @@ import time
 from dataclasses import dataclass, field
 
 from litebert.config import AlbertConfig
+from litebert.corpus.shards import prepare
+from litebert.corpus.tokenizer_training import train_tokenizer
 from litebert.errors import ConfigError
 from litebert.files import write_json
 from litebert.finetune import FinetuneConfig, finetune
 from litebert.pretrain import PretrainConfig, format_summary, pretrain
-from litebert.runconfig import BUNDLED_CONFIGS, add_config_args, load_toml, parse_verb, resolve_config, verb_parser
+from litebert.runconfig import BUNDLED_CONFIGS, load_toml, parse_verb, resolve_config, verb_parser
+from litebert.serving.pipeline import pipeline
 from litebert.serving.server import one_line
+from litebert.tasks.readers import read_table
 from litebert.training.loop import TrainConfig
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
@@ -86,8 +90,6 @@ def start_clean(out_dir: str) -> None:
 
 
 def run(out_dir: str, quick: bool = False, seed: int = 12345) -> dict:
-    from litebert.corpus.pairs import prepare
-    from litebert.corpus.tokenizer_training import train_tokenizer
     t0 = time.time()
     start_clean(out_dir)
     tok_dir = os.path.join(out_dir, "tokenizer")
@@ -147,8 +149,6 @@ def use_models(pretrained_dir: str, classifier_dir: str, max_length: int, majori
     (the same model without the sentence), shows what the context taught it, where a 10-minute model's top
     guesses are still mostly commas and "the". The classifier reads novel_authorship's test split, which
     neither its training nor the choice of its best checkpoint saw, at the length it was trained on."""
-    from litebert.serving.pipeline import pipeline
-    from litebert.tasks.readers import read_table
 
     vocab = AlbertConfig.load(pretrained_dir).vocab_size
     fill = pipeline("fill-mask", pretrained_dir, top_k=vocab)  # every piece, ranked: the hidden word's place
@@ -229,9 +229,8 @@ class DemoConfig:
 
 
 def main(argv: list[str]) -> int:
-    parser = verb_parser("demo", __doc__)
-    add_config_args(parser, DemoConfig, "demo")
-    (cfg,) = parse_verb(parser, argv, DemoConfig)
+    parser = verb_parser("demo", __doc__, {"demo": DemoConfig})
+    (cfg,) = parse_verb(parser, argv)
     summary = run(cfg.out, cfg.quick, cfg.seed)
     print(format_demo(summary))
     return 0

@@ -29,11 +29,11 @@ loading an AlbertModel, and it lets a run resume into the wrapper unchanged.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -43,7 +43,18 @@ from torch import nn
 from litebert.errors import ConfigError, DataError, NonFiniteError
 from litebert.files import atomic_open, check_replaceable, read_npy_header, write_json
 from litebert.model import encoder_of
-from litebert.sentence import OBJECTIVES, POOLING, SentenceEncoder, pool  # noqa: F401  (re-exported for callers)
+from litebert.runconfig import parse_verb, verb_parser
+from litebert.runtime.device import resolve_device
+from litebert.sentence import OBJECTIVES, POOLING, SentenceEncoder, pool
+from litebert.tasks.metrics import spearman
+from litebert.tasks.readers import read_table
+from litebert.tasks.records import open_text
+from litebert.tokenizer import Tokenizer
+from litebert.training.checkpoint import fingerprint
+from litebert.training.data import ShuffledData
+from litebert.training.distributed import is_main_process
+from litebert.training.loop import TrainConfig, train
+
 
 @torch.no_grad()
 def embed(model: nn.Module, tokenizer, sentences: Sequence[str], pooling: str = "mean", batch_size: int = 64,
@@ -96,7 +107,6 @@ def evaluate_pairs(model: nn.Module, tokenizer, pairs: Sequence[tuple[str, str]]
                    pooling: str = "mean", batch_size: int = 64, max_length: int = 128) -> dict[str, float]:
     """Spearman of cosine vs gold score over all pairs (when labelled), and recall@1 over the positive pairs
     (label > 0; all pairs when unlabelled)."""
-    from litebert.tasks.metrics import spearman
 
     a = embed(model, tokenizer, [p[0] for p in pairs], pooling, batch_size, max_length)
     b = embed(model, tokenizer, [p[1] for p in pairs], pooling, batch_size, max_length)
@@ -145,7 +155,6 @@ class SentenceConfig:
 def read_pairs(path: str, cfg: SentenceConfig, limit: int | None = None
                ) -> tuple[list[tuple[str, str]], list[float] | None]:
     """Sentence pairs and their float labels (None when cfg.label_column is empty), via tasks.read_table."""
-    from litebert.tasks.readers import read_table
 
     examples = read_table(path, cfg.text_columns, cfg.label_column or None, regression=bool(cfg.label_column))
     examples = examples[:limit] if limit is not None else examples
@@ -157,10 +166,6 @@ def read_pairs(path: str, cfg: SentenceConfig, limit: int | None = None
 
 def train_sentence_encoder(cfg: SentenceConfig, train_cfg) -> dict:
     """S-ALBERT training through the one loop; returns the summary also written to <out_dir>/summary.json."""
-    from litebert.tokenizer import Tokenizer
-    from litebert.training.checkpoint import fingerprint
-    from litebert.training.distributed import is_main_process
-    from litebert.training.loop import ShuffledData, train
 
     if not cfg.train:
         raise ConfigError("no training pairs: pass --train FILE")
@@ -229,29 +234,15 @@ def _is_embeddings(path) -> bool:
 
 
 def cli(argv: list[str]) -> int:
-    from litebert.runconfig import add_config_args, load_toml, resolve_config, resolve_configs
-    from litebert.tokenizer import Tokenizer
-    from litebert.training.distributed import resolve_device
-    from litebert.training.loop import TrainConfig
-
-    p = argparse.ArgumentParser(prog="litebert embed", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", metavar="FILE.toml", help="TOML recipe: its [embed] table sets the options of the "
-                   "first two groups, [train] the training ones (flags given here override it)")
-    add_config_args(p, EmbedFiles, "files")
-    add_config_args(p, SentenceConfig, "model, data and pooling")
-    add_config_args(p, TrainConfig, "training (with --train)")
-    args = p.parse_args(argv)
-    toml = load_toml(args.config, ("embed", "train")) if args.config else {}
-    files, cfg = resolve_configs((EmbedFiles, SentenceConfig), toml.get("embed"), args,
-                                 source=f"{args.config} [embed]")
+    parser = verb_parser("embed", __doc__, {"files": EmbedFiles, "model, data and pooling": SentenceConfig,
+                                            "training (with --train)": TrainConfig})
+    files, cfg, train_cfg = parse_verb(parser, argv)
     if not cfg.model:
         raise ConfigError("--model is required: an ALBERT model directory with its tokenizer (see --help)")
     modes = [name for name, value in (("input", files.input), ("evaluate", files.evaluate), ("train", cfg.train))
              if value]
     if len(modes) != 1:
         raise ConfigError("give exactly one of --input (embed), --evaluate PAIRS or --train PAIRS")
-    train_cfg = resolve_config(TrainConfig, toml.get("train"), args, source=f"{args.config} [train]")
     if files.input:
         if not files.out:
             raise ConfigError("--input needs --out FILE.npy")
@@ -269,8 +260,6 @@ def cli(argv: list[str]) -> int:
         pairs, labels = read_pairs(files.evaluate, cfg, cfg.max_eval_examples)
         print(json.dumps(evaluate_pairs(model, tokenizer, pairs, labels, model.pooling, batch_size, cfg.max_length)))
         return 0
-    from pathlib import Path
-    from litebert.tasks.records import open_text  # a file that is not UTF-8 is an error naming it
     with open_text(Path(files.input)) as f:
         sentences = [line.rstrip("\r\n") for line in f if line.strip()]
     if not sentences:

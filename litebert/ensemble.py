@@ -37,11 +37,16 @@ from litebert import tasks as T
 from litebert.config import AlbertConfig
 from litebert.errors import CheckpointError, ConfigError
 from litebert.files import atomic_open, write_dir_atomically, write_json
-from litebert.runconfig import add_config_args, resolve_config
-from litebert.finetune import FinetuneConfig, Split, _finetune_config, _parser, read_task_split
+from litebert.finetune import FinetuneConfig
+from litebert.runconfig import parse_verb, verb_parser
+from litebert.sweep import read_grid
 from litebert.tasks.ensembles import ENSEMBLE_FILE, average_scores, is_ensemble, read_ensemble
-from litebert.tasks.families import Family, family_for_config, model_scores, read_calibration
-
+from litebert.tasks.families import Family, family_for_config, read_calibration
+from litebert.tasks.inference import model_scores
+from litebert.tasks.loading import Split, read_task_split
+from litebert.tokenizer import Tokenizer
+from litebert.training.checkpoint import list_checkpoints
+from litebert.weights import read_state_dict
 
 
 class Ensemble:
@@ -104,9 +109,6 @@ def greedy_select(candidates: Mapping[str, Sequence[np.ndarray]],
 def average_checkpoints(run_dir: str | os.PathLike, k: int, out: str | os.PathLike) -> Path:
     """A model directory whose weights are the mean of the last `k` checkpoints of a run (config and tokenizer
     from the newest). Integer buffers are taken from the newest checkpoint."""
-    from litebert.tokenizer import Tokenizer
-    from litebert.training.checkpoint import list_checkpoints
-    from litebert.weights import read_state_dict
     found = list_checkpoints(run_dir)
     if k < 1 or len(found) < k:
         raise CheckpointError(f"{run_dir}: {len(found)} complete checkpoints, cannot average the last {k} (fine-tune "
@@ -132,7 +134,6 @@ def average_checkpoints(run_dir: str | os.PathLike, k: int, out: str | os.PathLi
 
 def grid_members(grid_dir: str, top: int) -> list[str]:
     """The best/ directories of a grid's `top` runs by dev score, diverged runs left out (any configuration)."""
-    from litebert.sweep import read_grid
     grid = read_grid(grid_dir)
     runs = sorted((r for r in grid["runs"] if not r["diverged"] and r["dev"] is not None), key=lambda r: -r["dev"])
     if not runs:
@@ -248,11 +249,9 @@ def check_out_dir(out: str, overwrite: bool) -> None:
 
 
 def cli(argv: list[str]) -> int:
-    parser = _parser("litebert ensemble", __doc__, train_args=False)
-    add_config_args(parser, EnsembleConfig, "ensemble")
-    args = parser.parse_args(argv)
-    cfg, toml = _finetune_config(args, ("finetune", "train", "ensemble"))
-    ens = resolve_config(EnsembleConfig, toml.get("ensemble"), args, source=f"{args.config} [ensemble]")
+    parser = verb_parser("ensemble", __doc__, {"task and model": FinetuneConfig, "ensemble": EnsembleConfig},
+                         other_tables=("train",))
+    cfg, ens, _ = parse_verb(parser, argv)
     if not ens.out:
         parser.error("--out is required: the directory for ensemble.json and predictions")
     check_out_dir(ens.out, cfg.overwrite)

@@ -20,9 +20,8 @@ from torch import nn
 
 from litebert.config import IGNORE_INDEX, AlbertConfig
 from litebert.errors import ConfigError
-from litebert.gemm import dense, eager_fp32_on_cpu, linear
+from litebert.runtime.gemm import dense, eager_fp32_on_cpu, linear
 from litebert.weights import PretrainedMixin
-
 
 SQRT_2_OVER_PI = 0.7978845608028654
 
@@ -78,10 +77,9 @@ class AlbertEmbeddings(nn.Module):
         return self.dropout(self.LayerNorm(x))  # (B, T, E)
 
 
-# Up to this length, training on CPU uses attention written as two matmuls and a softmax instead of SDPA. On
-# CPU, SDPA's flash kernel has a slow backward at short lengths (albert-base, 8x128, one thread: fwd+bwd per
-# layer 34 ms vs 12 ms in bf16, 20 vs 16 ms in fp32); at 512 it wins (bf16 37 vs 41 ms, and it saves no (T, T)
-# probabilities). Without gradients SDPA is as fast or faster at every length. bench/README.md has the table.
+# Up to this length, training on CPU uses attention written as two matmuls and a softmax instead of SDPA: on
+# CPU, SDPA's flash kernel has a slow backward at short lengths, while at 512 it wins and saves no (T, T)
+# probabilities. Without gradients SDPA is as fast or faster at every length (docs/benchmarks.md).
 # On CUDA SDPA's fused kernels win at every length, and the explicit form would store every (T, T)
 # probability matrix for the backward (~9.7 GB at xxlarge, batch 32 x 256): never there.
 EXPLICIT_ATTENTION_MAX_LEN = 256
@@ -182,7 +180,7 @@ class AlbertLayer(nn.Module):
                 output_positions: torch.Tensor | None = None) -> torch.Tensor:
         a = self.attention(x, attn_mask, qkv, output_positions)
         # Dropout on the FFN output as in TF ALBERT (HF omits it; identical in eval mode and for v2's p=0).
-        h = dense(self.ffn_output, self.activation(dense(self.ffn, a)))  # dense(m, x): m(x) on litebert.gemm
+        h = dense(self.ffn_output, self.activation(dense(self.ffn, a)))  # dense(m, x): m(x) on litebert.runtime.gemm
         return self.full_layer_layer_norm(self.dropout(h) + a)
 
 

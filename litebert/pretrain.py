@@ -15,28 +15,28 @@ needs: every trainable parameter in the loss.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
+import hashlib
 import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
-
-import hashlib
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from litebert.config import IGNORE_INDEX, PRESETS, AlbertConfig
-from litebert.model import AlbertForPreTraining
 from litebert.corpus.batches import make_batch
-from litebert.corpus.pairs import PretrainDataset
+from litebert.corpus.dataset import PretrainDataset
 from litebert.errors import CheckpointError, ConfigError, DataError
 from litebert.files import write_json
-from litebert.runconfig import add_config_args, load_toml, resolve_config
+from litebert.model import AlbertForPreTraining
+from litebert.runconfig import parse_verb, verb_parser
+from litebert.tokenizer import SPIECE_FILE, Tokenizer
+from litebert.training.data import ShuffledData
 from litebert.training.distributed import is_main_process
-from litebert.training.loop import ShuffledData, TrainConfig, train
+from litebert.training.loop import TrainConfig, train
 from litebert.training.metrics_log import REFERENCES_NAME
 
 # Independent masking streams (make_batch's `rank` slot): training, the held-out set (fixed for the whole run,
@@ -290,8 +290,7 @@ class _Subset:
 
 
 def _tokenizer_of(model_dir: str):
-    from litebert.tokenizer import Tokenizer
-    if not os.path.isfile(os.path.join(model_dir, "spiece.model")):
+    if not os.path.isfile(os.path.join(model_dir, SPIECE_FILE)):
         raise CheckpointError(f"{model_dir} has no spiece.model: further pretraining uses the checkpoint's tokenizer")
     return Tokenizer.from_pretrained(model_dir)
 
@@ -324,21 +323,15 @@ def format_summary(s: dict[str, Any]) -> str:
 
 
 def cli(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="litebert pretrain", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Bundled recipes (--config NAME): demo (2 CPU cores, ~10 minutes), paper_base (the paper's "
-               "albert-base run). Scale out: torchrun --nproc-per-node N -m litebert.cli pretrain ...")
-    parser.add_argument("--config", help="TOML recipe with [model], [pretrain] and [train] sections")
-    add_config_args(parser, PretrainConfig, "data and model")
-    add_config_args(parser, TrainConfig, "training")
-    args = parser.parse_args(argv)
-    toml = load_toml(args.config, ("model", "pretrain", "train")) if args.config else {}
-    cfg = resolve_config(PretrainConfig, toml.get("pretrain"), args, source=f"{args.config} [pretrain]")
-    train_cfg = resolve_config(TrainConfig, toml.get("train"), args, source=f"{args.config} [train]")
-    overrides = dict(toml.get("model", {}))
+    parser = verb_parser("pretrain", __doc__, {"data and model": PretrainConfig, "training": TrainConfig},
+                         other_tables=("model",), epilog=(
+        "Bundled recipes (--config NAME): demo (2 CPU cores, ~10 minutes), paper_base (the paper's albert-base "
+        "run); their [model] table sets AlbertConfig fields. Scale out: torchrun --nproc-per-node N -m "
+        "litebert.cli pretrain ..."))
+    cfg, train_cfg, overrides = parse_verb(parser, argv)
     unknown = set(overrides) - {f.name for f in dataclasses.fields(AlbertConfig)}
     if unknown:
-        raise ConfigError(f"{args.config} [model]: unknown AlbertConfig fields {', '.join(sorted(unknown))}")
+        raise ConfigError(f"[model]: unknown AlbertConfig fields {', '.join(sorted(unknown))}")
     summary = pretrain(cfg, train_cfg, overrides)
     if is_main_process():
         print(format_summary(summary))

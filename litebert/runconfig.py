@@ -3,10 +3,11 @@
 Every option of every verb is a dataclass field with help text; `add_config_args` turns the fields into flags
 (so `--help` is the fields' documentation), `resolve_config` applies the precedence and rejects unknown keys
 and wrong types, and `dump_toml` writes the resolved run beside its checkpoints. Bundled recipes
-(litebert/configs/NAME.toml) are found by name. `verb_parser` + `parse_verb` are the whole CLI of a verb whose
-options live in one TOML table named after it (`[prepare]`, `[export]`, ...).
+(litebert/configs/NAME.toml) are found by name. `verb_parser` + `parse_verb` are the whole command line of
+every verb: each config class reads one TOML table (its `toml_section`, else the verb's name).
 
-Field metadata understood here: "help"; "choices"; "metavar"; "positional" (a list field that is also the
+Field metadata understood here: "help"; "choices"; "metavar"; "repeatable" (a list field given as a repeated
+flag); "positional" (a list field that is also the
 verb's positional arguments, e.g. `litebert prepare corpus/*.txt`); "required" (must be given, as a flag or in
 the TOML; checked by `parse_verb`).
 """
@@ -45,6 +46,8 @@ def add_config_args(parser: argparse.ArgumentParser, cls: type, title: str | Non
         kw["dest"] = f.name
         if kind is bool:
             kw["action"] = argparse.BooleanOptionalAction
+        elif typing.get_origin(kind) is list and f.metadata.get("repeatable"):  # --text a --text b
+            kw.update(action="append", type=typing.get_args(kind)[0], metavar=f.metadata.get("metavar"))
         elif typing.get_origin(kind) is list:
             kw.update(nargs="*", type=typing.get_args(kind)[0], metavar=f.metadata.get("metavar"))
         else:
@@ -96,6 +99,8 @@ def resolve_config(cls: type, table: Mapping[str, Any] | None = None,
     hints = typing.get_type_hints(cls)
     values: dict[str, Any] = {}
     for key, value in (table or {}).items():
+        if key not in hints and key in getattr(cls, "toml_ignored", ()):
+            continue
         if key not in hints:
             raise ConfigError(f"{source}: unknown key {key!r} for {cls.__name__} (known: {', '.join(hints)})")
         values[key] = _check_type(value, hints[key], f"{source}: {key}")
@@ -124,35 +129,59 @@ def resolve_configs(classes: tuple[type, ...], table: Mapping[str, Any] | None,
     return tuple(resolve_config(cls, t, overrides, source=source) for cls, t in zip(classes, tables))
 
 
-def verb_parser(verb: str, description: str | None, section: str | None = None,
-                epilog: str | None = None) -> argparse.ArgumentParser:
-    """The parser of `litebert VERB`: its module docstring as the description, and `--config FILE.toml` whose
-    `[section]` table (default: the verb's name) sets any of its options."""
+def section_of(cls: type, verb: str) -> str:
+    """The TOML table a config class reads: its `toml_section` (TrainConfig's is "train", shared by every
+    training verb), else the verb's own name (`[prepare]`, `[export]`, ...)."""
+    return getattr(cls, "toml_section", None) or verb
+
+
+def verb_parser(verb: str, description: str | None, groups: Mapping[str, type], *, epilog: str | None = None,
+                other_tables: tuple[str, ...] = ()) -> argparse.ArgumentParser:
+    """The parser of `litebert VERB`: the module docstring as its description, one flag per field of each
+    config class (`groups`: a help title -> the class), and `--config FILE.toml`, whose tables set any of them.
+    `other_tables` are tables the verb reads itself (pretrain's [model]) or accepts and ignores (a fine-tuning
+    recipe's [train] given to evaluate)."""
     parser = argparse.ArgumentParser(prog=f"litebert {verb}", description=description, epilog=epilog,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    classes = tuple(groups.values())
+    tables = list(dict.fromkeys([section_of(cls, verb) for cls in classes] + list(other_tables)))
     parser.add_argument("--config", metavar="FILE.toml", help=(
-        f"[{section or verb}] table of this TOML file sets any option below (flags given here override it; "
-        "unknown keys are errors)"))
+        f"{', '.join(f'[{t}]' for t in tables)} table{'s' if len(tables) > 1 else ''} of this TOML file (or a "
+        "bundled recipe's name) set any option below; flags given here override it; unknown keys are errors"))
+    for title, cls in groups.items():
+        add_config_args(parser, cls, title)
+    parser.set_defaults(_classes=classes, _tables=tuple(tables))
     return parser
 
 
-def parse_verb(parser: argparse.ArgumentParser, argv: list[str] | argparse.Namespace, *classes: type,
-               section: str | None = None) -> tuple:
-    """Parse `argv` (or take parsed args) and resolve `classes` from defaults < the [section] table of
-    --config < flags. A field with metadata "required" that is still empty is a usage error (exit 2)."""
+def parse_verb(parser: argparse.ArgumentParser, argv: list[str] | argparse.Namespace,
+               defaults: Mapping[type, Callable[[tuple], Mapping[str, Any]]] | None = None) -> tuple:
+    """Parse `argv` (or take parsed args) and resolve the parser's config classes, in order, from their
+    defaults < `defaults` (a class -> a function of the configs resolved before it: a fine-tuning task's recipe)
+    < the class's table in --config < flags. Returns the configs, then the raw tables of the verb's
+    `other_tables`. A field with metadata "required" that is still empty is a usage error (exit 2)."""
     args = argv if isinstance(argv, argparse.Namespace) else parser.parse_args(argv)
-    section = section or parser.prog.split()[-1]
+    verb, classes, tables = parser.prog.split()[-1], args._classes, args._tables
     config = getattr(args, "config", None)
-    table = load_toml(config, (section,)).get(section) if config else None
-    configs = resolve_configs(classes, table, args, source=f"{config} [{section}]")
+    toml = load_toml(config, tables) if config else {}
+    configs: list[Any] = []
+    for section in dict.fromkeys(section_of(cls, verb) for cls in classes):
+        group = tuple(cls for cls in classes if section_of(cls, verb) == section)
+        table = dict(toml.get(section, {}))
+        for cls in group:
+            if defaults and cls in defaults:
+                table = {**defaults[cls](tuple(configs)), **table}
+        configs += resolve_configs(group, table, args, source=f"{config} [{section}]")
+    configs.sort(key=lambda c: classes.index(type(c)))
     missing = [f for cls, cfg in zip(classes, configs) for f in dataclasses.fields(cls)
                if f.metadata.get("required") and getattr(cfg, f.name) in (None, "", [])]
     if missing:
         parser.error("the following arguments are required: "
                      + ", ".join(f.name if f.metadata.get("positional") else "--" + f.name.replace("_", "-")
                                  for f in missing)
-                     + (f" (or set in the [{section}] table of --config)" if config else ""))
-    return configs
+                     + (" (or set them in --config)" if config else ""))
+    own = {section_of(cls, verb) for cls in classes}
+    return (*configs, *(dict(toml.get(t, {})) for t in tables if t not in own))
 
 
 def dump_toml(sections: Mapping[str, Any]) -> str:

@@ -2,6 +2,9 @@
 
     litebert finetune --model M --task T --data-dir D --out-dir out/grid --seeds 1 2 3 --lr 1e-5 2e-5
 
+The verb (litebert.finetune) parses the command line with `split_argv` and gives `run_grid` its training and
+scoring functions.
+
 Any numeric option of `litebert finetune` (TrainConfig or FinetuneConfig: --lr, --batch-size, --max-steps,
 --dropout, --warmup-steps, ...) given several values is swept; --seeds gives the seeds. Each point of the grid is
 an ordinary run directory, `<out-dir>/<field>=<value>_..._seed=<seed>`, holding what `litebert finetune` writes
@@ -27,24 +30,28 @@ import math
 import os
 import typing
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from litebert.errors import ConfigError
 from litebert.files import write_json, write_text_atomically
-from litebert.finetune import FinetuneConfig, evaluate_checkpoint, finetune, parse_args
 from litebert.training.loop import NonFiniteLossError, TrainConfig
+
+# What a grid runs, given by the verb that drives it (litebert.finetune): one run, and one checkpoint scored.
+TrainRun = Callable[[Any, TrainConfig], dict]  # (task config, train config) -> the run's summary.json
+ScoreCheckpoint = Callable[[str, Any, str], tuple]  # (model dir, task config, split) -> (Scored, task, examples)
 
 GRID_NAME, GRID_TABLE, FAILED_NAME = "grid.json", "grid.md", "failed.json"
 # Metrics a constant prediction scores 0 on (a correlation); the families' baselines report them only implicitly.
 _ZERO_FOR_CONSTANT = {"mcc", "pearson", "spearman"}
 
 
-def sweepable_fields() -> dict[str, type]:
-    """The options a grid may sweep: numeric fields (and fields with choices) of FinetuneConfig and TrainConfig."""
+def sweepable_fields(*classes: type) -> dict[str, type]:
+    """The options a grid may sweep: numeric fields (and fields with choices) of the run's config classes
+    (FinetuneConfig and TrainConfig), each with the class that has it."""
     found = {}
-    for cls in (FinetuneConfig, TrainConfig):
+    for cls in classes:
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             kind = next((a for a in typing.get_args(hints[f.name]) if a is not type(None)), hints[f.name])
@@ -63,10 +70,10 @@ class GridArgs:
     score_test: bool
 
 
-def split_argv(argv: Sequence[str]) -> GridArgs | None:
-    """The grid a command line asks for, or None for a single run: --seeds, or a sweepable flag with several
-    values (`--lr 1e-5 2e-5`)."""
-    fields, base, axes, seeds, score_test, grid = sweepable_fields(), [], {}, [], False, False
+def split_argv(argv: Sequence[str], fields: Mapping[str, type]) -> GridArgs | None:
+    """The grid a command line asks for, or None for a single run: --seeds, or a sweepable flag (one of
+    `fields`) with several values (`--lr 1e-5 2e-5`)."""
+    base, axes, seeds, score_test, grid = [], {}, [], False, False
     i = 0
     while i < len(argv):
         token = argv[i]
@@ -97,7 +104,7 @@ class Run:
     """One point of the grid: its swept values and the configs of its run."""
 
     values: dict[str, Any]  # swept field -> value, the seed last
-    cfg: FinetuneConfig
+    cfg: Any  # the task config (FinetuneConfig)
     train_cfg: TrainConfig
 
     @property
@@ -115,11 +122,11 @@ def run_name(values: Mapping[str, Any]) -> str:
                     for k, v in values.items())
 
 
-def grid_runs(cfg: FinetuneConfig, train_cfg: TrainConfig, axes: Mapping[str, Sequence[Any]],
+def grid_runs(cfg: Any, train_cfg: TrainConfig, axes: Mapping[str, Sequence[Any]],
               seeds: Sequence[int]) -> list[Run]:
-    """The runs of a grid over `axes` (field -> values, of FinetuneConfig or TrainConfig) x `seeds`, each in
+    """The runs of a grid over `axes` (field -> values, of cfg's class or TrainConfig) x `seeds`, each in
     train_cfg.out_dir/<name>, resuming whatever it finds there."""
-    owners = sweepable_fields()
+    owners = sweepable_fields(type(cfg), TrainConfig)
     unknown = sorted(set(axes) - set(owners))
     if unknown:
         raise ConfigError(f"cannot sweep {unknown}; sweepable: {', '.join(sorted(owners))}")
@@ -128,7 +135,7 @@ def grid_runs(cfg: FinetuneConfig, train_cfg: TrainConfig, axes: Mapping[str, Se
     for combo in itertools.product(*(axes[n] for n in names)):
         for seed in seeds or [train_cfg.seed]:
             values = {**dict(zip(names, combo)), "seed": int(seed)}
-            ft = {k: v for k, v in values.items() if owners[k] is FinetuneConfig}
+            ft = {k: v for k, v in values.items() if owners[k] is type(cfg)}
             tr = {k: v for k, v in values.items() if owners[k] is TrainConfig}
             run = Run(values, dataclasses.replace(cfg, **ft), dataclasses.replace(train_cfg, **tr))
             run.train_cfg = dataclasses.replace(run.train_cfg, out_dir=os.path.join(train_cfg.out_dir, run.name),
@@ -137,7 +144,7 @@ def grid_runs(cfg: FinetuneConfig, train_cfg: TrainConfig, axes: Mapping[str, Se
     return runs
 
 
-def run_once(run: Run) -> tuple[dict[str, Any], str]:
+def run_once(run: Run, train: TrainRun) -> tuple[dict[str, Any], str]:
     """The run's summary, training it unless it finished before; and what happened ("trained", "kept")."""
     out = run.train_cfg.out_dir
     for name in ("summary.json", FAILED_NAME):
@@ -146,7 +153,7 @@ def run_once(run: Run) -> tuple[dict[str, Any], str]:
             with open(path, encoding="utf-8") as f:
                 return json.load(f), "kept"
     try:
-        return finetune(run.cfg, run.train_cfg), "trained"
+        return train(run.cfg, run.train_cfg), "trained"
     except NonFiniteLossError as e:  # deterministic given its seed: recorded, not retried on resume
         failed = {"error": str(e), "out_dir": out}
         write_json(os.path.join(out, FAILED_NAME), failed)
@@ -214,7 +221,7 @@ def summarize(runs: Sequence[Run], summaries: Sequence[Mapping[str, Any]]) -> di
             "runs": rows, "configurations": configurations, "selected": selected}
 
 
-def scored_once(run: Run, split: str = "test") -> dict[str, Any]:
+def scored_once(run: Run, score: ScoreCheckpoint, split: str = "test") -> dict[str, Any]:
     """The metrics of the run's best dev checkpoint on all of `split`, computed once: kept in
     <run>/scored_<split>.json and read back on every later call."""
     path = os.path.join(run.train_cfg.out_dir, f"scored_{split}.json")
@@ -222,12 +229,13 @@ def scored_once(run: Run, split: str = "test") -> dict[str, Any]:
         with open(path, encoding="utf-8") as f:
             return json.load(f)["metrics"]
     cfg = dataclasses.replace(run.cfg, max_eval_examples=None)
-    metrics = evaluate_checkpoint(os.path.join(run.train_cfg.out_dir, "best"), cfg, split)[0].metrics
+    metrics = score(os.path.join(run.train_cfg.out_dir, "best"), cfg, split)[0].metrics
     write_json(path, {"split": split, "metrics": metrics})
     return metrics
 
 
-def score_test(report: dict[str, Any], runs: Sequence[Run], split: str = "test") -> dict[str, Any]:
+def score_test(report: dict[str, Any], runs: Sequence[Run], score: ScoreCheckpoint, split: str = "test"
+               ) -> dict[str, Any]:
     """Score the selected configuration's working runs on `split`, each once (`scored_once`), and add their
     spread to the report."""
     by_name = {run.name: run for run in runs}
@@ -235,7 +243,7 @@ def score_test(report: dict[str, Any], runs: Sequence[Run], split: str = "test")
     for row in report["runs"]:
         if row["configuration"] != report["selected"] or row["diverged"]:
             continue
-        row[split] = scored_once(by_name[row["name"]], split).get(report["primary_metric"])
+        row[split] = scored_once(by_name[row["name"]], score, split).get(report["primary_metric"])
         scores[row["name"]] = row[split]
     report[split] = {"configuration": report["selected"], **spread([v for v in scores.values() if v is not None])}
     return report
@@ -268,14 +276,14 @@ def table(report: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_grid(cfg: FinetuneConfig, train_cfg: TrainConfig, axes: Mapping[str, Sequence[Any]],
-             seeds: Sequence[int], *, test: bool = False, echo=print) -> dict[str, Any]:
+def run_grid(cfg: Any, train_cfg: TrainConfig, axes: Mapping[str, Sequence[Any]], seeds: Sequence[int], *,
+             train: TrainRun, score: ScoreCheckpoint, test: bool = False, echo=print) -> dict[str, Any]:
     """Train (or keep) every run of the grid in order, then write grid.json and grid.md in train_cfg.out_dir and
     return the report (see `summarize`)."""
     runs = grid_runs(cfg, train_cfg, axes, seeds)
     summaries = []
     for i, run in enumerate(runs, 1):
-        summary, what = run_once(run)
+        summary, what = run_once(run, train)
         summaries.append(summary)
         score = (summary.get("best") or {}).get(summary.get("primary_metric"))
         echo(f"[{i}/{len(runs)}] {run.name}: {what}, best dev {summary.get('primary_metric', '')} {_fmt(score)}"
@@ -284,7 +292,7 @@ def run_grid(cfg: FinetuneConfig, train_cfg: TrainConfig, axes: Mapping[str, Seq
     report.update(grid_dir=train_cfg.out_dir, task=cfg.task, axes={k: list(v) for k, v in axes.items()},
                   seeds=[int(s) for s in seeds] or [train_cfg.seed])
     if test and report["selected"]:
-        score_test(report, runs)
+        score_test(report, runs, score)
     write_json(os.path.join(train_cfg.out_dir, GRID_NAME), report)
     write_text_atomically(os.path.join(train_cfg.out_dir, GRID_TABLE), table(report))
     return report
@@ -296,23 +304,3 @@ def read_grid(directory: str | os.PathLike) -> dict[str, Any]:
         raise ConfigError(f"{directory} holds no {GRID_NAME}: run the grid first (litebert finetune --seeds ...)")
     with open(path, encoding="utf-8") as f:
         return json.load(f)
-
-
-def cli(argv: list[str]) -> int:
-    """`litebert finetune`: a grid when the flags ask for one (--seeds, a swept flag), else one run."""
-    from litebert.finetune import cli as single_run
-    grid = split_argv(argv)
-    if grid is None or any(a in ("-h", "--help") for a in argv):
-        return single_run(argv)
-    cfg, train_cfg = parse_args(grid.base)
-
-    def typed(name: str, value: str) -> Any:  # parsed as the run's own flag would be
-        c, t = parse_args(grid.base + [f"--{name.replace('_', '-')}", value])
-        return getattr(c if hasattr(c, name) else t, name)
-
-    axes = {name: [typed(name, v) for v in values] for name, values in grid.axes.items()}
-    seeds = [typed("seed", s) for s in grid.seeds]
-    report = run_grid(cfg, train_cfg, axes, seeds, test=grid.score_test)
-    print("\n" + table(report), end="")
-    print(f"wrote {os.path.join(train_cfg.out_dir, GRID_NAME)} and {GRID_TABLE}")
-    return 0

@@ -34,6 +34,10 @@ SPECIALS = {"pad_token": "<pad>", "unk_token": "<unk>", "cls_token": "[CLS]", "s
 TRUNCATION = ("longest_first", "only_first", "only_second", "do_not_truncate")
 PADDING = ("longest", "max_length", "do_not_pad")
 MODEL_MAX_LENGTH = 512  # ALBERT's positions; HF's model_max_length, and max_length when none is given
+# A tokenizer directory, in transformers' layout: the SentencePiece model, then the files transformers reads
+SPIECE_FILE, CONFIG_FILE, SPECIAL_TOKENS_FILE, FAST_FILE = (
+    "spiece.model", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json")
+TOKENIZER_FILES = (SPIECE_FILE, CONFIG_FILE, SPECIAL_TOKENS_FILE, FAST_FILE)
 
 # ----------------------------------------------------------------------------- normalisation
 
@@ -242,11 +246,10 @@ class Tokenizer:
         lowered by 100, as HF's converter does) and user-defined symbols (ordinary vocab entries there). Expect
         rare id differences on such text; `Tokenizer.encode` is the reference.
         """
-        from tokenizers import AddedToken, Regex, normalizers, pre_tokenizers, decoders, processors
+        from sentencepiece import sentencepiece_model_pb2 as pb
+        from tokenizers import AddedToken, Regex, decoders, normalizers, pre_tokenizers, processors
         from tokenizers import Tokenizer as HFTokenizer
         from tokenizers.models import Unigram
-
-        from sentencepiece import sentencepiece_model_pb2 as pb
 
         proto = pb.ModelProto.FromString(self.model_proto)
         vocab = [(p.piece, p.score - 100.0 if i in self._comma_ids else p.score) for i, p in enumerate(proto.pieces)]

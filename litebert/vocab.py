@@ -32,10 +32,17 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from litebert.errors import CheckpointError, ConfigError
-from litebert.model import encoder_of
-from litebert.tokenizer import SPECIALS, SPIECE_UNDERLINE, Tokenizer
+from litebert.config import AlbertConfig
 from litebert.corpus.tokenizer_training import train_tokenizer
+from litebert.errors import CheckpointError, ConfigError
+from litebert.files import same_path, write_dir_atomically
+from litebert.heads import model_class
+from litebert.model import encoder_of
+from litebert.runconfig import parse_verb, verb_parser
+from litebert.sentence import SentenceEncoder, sentence_settings
+from litebert.tasks.records import open_text  # a file that is not UTF-8 is an error naming it
+from litebert.tokenizer import SPECIALS, SPIECE_FILE, SPIECE_UNDERLINE, Tokenizer
+from litebert.weights import resolve_model_dir
 
 log = logging.getLogger("litebert")
 
@@ -153,7 +160,7 @@ def extend_tokenizer(tokenizer: Tokenizer, pieces: list[str], out_dir: str) -> E
     proto.trainer_spec.vocab_size = len(proto.pieces)
 
     os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, "spiece.model")
+    path = os.path.join(out_dir, SPIECE_FILE)
     with open(path, "wb") as f:
         f.write(proto.SerializeToString())
     new = Tokenizer(path, **vars(tokenizer.options))
@@ -228,11 +235,6 @@ def extend_vocab(model_dir: str, out_dir: str, words: list[str] | None = None, c
 
     out_dir is written whole or not at all (staged beside it, then renamed); an existing non-empty out_dir is
     refused before any work unless overwrite=True, which replaces it."""
-    from litebert.config import AlbertConfig
-    from litebert.files import same_path, write_dir_atomically
-    from litebert.heads import model_class
-    from litebert.sentence import SentenceEncoder, sentence_settings
-    from litebert.weights import resolve_model_dir
 
     if not words and not corpus:
         raise ConfigError("nothing to add: give words and/or a domain corpus")
@@ -286,15 +288,12 @@ class ExtendVocabConfig:
 
 
 def cli(argv: list[str]) -> int:
-    from litebert.runconfig import add_config_args, parse_verb, verb_parser
 
-    parser = verb_parser("extend-vocab", __doc__)
-    add_config_args(parser, ExtendVocabConfig, "extension")
-    (cfg,) = parse_verb(parser, argv, ExtendVocabConfig)
+    parser = verb_parser("extend-vocab", __doc__, {"extension": ExtendVocabConfig})
+    (cfg,) = parse_verb(parser, argv)
     words = None
     if cfg.words:
         from pathlib import Path
-        from litebert.tasks.records import open_text  # a file that is not UTF-8 is an error naming it
         with open_text(Path(cfg.words)) as f:
             words = [line.strip() for line in f if line.strip()]
     ext = extend_vocab(cfg.model, cfg.out, words, cfg.corpus, cfg.max_pieces, cfg.domain_vocab_size,

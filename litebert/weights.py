@@ -18,6 +18,7 @@ from torch import nn
 
 from litebert.config import AlbertConfig
 from litebert.errors import CheckpointError, NonFiniteError
+from litebert.hub import fetch_from_hub, looks_like_hub_id
 
 log = logging.getLogger("litebert")
 
@@ -34,7 +35,6 @@ def resolve_model_dir(name_or_path: str | os.PathLike) -> str:
     path = os.fspath(name_or_path)
     if os.path.isdir(path):
         return path
-    from litebert.hub import fetch_from_hub, looks_like_hub_id
     if os.path.exists(path):
         raise FileNotFoundError(f"{path}: not a model directory")
     if not looks_like_hub_id(path):

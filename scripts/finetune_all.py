@@ -19,8 +19,9 @@ from pathlib import Path
 
 from litebert.config import AlbertConfig
 from litebert.devdata import SHARED_DATA
-from litebert.finetune import FinetuneConfig
+from litebert.finetune import FinetuneConfig, finetune
 from litebert.sweep import grid_runs, run_grid, scored_once
+from litebert.tasks.loading import evaluate_checkpoint
 from litebert.training.loop import TrainConfig
 
 TASKS = SHARED_DATA / "tasks"
@@ -53,7 +54,7 @@ def main() -> None:
             train_cfg = TrainConfig(optimizer="adamw", lr=args.lr, batch_size=args.batch_size, max_steps=args.steps,
                                     warmup_steps=args.steps // 10, eval_every=max(args.steps // 4, 1), log_every=25,
                                     keep_last=1, out_dir=os.path.join(args.out, f"{task}_{init}"), progress=False)
-            report = run_grid(cfg, train_cfg, {}, args.seeds)
+            report = run_grid(cfg, train_cfg, {}, args.seeds, train=finetune, score=evaluate_checkpoint)
             r = results.setdefault(task, {"metric": report["primary_metric"], "trivial_score": report["trivial_score"]})
             r["baseline"] = report["baseline"]
             r[init] = []
@@ -61,7 +62,7 @@ def main() -> None:
                 summary = os.path.join(row["dir"], "summary.json")  # none after a non-finite loss
                 dev = json.loads(Path(summary).read_text())["best"] if os.path.isfile(summary) else {}
                 # the dev-selected checkpoint, scored once on test: dev figures are biased upwards by the choice
-                test = scored_once(run) if dev else {}
+                test = scored_once(run, evaluate_checkpoint) if dev else {}
                 r[init].append({"seed": row["values"]["seed"], "dev": dev, "test": test, "diverged": row["diverged"]})
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(results, f, indent=2)

@@ -34,11 +34,11 @@ def main() -> None:
     import torch
 
     from litebert.config import AlbertConfig
+    from litebert.corpus.shards import prepare
+    from litebert.corpus.tokenizer_training import train_tokenizer
     from litebert.embed import SentenceConfig, train_sentence_encoder
     from litebert.model import AlbertForPreTraining
     from litebert.pretrain import PretrainConfig, pretrain
-    from litebert.corpus.pairs import prepare
-    from litebert.corpus.tokenizer_training import train_tokenizer
     from litebert.training.loop import TrainConfig
 
     torch.set_num_threads(a.threads)

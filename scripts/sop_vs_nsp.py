@@ -17,11 +17,12 @@ import argparse
 import json
 import os
 
-from litebert.demo import MODEL  # the demo recipe's architecture
-from litebert.pretrain import PretrainConfig, pretrain
-from litebert.corpus.pairs import PretrainDataset, prepare
+from litebert.corpus.dataset import PretrainDataset
+from litebert.corpus.shards import prepare
 from litebert.corpus.tokenizer_training import train_tokenizer
+from litebert.demo import MODEL  # the demo recipe's architecture
 from litebert.paper.grid import split_corpus  # train.txt and heldout.txt (the last documents)
+from litebert.pretrain import PretrainConfig, pretrain
 from litebert.training.loop import TrainConfig
 
 

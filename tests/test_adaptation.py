@@ -10,14 +10,15 @@ import os
 import numpy as np
 import pytest
 import torch
-
 from paths import SHARED_DATA
+
+from litebert.corpus.dataset import PretrainDataset
+from litebert.corpus.shards import prepare
+from litebert.corpus.tokenizer_training import train_tokenizer
 from litebert.embed import embed
 from litebert.model import AlbertForMaskedLM, AlbertForPreTraining, AlbertModel
 from litebert.pretrain import PretrainConfig, format_summary, pretrain
-from litebert.corpus.pairs import PretrainDataset, prepare
 from litebert.tokenizer import Tokenizer
-from litebert.corpus.tokenizer_training import train_tokenizer
 from litebert.training.loop import TrainConfig
 
 DATA = str(SHARED_DATA)

@@ -1,4 +1,4 @@
-"""Freed memory stays in the process (litebert.allocator): a buffer freed and allocated again costs no page faults.
+"""Freed memory stays in the process (litebert.runtime.allocator): a buffer freed and allocated again costs no page faults.
 
 Each case runs in a fresh interpreter, since the setting is process-wide and one-way."""
 
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PROBE = """
 import json, resource, sys, torch
 if sys.argv[1] == "retain":
-    from litebert.allocator import retain_freed_memory
+    from litebert.runtime.allocator import retain_freed_memory
     assert retain_freed_memory()
 faults = []
 for _ in range(8):  # training steps in miniature: activations kept through the forward, freed by the backward
@@ -52,7 +52,7 @@ def test_freed_buffers_are_reused_without_page_faults():
 @glibc
 def test_litebert_commands_turn_it_on():
     code = ("import sys; from unittest import mock; from litebert import cli\n"
-            "with mock.patch('litebert.allocator.retain_freed_memory', return_value=True) as on:\n"
+            "with mock.patch('litebert.runtime.allocator.retain_freed_memory', return_value=True) as on:\n"
             "    cli.main(['params', '--json'])\n"
             "print(on.call_count)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout

@@ -2,12 +2,12 @@ import json
 import shutil
 
 import torch
-
 from fixtures.tokenizers import train_tiny_tokenizer
-from litebert.paper.analysis import layer_transitions, model_names, plot_transitions
+
 from litebert.cli import main
 from litebert.config import AlbertConfig
 from litebert.model import AlbertForPreTraining
+from litebert.paper.analysis import layer_transitions, model_names, plot_transitions
 
 
 def test_transitions_follow_every_application_of_a_shared_layer(tmp_path):

@@ -139,7 +139,7 @@ def test_memory_gemm_data_prep_and_profile_report_what_they_measured():
     (prep,) = records("data_prep.py", "--mb", "0.2")
     assert prep["examples"] > 0 and prep["mb_per_s"] == pytest.approx(prep["mb"] / prep["seconds"], rel=0.02)
     table = run_bench("profile_step.py", "--quick")
-    # the GEMMs, by the name of the kernels litebert.gemm chose on this CPU (torch's, or oneDNN's where faster)
+    # the GEMMs, by the name of the kernels litebert.runtime.gemm chose on this CPU (torch's, or oneDNN's where faster)
     assert "aten::mm" in table or "mkldnn::_linear_pointwise" in table, table[:2000]
 
 

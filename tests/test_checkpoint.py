@@ -5,11 +5,11 @@ import random
 import numpy as np
 import pytest
 import torch
+from test_train import ToyModel, make_toy, toy_batches, toy_config
 
 from litebert.training import checkpoint as ckpt
 from litebert.training.loop import train
 from litebert.training.metrics_log import read_metrics
-from test_train import ToyModel, make_toy, toy_batches, toy_config
 
 torch.set_num_threads(1)
 

@@ -16,11 +16,22 @@ import torch
 from litebert.cli import main as litebert_main
 from litebert.config import AlbertConfig
 from litebert.heads import AlbertForSequenceClassification
-from litebert.interop.convert import (ConversionError, convert_hf, convert_tf_checkpoint, tf_albert_config,
-                              tf_to_litebert_state)
+from litebert.interop.convert import (
+    ConversionError,
+    convert_hf,
+    convert_tf_checkpoint,
+    tf_albert_config,
+    tf_to_litebert_state,
+)
+from litebert.interop.tf_checkpoint import (
+    CheckpointFormatError,
+    TFCheckpoint,
+    _crc_update,
+    crc32c,
+    load_tf_checkpoint,
+    resolve_prefix,
+)
 from litebert.model import AlbertForMaskedLM, AlbertForPreTraining, AlbertModel
-from litebert.interop.tf_checkpoint import (CheckpointFormatError, TFCheckpoint, _crc_update, crc32c, load_tf_checkpoint,
-                                    resolve_prefix)
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "tf_albert_tiny")
 PREFIX = os.path.join(FIXTURE, "model.ckpt-7")

@@ -6,12 +6,12 @@ import os
 import pytest
 
 from litebert.cli import main as litebert_main
+from litebert.corpus.shards import prepare
+from litebert.corpus.tokenizer_training import train_tokenizer
 from litebert.demo import DEMO_MARKER, TASK_DIR, TASK_MAX_LENGTH, UNSEEN_SENTENCES, start_clean
 from litebert.errors import ConfigError
 from litebert.finetune import FinetuneConfig, evaluate_checkpoint
 from litebert.pretrain import PretrainConfig, pretrain
-from litebert.corpus.pairs import prepare
-from litebert.corpus.tokenizer_training import train_tokenizer
 from litebert.training.loop import TrainConfig
 
 

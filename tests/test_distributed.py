@@ -14,17 +14,17 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_train import make_toy, toy_batches, toy_config
 from torch import nn
 
 from litebert.cli import main as litebert_main
 from litebert.config import AlbertConfig
-from litebert.corpus.pairs import prepare
+from litebert.corpus.shards import prepare
 from litebert.corpus.tokenizer_training import train_tokenizer
 from litebert.model import AlbertForPreTraining
 from litebert.training import checkpoint as ckpt
 from litebert.training.loop import train
 from litebert.training.metrics_log import read_metrics
-from test_train import make_toy, toy_batches, toy_config
 
 torch.set_num_threads(1)
 TESTS = str(Path(__file__).parent)
@@ -113,8 +113,8 @@ def _head_case(family):
 
 
 def _salbert_case(objective):
-    from litebert.embed import SentenceEncoder
     from litebert.model import AlbertModel
+    from litebert.sentence import SentenceEncoder
     model = SentenceEncoder(AlbertModel(AlbertConfig(vocab_size=50, **TINY)), objective=objective)
     batch = {"input_ids": torch.randint(5, 50, (3, 8)), "attention_mask": torch.ones(3, 8, dtype=torch.long),
              "input_ids_b": torch.randint(5, 50, (3, 8)), "attention_mask_b": torch.ones(3, 8, dtype=torch.long)}
@@ -328,7 +328,7 @@ def moved_to_meta(monkeypatch):
 
 def test_pretraining_evaluation_moves_every_batch_to_the_models_device(prepared, moved_to_meta):
     """On a GPU the held-out evaluation fed CPU batches to a CUDA model (a crash at the first evaluation)."""
-    from litebert.corpus.pairs import PretrainDataset
+    from litebert.corpus.dataset import PretrainDataset
     from litebert.pretrain import Batches, evaluate_pretraining
     data = PretrainDataset(str(prepared / "data"))
     batches = Batches(data, seed=0, task="sop")
@@ -375,6 +375,7 @@ def test_tf32_is_enabled_on_cuda_only_and_recorded(tmp_path, monkeypatch, matmul
 
 def test_a_failed_join_after_an_elastic_restart_names_the_fix(monkeypatch):
     import torch.distributed as dist
+
     from litebert.errors import ConfigError
     from litebert.training.distributed import setup_distributed
 
@@ -397,6 +398,7 @@ def test_a_failed_join_after_an_elastic_restart_names_the_fix(monkeypatch):
 def test_the_process_group_waits_as_long_as_the_config_says(monkeypatch):
     """NCCL's default 10 minutes is shorter than rank 0's evaluation and save at scale; the default is 60."""
     import torch.distributed as dist
+
     from litebert.training.distributed import setup_distributed
     from litebert.training.loop import TrainConfig
     seen = {}

@@ -10,15 +10,23 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-
 from paths import SHARED_DATA
+
 from litebert.cli import main as litebert_main
 from litebert.config import AlbertConfig
-from litebert.embed import (SentenceConfig, SentenceEncoder, embed, evaluate_pairs, paired_cosine, pool, read_pairs,
-                            recall_at_1, train_sentence_encoder)
-from litebert.model import AlbertForPreTraining, AlbertModel
-from litebert.tokenizer import Tokenizer
 from litebert.corpus.tokenizer_training import train_tokenizer
+from litebert.embed import (
+    SentenceConfig,
+    embed,
+    evaluate_pairs,
+    paired_cosine,
+    read_pairs,
+    recall_at_1,
+    train_sentence_encoder,
+)
+from litebert.model import AlbertForPreTraining, AlbertModel
+from litebert.sentence import SentenceEncoder, pool
+from litebert.tokenizer import Tokenizer
 from litebert.training.loop import TrainConfig
 
 DATA = str(SHARED_DATA)

@@ -14,10 +14,11 @@ from paths import SHARED_DATA
 from litebert.cli import main as litebert_main
 from litebert.config import AlbertConfig
 from litebert.ensemble import Ensemble, average_checkpoints, build_ensemble, greedy_select
-from litebert.tasks.ensembles import average_scores
 from litebert.finetune import FinetuneConfig, evaluate_checkpoint
 from litebert.tasks import TASKS
-from litebert.tasks.families import FAMILIES, model_scores
+from litebert.tasks.ensembles import average_scores
+from litebert.tasks.families import FAMILIES
+from litebert.tasks.inference import model_scores
 from litebert.training.checkpoint import save_checkpoint
 from litebert.weights import read_state_dict
 
@@ -117,6 +118,7 @@ def tiny_task(root: Path, task: str = "novel_authorship", n: int = 24) -> Path:
 def members(tmp_path_factory):
     """Three 'fine-tuned' novel_authorship models (random heads on one tiny pretrained body) and the task."""
     from test_finetune import tiny_model_dir
+
     from litebert.tokenizer import Tokenizer
     root = tmp_path_factory.mktemp("ens")
     body = tiny_model_dir(root)

@@ -275,8 +275,9 @@ def test_per_column_int8_weights_compute_exactly_what_their_rounding_says(storag
 @pytest.mark.parametrize("act, gelu_op", [("gelu_new", "FastGelu"), ("gelu", "BiasGelu")])
 def test_int8_export_fuses_layernorm_and_gelu_keeping_their_formulas(tmp_path, act, gelu_op):
     pytest.importorskip("onnxruntime")
-    import onnx
     from collections import Counter
+
+    import onnx
     config = AlbertConfig(vocab_size=61, embedding_size=8, hidden_size=16, num_hidden_layers=3, num_hidden_groups=1,
                           num_attention_heads=2, intermediate_size=24, max_position_embeddings=24, num_labels=3,
                           hidden_act=act)
@@ -382,14 +383,14 @@ def test_min_agreement_refuses_and_force_keeps(tmp_path, capsys):
 
 def test_per_column_storage_follows_the_cpu(monkeypatch):
     """int8 products are exact with VNNI (AVX-512 or AVX), AMX, and off x86; x86 flags unread count as inexact."""
-    from litebert import gemm
-    monkeypatch.setattr(gemm.platform, "machine", lambda: "x86_64")
+    from litebert.runtime import cpu
+    monkeypatch.setattr(cpu.platform, "machine", lambda: "x86_64")
     for flags, storage in [({"avx2", "fma"}, "uint8"), ({"avx2", "avx512f", "avx512_vnni"}, "int8"),
                            ({"avx2", "avx_vnni"}, "int8"), ({"amx_tile", "amx_int8"}, "int8"), (set(), "uint8")]:
-        monkeypatch.setattr(gemm, "cpu_flags", lambda flags=flags: flags)
+        monkeypatch.setattr(cpu, "cpu_flags", lambda flags=flags: flags)
         assert quantize.per_column_storage() == storage, flags
         assert quantize.int8_weight_order() == (("per-column",) if storage == "int8" else ("per-tensor", "per-column"))
-    monkeypatch.setattr(gemm.platform, "machine", lambda: "aarch64")
+    monkeypatch.setattr(cpu.platform, "machine", lambda: "aarch64")
     assert quantize.per_column_storage() == "int8"
     with pytest.raises(ConfigError, match="stored int8 or uint8, not 'int4'"):
         quantize.quantize_matmuls_per_column(_one_product_graph(np.ones((4, 2), np.float32)).graph, "int4")

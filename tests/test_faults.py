@@ -176,7 +176,7 @@ def test_tokenizer_refuses_to_replace_a_tokenizer_it_did_not_make(root, model_di
 
 @pytest.fixture(scope="module")
 def dataset(root, tok_dir) -> Path:
-    from litebert.corpus.pairs import prepare
+    from litebert.corpus.shards import prepare
     out = root / "data"
     prepare([str(root / "text.txt")], str(out), str(tok_dir), max_seq_length=32, num_workers=1, progress=False,
             shard_size=20)
@@ -186,7 +186,8 @@ def dataset(root, tok_dir) -> Path:
 def test_prepare_swaps_the_new_dataset_in_only_when_complete(root, tok_dir, dataset, monkeypatch):
     """A failure while the new dataset is written (a full disk at the last shard) leaves the old one; a kill
     in the middle of the swap itself is undone by the next prepare (or finished, once meta.json is in)."""
-    from litebert.corpus import pairs
+    from litebert.corpus import shards
+    from litebert.corpus.dataset import OUTGOING, STAGING, PretrainDataset
     out = root / "data_swap"
     shutil.copytree(dataset, out)
     before = tree(out)
@@ -199,7 +200,7 @@ def test_prepare_swaps_the_new_dataset_in_only_when_complete(root, tok_dir, data
 
     monkeypatch.setattr(np, "save", save_then_full)
     with pytest.raises(OSError):
-        pairs.prepare([str(root / "text.txt")], str(out), str(tok_dir), max_seq_length=24, num_workers=1,
+        shards.prepare([str(root / "text.txt")], str(out), str(tok_dir), max_seq_length=24, num_workers=1,
                       progress=False, shard_size=20)
     monkeypatch.undo()
     assert tree(out) == before
@@ -208,7 +209,7 @@ def test_prepare_swaps_the_new_dataset_in_only_when_complete(root, tok_dir, data
     real_replace, moved_in = os.replace, []
 
     def killed_midway(src, dst):
-        if pairs.STAGING in str(src):
+        if STAGING in str(src):
             if len(moved_in) == 2:
                 raise KeyboardInterrupt  # stands for the kill: nothing after this point runs
             moved_in.append(dst)
@@ -216,15 +217,15 @@ def test_prepare_swaps_the_new_dataset_in_only_when_complete(root, tok_dir, data
 
     monkeypatch.setattr(os, "replace", killed_midway)
     with pytest.raises(KeyboardInterrupt):
-        pairs.prepare([str(root / "text.txt")], str(out), str(tok_dir), max_seq_length=24, num_workers=1,
+        shards.prepare([str(root / "text.txt")], str(out), str(tok_dir), max_seq_length=24, num_workers=1,
                       progress=False, shard_size=20)
     monkeypatch.undo()
-    assert not (out / "meta.json").exists() and (out / pairs.OUTGOING).is_dir()
+    assert not (out / "meta.json").exists() and (out / OUTGOING).is_dir()
     with pytest.raises(DataError, match="interrupted while replacing"):
-        pairs.PretrainDataset(str(out))
-    assert pairs.recover_dataset(str(out)) == "restored the previous dataset"
+        PretrainDataset(str(out))
+    assert shards.recover_dataset(str(out)) == "restored the previous dataset"
     assert tree(out) == before
-    assert len(pairs.PretrainDataset(str(out), str(tok_dir))) > 0
+    assert len(PretrainDataset(str(out), str(tok_dir))) > 0
 
 
 def test_prepare_refuses_files_it_did_not_write_unless_told(root, tok_dir, capsys):
@@ -267,7 +268,8 @@ def test_prepare_killed_at_random_moments_leaves_the_old_dataset_or_the_new_one(
     prepare runs first, the directory holds the earlier dataset or the new one, whole; a last uninterrupted
     run equals a run that was never interrupted."""
     import random
-    from litebert.corpus.pairs import recover_dataset
+
+    from litebert.corpus.shards import recover_dataset
     common = ["--tokenizer", str(tok_dir), "--num-workers", "1", "--no-progress", "--shard-size", "500",
               "--dupe-factor", "3"]
     old_args, new_args = ["--max-seq-length", "64"], ["--max-seq-length", "48"]
@@ -295,6 +297,7 @@ def test_tokenizer_killed_at_random_moments_leaves_a_whole_tokenizer(root, tmp_p
     """kill -9 during `litebert tokenizer` over an earlier tokenizer, at random moments: --out always holds a
     whole tokenizer (the earlier one byte for byte, or a new one that loads, with its summary)."""
     import random
+
     from litebert.tokenizer import Tokenizer
     out = tmp_path / "tok"
     start = time.perf_counter()
@@ -499,8 +502,9 @@ def test_nan_weights_are_an_error_at_evaluate_and_embed(finished_run, model_dir,
 
 def test_nan_outputs_of_finite_weights_are_an_error_too(model_dir):
     """Weights can be finite and still overflow: embeddings and scores that are NaN/inf stop the verb."""
-    from litebert.embed import SentenceEncoder, embed
+    from litebert.embed import embed
     from litebert.finetune import check_finite_scores
+    from litebert.sentence import SentenceEncoder
     from litebert.tokenizer import Tokenizer
     model = SentenceEncoder.from_pretrained(str(model_dir))
     with torch.no_grad():
@@ -604,7 +608,7 @@ def _edit_meta(directory: Path, change) -> None:
 
 @pytest.mark.parametrize("what,damage,words", DATASET_DAMAGE, ids=[c[0] for c in DATASET_DAMAGE])
 def test_damaged_datasets_are_refused_when_opened_naming_the_file(dataset, tmp_path, what, damage, words):
-    from litebert.corpus.pairs import PretrainDataset
+    from litebert.corpus.dataset import PretrainDataset
     data = tmp_path / "data"
     shutil.copytree(dataset, data)
     damage(data)
@@ -615,7 +619,7 @@ def test_damaged_datasets_are_refused_when_opened_naming_the_file(dataset, tmp_p
 def test_a_shard_holding_out_of_range_ids_is_refused_when_first_read(dataset, tmp_path):
     """A shard whose data (not its record in meta.json) holds an id beyond the vocabulary: refused naming the
     file when the shard is first mapped, not an IndexError inside a batch."""
-    from litebert.corpus.pairs import PretrainDataset
+    from litebert.corpus.dataset import PretrainDataset
     data = tmp_path / "data"
     shutil.copytree(dataset, data)
     ids = np.load(data / "shard_00001.input_ids.npy")
@@ -763,7 +767,8 @@ def test_no_user_fixable_value_error_is_left_in_the_files_converted():
     """The package's user errors are LitebertErrors; a bare `raise ValueError` left in these files is an
     internal check (a programming error), listed here so that a new one is a decision."""
     import re
-    converted = ["litebert/corpus/tokenizer_training.py", "litebert/corpus/pairs.py", "litebert/corpus/documents.py",
+    converted = ["litebert/corpus/tokenizer_training.py", "litebert/corpus/pairs.py", "litebert/corpus/shards.py",
+                 "litebert/corpus/dataset.py", "litebert/corpus/documents.py",
                  "litebert/corpus/batches.py",
                  "litebert/tasks/readers.py", "litebert/tasks/squad.py", "litebert/tasks/registry.py",
                  "litebert/tasks/records.py", "litebert/tokenizer.py", "litebert/weights.py", "litebert/config.py",
@@ -903,8 +908,8 @@ def test_convert_and_extend_vocab_refuse_to_replace_a_model_unless_told(model_di
 def test_a_result_file_is_replaced_whole_or_not_at_all(tmp_path):
     """predict/evaluate/embed/ensemble outputs and GLUE submissions go through files.atomic_open: a failure while
     writing (here an exception; a full disk or a kill alike) leaves the previous file as it was, and no litter."""
-    from litebert.tasks.registry import TASKS, write_glue_predictions
     from litebert.tasks.records import TextExample
+    from litebert.tasks.registry import TASKS, write_glue_predictions
     path = tmp_path / "predictions.jsonl"
     path.write_text("the previous result\n")
     with pytest.raises(RuntimeError, match="mid-write"):
@@ -970,7 +975,7 @@ def test_a_named_output_file_the_verb_did_not_write_is_refused_unless_told(finis
         assert litebert_main([*argv, "--out", str(copy), "--overwrite"]) == 0, name
         assert copy.read_bytes() == first, name
         capsys.readouterr()
-    from litebert.finetune import _is_metrics  # a tagging task's metrics hold entity F1 per type
+    from litebert.evaluate import _is_metrics  # a tagging task's metrics hold entity F1 per type
     tagging = tmp_path / "tagging_metrics.json"
     tagging.write_text(json.dumps({"f1": 0.5, "precision": 0.4, "recall": 0.6, "per_type": {"PER": {"f1": 0.5}},
                                    "scored_on": "dev: 8 of 8"}))
@@ -1008,7 +1013,8 @@ def test_the_request_parser_returns_inputs_or_a_one_line_4xx(payload, family):
     """Whatever JSON a request body holds, serve's parser answers with the inputs the family accepts or a
     RequestError (a 4xx and one line), never another exception (which would be a 500)."""
     from litebert.serving.server import RequestError, parse_inputs
-    from litebert.tasks.families import FAMILIES, MaskedLanguageModel
+    from litebert.tasks.families import FAMILIES
+    from litebert.tasks.untrained import MaskedLanguageModel
     validate = MaskedLanguageModel().example if family == "fill_mask" else \
         {"classification": FAMILIES["classification"], "multiple_choice": FAMILIES["multiple_choice"],
          "qa": FAMILIES["qa"], "tagging": FAMILIES["tagging"]}[family].example

@@ -16,8 +16,9 @@ from paths import SHARED_DATA
 from litebert.cli import main as litebert_main
 from litebert.config import AlbertConfig
 from litebert.finetune import FinetuneConfig, feature_settings, finetune, load_model, read_split, resolve_task
-from litebert.tasks.families import family_of, feature_length, model_scores
 from litebert.model import AlbertForPreTraining
+from litebert.tasks.families import family_of
+from litebert.tasks.inference import feature_length, model_scores
 from litebert.tokenizer import Tokenizer
 from litebert.training.loop import TrainConfig
 
@@ -235,7 +236,8 @@ def test_length_batches_cut_where_padding_would_outweigh_the_tokens():
     """Sorted by length, at most batch_size each, every feature once; a batch also ends where padding it to
     the next feature's length would add more than PADDING_SLACK of padding (once it is big enough to matter)."""
     from types import SimpleNamespace
-    from litebert.tasks.families import PADDING_CUT_MIN_TOKENS, length_batches
+
+    from litebert.tasks.inference import PADDING_CUT_MIN_TOKENS, length_batches
     lengths = [40, 8, 9, 100, 40, 8, 41, 9, 40, 101, 100] + [8] * 30 + [40] * 6
     features = [SimpleNamespace(input_ids=[0] * n) for n in lengths]
     batches = list(length_batches(features, batch_size=32))

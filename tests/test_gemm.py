@@ -1,4 +1,4 @@
-"""litebert.gemm: the fp32 GEMM backend (torch's default or oneDNN) gives the plain results, forward and backward,
+"""litebert.runtime.gemm: the fp32 GEMM backend (torch's default or oneDNN) gives the plain results, forward and backward,
 in every module that uses it; the choice can be forced, is recorded and cached atomically; --precision auto."""
 
 import json
@@ -8,9 +8,10 @@ import time
 import pytest
 import torch
 
-from litebert import gemm
 from litebert.config import AlbertConfig
 from litebert.model import AlbertForMaskedLM, AlbertForPreTraining, AlbertMLMHead, AlbertTransformer
+from litebert.runtime import cpu, gemm, precision
+from litebert.runtime.precision import choose_precision
 
 pytestmark = pytest.mark.skipif(not gemm.onednn_available(), reason="torch built without oneDNN")
 TOL = dict(atol=1e-5, rtol=1e-5)  # fp32: the two libraries sum in different orders, nothing more
@@ -109,7 +110,7 @@ def test_linear_equals_f_linear(forward, backward, case, onednn_calls):
     assert_same(fn, [x], [w] if case == "no_bias" else [w, b], forward, backward, onednn_calls)
 
 
-# Every module whose linear layers go through litebert.gemm, each on its own.
+# Every module whose linear layers go through litebert.runtime.gemm, each on its own.
 def attention_full(config):
     layer = randomized(AlbertTransformer(config)).albert_layer_groups[0].albert_layers[0]
     att = layer.attention
@@ -252,7 +253,7 @@ def test_auto_measures_once_and_caches_per_machine(monkeypatch):
     data = json.loads(gemm.cache_path().read_text())
     entry = data[gemm.cache_key()]
     assert (entry["forward"], entry["backward"]) == ("onednn", "mkl") and "loadavg_1min" in entry
-    assert gemm.cpu_model() in gemm.cache_key() and torch.__version__ in gemm.cache_key()
+    assert cpu.cpu_model() in gemm.cache_key() and torch.__version__ in gemm.cache_key()
     monkeypatch.setattr(gemm, "_chosen", {})  # a new process
     again = gemm.backend()
     assert again.source == "cache" and (again.forward, again.backward) == ("onednn", "mkl") and measured == [1]
@@ -331,24 +332,24 @@ def test_measurement_reports_rates_for_both_backends():
 # -- --precision auto -------------------------------------------------------------------------------------------
 
 def test_auto_precision_is_fp32_without_bf16_kernels(monkeypatch):
-    monkeypatch.setattr(gemm, "bf16_supported", lambda device="cpu": False)
+    monkeypatch.setattr(precision, "bf16_supported", lambda device="cpu": False)
 
     def never(precision):
         raise AssertionError("nothing is measured on a CPU without bf16 kernels")
-    picked = gemm.choose_precision(never)
+    picked = choose_precision(never)
     assert picked.precision == "fp32" and "no bf16" in picked.reason
     assert picked.record()["chosen"] == "fp32" and picked.record()["requested"] == "auto"
 
 
 @pytest.mark.parametrize("faster", ["fp32", "bf16"])
 def test_auto_precision_takes_the_faster_when_bf16_runs(monkeypatch, faster):
-    monkeypatch.setattr(gemm, "bf16_supported", lambda device="cpu": True)
+    monkeypatch.setattr(precision, "bf16_supported", lambda device="cpu": True)
     calls = []
 
     def fake(precision):
         calls.append(precision)
         time.sleep(0.002 if precision == faster else 0.02)
-    picked = gemm.choose_precision(fake, work=100, unit="tokens", repeats=2)
+    picked = choose_precision(fake, work=100, unit="tokens", repeats=2)
     assert picked.precision == faster and sorted(set(calls)) == ["bf16", "fp32"]
     assert picked.rates[faster] > picked.rates["fp32" if faster == "bf16" else "bf16"]
     assert f"{faster}_tokens_per_s" in picked.record()
@@ -358,7 +359,7 @@ def test_auto_precision_takes_the_faster_when_bf16_runs(monkeypatch, faster):
 def test_training_with_precision_auto_records_the_choice(monkeypatch, tmp_path, has_bf16, capsys):
     from litebert.runconfig import load_toml
     from litebert.training.loop import TrainConfig, train
-    monkeypatch.setattr(gemm, "bf16_supported", lambda device="cpu": has_bf16)
+    monkeypatch.setattr(precision, "bf16_supported", lambda device="cpu": has_bf16)
     config = tiny()
     torch.manual_seed(0)
     model = AlbertForMaskedLM(config)

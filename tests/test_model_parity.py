@@ -8,8 +8,12 @@ import pytest
 import torch
 
 from litebert.config import AlbertConfig
-from litebert.heads import (AlbertForMultipleChoice, AlbertForQuestionAnswering, AlbertForSequenceClassification,
-                            AlbertForTokenClassification)
+from litebert.heads import (
+    AlbertForMultipleChoice,
+    AlbertForQuestionAnswering,
+    AlbertForSequenceClassification,
+    AlbertForTokenClassification,
+)
 from litebert.model import AlbertForMaskedLM, AlbertForPreTraining, AlbertModel
 
 transformers = pytest.importorskip("transformers")

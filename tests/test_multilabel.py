@@ -130,6 +130,7 @@ def passage_properties(text: str, characters: list[str]) -> list[str]:
 @pytest.mark.slow
 def test_multi_label_fine_tunes_beats_both_baselines_evaluates_predicts_and_loads_in_transformers(tmp_path, capsys):
     import json
+
     from test_finetune import tiny_model_dir
 
     transformers = pytest.importorskip("transformers")

@@ -21,12 +21,17 @@ import litebert
 from litebert.cli import main as litebert_main
 from litebert.config import AlbertConfig
 from litebert.errors import ConfigError
-from litebert.heads import (AlbertForMultipleChoice, AlbertForQuestionAnswering, AlbertForSequenceClassification,
-                            AlbertForTokenClassification)
+from litebert.heads import (
+    AlbertForMultipleChoice,
+    AlbertForQuestionAnswering,
+    AlbertForSequenceClassification,
+    AlbertForTokenClassification,
+)
 from litebert.model import AlbertForMaskedLM, AlbertForPreTraining
-from litebert.serving.pipeline import read_inputs
-from litebert.tasks.families import FAMILIES, FeatureSettings, model_scores
+from litebert.serving.inputs import read_inputs
+from litebert.tasks.families import FAMILIES, FeatureSettings
 from litebert.tasks.features import collate
+from litebert.tasks.inference import model_scores
 from litebert.tasks.records import TagExample, TextExample
 
 transformers = pytest.importorskip("transformers")
@@ -317,7 +322,8 @@ def test_multiple_choice_equals_transformers_logits(models):
 
 
 def test_feature_extraction_equals_transformers_and_sentence_embeddings_pool_it(models, tmp_path):
-    from litebert.embed import SentenceEncoder, embed
+    from litebert.embed import embed
+    from litebert.sentence import SentenceEncoder
     texts = [" ".join(r["text"].split()[:25]) for r in rows("novel_authorship", 6)]
     ours = litebert.pipeline("feature-extraction", models["mlm"])(texts)
     assert_same(ours, hf_pipeline("feature-extraction", models["mlm"])(texts), atol=1e-4)
@@ -369,7 +375,7 @@ def test_the_torch_backend_moves_batches_to_the_models_device_and_answers_on_the
     """What a GPU run needs, checked where no GPU is: every batch reaches the model on the model's device (a
     wrapper asserts it), outputs come back to the CPU for decoding, and the choices no GPU path has are refused
     by name before any weight moves (int8 and onnxruntime off the CPU; a GPU this machine lacks)."""
-    from litebert.serving.pipeline import TorchBackend
+    from litebert.serving.backends import TorchBackend
     pipe = litebert.pipeline(model=models["authorship"], device="auto", top_k=None)  # auto: the CPU here
     model = pipe.backend.model
     seen = []
@@ -406,9 +412,9 @@ def test_the_torch_backend_moves_batches_to_the_models_device_and_answers_on_the
 
 
 def test_int8_and_auto_precisions(models, tmp_path):
-    from litebert.gemm import bf16_supported
     from litebert.interop.export import ExportError, export_model
     from litebert.interop.quantize import int8_weight_order
+    from litebert.runtime.cpu import bf16_supported
     texts = [r["text"] for r in rows("novel_authorship", 8)]
     fp32 = litebert.pipeline(model=models["authorship"], top_k=None)(texts)
 

@@ -13,11 +13,12 @@ import torch
 
 from litebert.cli import main as litebert_main
 from litebert.config import AlbertConfig
+from litebert.corpus.batches import make_batch
+from litebert.corpus.dataset import PretrainDataset
+from litebert.corpus.shards import prepare
+from litebert.corpus.tokenizer_training import train_tokenizer
 from litebert.model import AlbertForPreTraining
 from litebert.pretrain import PretrainConfig, pretrain
-from litebert.corpus.batches import make_batch
-from litebert.corpus.pairs import PretrainDataset, prepare
-from litebert.corpus.tokenizer_training import train_tokenizer
 from litebert.training.loop import TrainConfig, train
 
 TINY = dict(embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,

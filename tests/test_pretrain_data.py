@@ -11,9 +11,11 @@ import numpy as np
 import pytest
 
 from litebert.corpus.batches import make_batch
-from litebert.corpus.masking import mask_tokens, select_spans
+from litebert.corpus.dataset import PretrainDataset
 from litebert.corpus.documents import resolve_inputs, split_sentences
-from litebert.corpus.pairs import InstanceOptions, PretrainDataset, create_instances, prepare
+from litebert.corpus.masking import mask_tokens, select_spans
+from litebert.corpus.pairs import InstanceOptions, create_instances
+from litebert.corpus.shards import prepare
 from litebert.corpus.tokenizer_training import train_tokenizer
 from litebert.errors import DataError
 

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 import torch
+from paths import SHARED_DATA
 
 import litebert.pretrain
 from litebert.cli import main as litebert_main
@@ -18,7 +19,6 @@ from litebert.paper import reproduce as R
 from litebert.paper.experiments import DATA, EXPERIMENTS, SCALES, Claim, scale_model
 from litebert.paper.grid import slug
 from litebert.paper.report import judge, mean_sd, verdict
-from paths import SHARED_DATA
 
 DEMO_CORPUS = str(DATA) + "/demo_corpus.txt.gz"
 VERDICTS = ("reproduced", "not reproduced", "within noise", "not measured")

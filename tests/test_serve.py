@@ -313,15 +313,11 @@ def test_sigterm_finishes_the_request_in_flight_and_the_one_queued_then_exits_0(
 # -- the verb ------------------------------------------------------------------------------------------------
 
 def test_the_verb_takes_flags_and_a_toml_and_refuses_bad_limits(tmp_path, monkeypatch, capsys):
-    import types
-
     from litebert import cli
     from litebert.serving import server
 
     calls = {}
-    fake_module = types.ModuleType("litebert.serving.pipeline")
-    fake_module.pipeline = lambda **kw: calls.setdefault("pipeline", kw) and FakePredictor()
-    monkeypatch.setitem(sys.modules, "litebert.serving.pipeline", fake_module)
+    monkeypatch.setattr(server, "pipeline", lambda **kw: calls.setdefault("pipeline", kw) and FakePredictor())
     monkeypatch.setattr(server, "serve", lambda predictor, cfg: calls.setdefault("cfg", cfg))
     toml = tmp_path / "serve.toml"
     toml.write_text('[serve]\nmodel = "m"\nmax_batch_size = 4\nmax_wait_ms = 2\n')

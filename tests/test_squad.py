@@ -7,13 +7,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from fixtures.tokenizers import FakeTokenizer, train_tiny_tokenizer
 from paths import SHARED_DATA
-from litebert.tasks import squad as S
-from litebert.tasks.features import collate
+
 from litebert.finetune import FinetuneConfig, feature_settings
-from litebert.tasks.families import FAMILIES, rarest_word_answers
+from litebert.tasks import squad as S
+from litebert.tasks.families import FAMILIES
+from litebert.tasks.features import collate
+from litebert.tasks.squad import rarest_word_answers
 
 QA = FAMILIES["qa"]
 from litebert.tasks import TASKS, DataError, read_task

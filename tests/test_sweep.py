@@ -12,8 +12,13 @@ from test_finetune import tiny_model_dir
 import litebert.sweep as sweep
 from litebert.cli import main as litebert_main
 from litebert.finetune import FinetuneConfig, finetune
-from litebert.sweep import diverged, split_argv, summarize, trivial_score
+from litebert.sweep import diverged, summarize, sweepable_fields, trivial_score
+from litebert.tasks.loading import evaluate_checkpoint
 from litebert.training.loop import TrainConfig
+
+
+def split_argv(argv):
+    return sweep.split_argv(argv, sweepable_fields(FinetuneConfig, TrainConfig))
 
 
 def test_the_command_line_names_its_grid():
@@ -108,14 +113,15 @@ def test_a_tiny_grid_runs_writes_its_table_and_resumes(setup, tmp_path, capsys, 
         assert all((grid / r["name"] / "scored_test.json").is_file() for r in tested)
 
     calls = []
-    real = sweep.finetune
+    import litebert.finetune as ft
+    real = ft.finetune
 
     def counting(cfg, train_cfg):
         calls.append((os.path.basename(train_cfg.out_dir), train_cfg.resume,
                       sorted(p.name for p in (grid / os.path.basename(train_cfg.out_dir)).glob("step_*"))))
         return real(cfg, train_cfg)
 
-    monkeypatch.setattr(sweep, "finetune", counting)
+    monkeypatch.setattr(ft, "finetune", counting)
     mtimes = {p: p.stat().st_mtime_ns for p in grid.glob("*/summary.json")}
     assert litebert_main(argv) == 0
     assert calls == [] and {p: p.stat().st_mtime_ns for p in grid.glob("*/summary.json")} == mtimes
@@ -137,7 +143,7 @@ def test_a_run_whose_loss_goes_non_finite_is_recorded_as_diverged_and_not_retrie
     cfg = FinetuneConfig(model=str(model), task="novel_authorship", data_dir=str(data), max_length=32)
     train_cfg = TrainConfig(optimizer="adamw", lr=1e30, batch_size=8, max_steps=4, out_dir=str(tmp_path / "g"),
                             progress=False)
-    report = sweep.run_grid(cfg, train_cfg, {}, [7], echo=lambda *_: None)
+    report = sweep.run_grid(cfg, train_cfg, {}, [7], train=finetune, score=evaluate_checkpoint, echo=lambda *_: None)
     (run,) = report["runs"]
     assert run["name"] == "seed=7" and "non-finite" in run["diverged"]
     assert report["configurations"][0]["diverged"] == 1 and report["selected"] is None

@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from fixtures.tokenizers import FakeTokenizer, train_tiny_tokenizer
 from paths import SHARED_DATA
-from litebert.tasks import features as FT
+
 from litebert import tasks as T
+from litebert.tasks import features as FT
 
 FIX = Path(__file__).parent / "fixtures"
 GLUE = FIX / "glue"

@@ -18,11 +18,11 @@ import unicodedata
 
 import numpy as np
 import pytest
-
 from paths import SHARED_DATA
+
+from litebert.corpus.tokenizer_training import train_tokenizer
 from litebert.errors import ConfigError
 from litebert.tokenizer import Tokenizer, preprocess_text
-from litebert.corpus.tokenizer_training import train_tokenizer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURE = os.path.join(HERE, "fixtures", "albert_spiece")
@@ -439,6 +439,7 @@ def test_training_on_a_sample_is_reproducible(tmp_path):
     """input_sentence_size below the corpus: sentencepiece's own sampler is seeded once per process from the OS
     (it gave CI other pieces than ours), so litebert samples; two processes with one seed learn the same pieces."""
     import subprocess
+
     from litebert.corpus.tokenizer_training import reservoir_sample
     script = ("import hashlib, sys; from litebert.corpus.tokenizer_training import train_tokenizer; "
               "sp = train_tokenizer(None, sys.argv[1], vocab_size=500, input_sentence_size=800, seed=7).sp; "

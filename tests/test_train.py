@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from litebert.runconfig import add_config_args, dump_toml, load_toml, resolve_config
-from litebert.training.loop import NonFiniteLossError, TrainConfig, shuffled_batches, train
+from litebert.training.data import shuffled_batches
+from litebert.training.loop import NonFiniteLossError, TrainConfig, train
 from litebert.training.metrics_log import read_metrics
 
 torch.set_num_threads(1)
@@ -231,7 +232,7 @@ def test_shuffled_batches_cover_epochs_independently_of_world_size():
 def test_shuffled_data_is_shuffled_batches_sized_by_the_loop(tmp_path):
     """The data argument verbs pass: the loop builds the batch_fn they used to build themselves."""
     from litebert.errors import ConfigError
-    from litebert.training.loop import ShuffledData
+    from litebert.training.data import ShuffledData
     examples = [toy_example(i) for i in range(20)]
 
     def collate(indices, position):

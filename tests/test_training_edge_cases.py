@@ -8,16 +8,16 @@ from paths import SHARED_DATA
 from test_finetune import tiny_model_dir
 from test_train import make_toy, toy_batches, toy_config
 
-import litebert.training.checkpoint as ckpt
 import litebert.finetune as F
 import litebert.tokenizer
+import litebert.training.checkpoint as ckpt
 import litebert.weights
 from litebert.config import AlbertConfig
 from litebert.model import AlbertForPreTraining
-from litebert.training.optim import make_schedule
 from litebert.pretrain import PretrainConfig
 from litebert.tasks.families import FAMILIES
 from litebert.training.loop import TrainConfig, train
+from litebert.training.optim import make_schedule
 
 HUB_ID = "someone/tiny-albert"
 
@@ -126,6 +126,7 @@ def test_finetuning_a_hub_id_copies_the_downloaded_tokenizer(model_dir, tmp_path
     resolve = litebert.weights.resolve_model_dir
     monkeypatch.setattr(litebert.weights, "resolve_model_dir",
                         lambda name: str(model_dir) if name == HUB_ID else resolve(name))
+    monkeypatch.setattr(F, "resolve_model_dir", litebert.weights.resolve_model_dir)  # finetune's own binding
     monkeypatch.setattr(litebert.tokenizer, "_download_from_hub", lambda repo_id: str(model_dir / "spiece.model"))
     summary = F.finetune(ft_config(HUB_ID), ft_train_config(tmp_path))
     assert summary["steps"] == 2 and summary["model"] == HUB_ID

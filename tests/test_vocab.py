@@ -6,13 +6,13 @@ import os
 
 import pytest
 import torch
-
 from paths import SHARED_DATA
+
 from litebert.cli import main as litebert_main
 from litebert.config import AlbertConfig
+from litebert.corpus.tokenizer_training import train_tokenizer
 from litebert.model import AlbertForMaskedLM, AlbertForPreTraining
 from litebert.tokenizer import SPIECE_UNDERLINE, Tokenizer
-from litebert.corpus.tokenizer_training import train_tokenizer
 from litebert.vocab import best_split, extend_vocab
 
 DATA = str(SHARED_DATA)
@@ -144,6 +144,7 @@ def test_overlapping_new_pieces_segment_as_transformers_does(base, tmp_path):
     """Regression: with one fixed score margin, "▁1" and "19" made "▁1|9|9|0" and "▁|19|9|0" score exactly the
     same, and sentencepiece (float32) and tokenizers (float64) broke the tie differently (seen in CI)."""
     from transformers import AlbertTokenizer, AlbertTokenizerFast
+
     from litebert.vocab import extend_tokenizer
 
     _, old_tok = base
@@ -170,8 +171,9 @@ def test_max_pieces_below_one_is_refused_before_writing(base, tmp_path, capsys):
 
 def test_extending_an_salbert_directory_keeps_its_pooling(base, tmp_path):
     """Regression: the sentence files were dropped, so the extended model silently pooled with the default."""
-    from litebert.embed import SentenceEncoder, embed
+    from litebert.embed import embed
     from litebert.model import AlbertModel
+    from litebert.sentence import SentenceEncoder
 
     root, tok = base
     src, out = tmp_path / "salbert", tmp_path / "ext"

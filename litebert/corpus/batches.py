@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from litebert.config import IGNORE_INDEX
+from litebert.corpus.dataset import PretrainDataset
 from litebert.corpus.masking import mask_tokens
-from litebert.corpus.pairs import PretrainDataset
 from litebert.errors import DataError
 
 

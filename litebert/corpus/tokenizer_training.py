@@ -15,8 +15,11 @@ from dataclasses import dataclass, field
 
 import sentencepiece as spm
 
+from litebert.corpus.documents import iter_documents, resolve_inputs
 from litebert.errors import ConfigError, DataError
-from litebert.tokenizer import NormalizerOptions, Tokenizer, preprocess_text
+from litebert.files import write_files_atomically, write_json
+from litebert.runconfig import parse_verb, verb_parser
+from litebert.tokenizer import SPIECE_FILE, TOKENIZER_FILES, NormalizerOptions, Tokenizer, preprocess_text
 
 # The flags google-research/albert trained its 30k-clean model with (README, "spm_train ..."); the vocab size,
 # pad/unk/bos/eos ids and control symbols are set separately in train_tokenizer because they define the id layout.
@@ -37,8 +40,7 @@ _SPM_INTERNALS = re.compile(r"^(?:[A-Z_]+: )?\S+\.(?:cc|h)\(\d+\)\s*(?:\[[^\]]*\
 SPM_MAX_SENTENCE_LENGTH = 4192
 SUMMARY_NAME = "tokenizer_summary.json"  # beside spiece.model: what was read, used and skipped
 # The files `litebert tokenizer` makes: a directory holding only these (and its summary) is its own result.
-TOKENIZER_FILES = ("spiece.model", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json",
-                   SUMMARY_NAME)
+OWNED_FILES = (*TOKENIZER_FILES, SUMMARY_NAME)
 _MODEL_FILES = ("config.json", "model.safetensors", "pytorch_model.bin")
 
 
@@ -68,7 +70,6 @@ def _training_sentences(paths: list[str], pp: dict, max_bytes: int, stats: colle
     """The corpus's sentences normalised as encoding will see them (`preprocess_text` with `pp`), counted in
     `stats`; empty ones are dropped, and ones over `max_bytes` are skipped and counted here because
     sentencepiece's trainer would drop them without a word."""
-    from litebert.corpus.documents import iter_documents
 
     for doc in iter_documents(paths, stats=stats):
         for sentence in doc:
@@ -114,8 +115,6 @@ def train_tokenizer(files: list[str] | None, out_dir: str, vocab_size: int | Non
     run (a full disk, a kill) leaves the previous tokenizer in out_dir as it was. A tokenizer this function did
     not make (no summary file), or one inside a model directory, is replaced only with overwrite=True.
     """
-    from litebert.corpus.documents import resolve_inputs
-    from litebert.files import write_files_atomically, write_json
 
     paths = resolve_inputs(files)
     if vocab_size is None:
@@ -155,7 +154,7 @@ def train_tokenizer(files: list[str] | None, out_dir: str, vocab_size: int | Non
         built.append(tok)
 
     built: list[Tokenizer] = []
-    write_files_atomically(out_dir, fill, owned=TOKENIZER_FILES, last=("spiece.model",))
+    write_files_atomically(out_dir, fill, owned=OWNED_FILES, last=(SPIECE_FILE,))
     return built[0]
 
 
@@ -218,14 +217,12 @@ class TokenizerConfig:
 
 
 def cli(argv: list[str]) -> int:
-    from litebert.runconfig import add_config_args, parse_verb, verb_parser
 
-    parser = verb_parser("tokenizer", __doc__, epilog=(
+    parser = verb_parser("tokenizer", __doc__, {"training (or encoding)": TokenizerConfig}, epilog=(
         "ids: <pad>=0 <unk>=1 [CLS]=2 [SEP]=3 [MASK]=4, then the learned pieces (ALBERT's layout)\n"
         "examples:\n  litebert tokenizer corpus/*.txt --out out/tok --vocab-size 30000\n"
         "  litebert tokenizer --out out/tok --encode 'Hello world.'"))
-    add_config_args(parser, TokenizerConfig, "training (or encoding)")
-    (cfg,) = parse_verb(parser, argv, TokenizerConfig)
+    (cfg,) = parse_verb(parser, argv)
     if cfg.encode is not None:
         tok = Tokenizer.from_pretrained(cfg.out)
         ids = tok.encode(cfg.encode)

@@ -28,6 +28,10 @@ from litebert.config import AlbertConfig, read_json_object
 from litebert.errors import CheckpointError
 from litebert.files import same_path, write_files_atomically
 from litebert.heads import MODEL_CLASSES, model_class
+from litebert.interop.tf_checkpoint import TFCheckpoint
+from litebert.runconfig import parse_verb, verb_parser
+from litebert.tokenizer import SPIECE_FILE, TOKENIZER_FILES
+from litebert.weights import resolve_model_dir
 
 # -- the rename table -----------------------------------------------------------------------------------------
 # (TF scope, litebert/HF name, kind). {g} / {i} are the group / inner-group indices, the same in both names.
@@ -74,8 +78,7 @@ OPTIMIZER_STATE = re.compile(
     r"|^(global_step|beta1_power|beta2_power|good_steps|current_loss_scale|loss_scale"
     r"|_CHECKPOINTABLE_OBJECT_GRAPH)$")
 TF_ACTIVATIONS = {"gelu": "gelu_new"}  # TF ALBERT's gelu is the tanh approximation: HF/litebert "gelu_new"
-SPM_NAMES = ("30k-clean.model", "spiece.model")  # the released models' tokenizer name, then HF's
-HF_TOKENIZER_FILES = ("spiece.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+SPM_NAMES = ("30k-clean.model", SPIECE_FILE)  # the released models' tokenizer name, then HF's
 
 
 class ConversionError(CheckpointError):
@@ -207,7 +210,6 @@ def convert_tf_checkpoint(ckpt_prefix: str | os.PathLike, albert_config_json: st
     defaults to albert_config.json beside the checkpoint; 30k-clean.model found beside either is copied
     as spiece.model. The files are written beside out_dir and moved in once complete (`write_model_files`);
     a model already there is replaced only with overwrite=True."""
-    from litebert.interop.tf_checkpoint import TFCheckpoint
 
     if head not in TF_HEADS:
         raise ConversionError(f"unknown head {head!r}; choose from {', '.join(TF_HEADS)}")
@@ -229,13 +231,13 @@ def convert_tf_checkpoint(ckpt_prefix: str | os.PathLike, albert_config_json: st
     def fill(tmp) -> None:
         model.save_pretrained(tmp)
         if report.tokenizer:  # --out may be the checkpoint's dir: an identical spiece.model is no overwrite
-            shutil.copyfile(report.tokenizer, os.path.join(tmp, "spiece.model"))
+            shutil.copyfile(report.tokenizer, os.path.join(tmp, SPIECE_FILE))
 
     write_model_files(out_dir, fill, overwrite)
     return report
 
 
-MODEL_DIR_FILES = ("config.json", "model.safetensors", "pytorch_model.bin", *HF_TOKENIZER_FILES)
+MODEL_DIR_FILES = ("config.json", "model.safetensors", "pytorch_model.bin", *TOKENIZER_FILES)
 
 
 def write_model_files(out_dir: str, fill, overwrite: bool) -> None:
@@ -252,7 +254,6 @@ def convert_hf(name_or_path: str | os.PathLike, out_dir: str | os.PathLike, hidd
     """Load an HF ALBERT directory or Hub id with litebert (as the class its config names) and save it.
     Names already match; what this adds is litebert's checks on the way (every encoder weight present, shapes
     right) and, with hidden_act="gelu_new", the fix for the v1 configs' erf "gelu". Returns the class name."""
-    from litebert.weights import resolve_model_dir
 
     directory = resolve_model_dir(name_or_path)
     out_dir = os.fspath(out_dir)
@@ -264,7 +265,7 @@ def convert_hf(name_or_path: str | os.PathLike, out_dir: str | os.PathLike, hidd
 
     def fill(tmp) -> None:
         model.save_pretrained(tmp)
-        for name in HF_TOKENIZER_FILES:
+        for name in TOKENIZER_FILES:
             if os.path.isfile(os.path.join(directory, name)):
                 shutil.copyfile(os.path.join(directory, name), os.path.join(tmp, name))
 
@@ -299,23 +300,21 @@ class ConvertConfig:
 
 
 def cli(argv: list[str]) -> int:
-    from litebert.runconfig import add_config_args, parse_verb, verb_parser
 
-    parser = verb_parser("convert", __doc__, epilog=(
+    parser = verb_parser("convert", __doc__, {"conversion": ConvertConfig}, epilog=(
         "examples:\n"
         "  litebert convert --from-tf albert_base/model.ckpt-best --out albert-base-v2\n"
         "      (the original google-research/albert release: albert_config.json and 30k-clean.model are\n"
         "       found beside the checkpoint; no TensorFlow needed; optimizer slots are skipped)\n"
         "  litebert convert --from-hf albert/albert-base-v2 --out albert-base-v2\n"
         "  litebert convert --from-hf ./hf-albert-v1 --hidden-act gelu_new --out albert-v1-fixed\n"))
-    add_config_args(parser, ConvertConfig, "conversion")
     args = parser.parse_args(argv)
     if args.config and args.config.endswith(".json"):
         # Before every verb took a TOML --config, convert's --config named the TF albert_config.json; it still does.
         if hasattr(args, "albert_config"):
             parser.error("--config FILE.json and --albert-config both name the albert_config.json")
         args.albert_config, args.config = args.config, None
-    (cfg,) = parse_verb(parser, args, ConvertConfig)
+    (cfg,) = parse_verb(parser, args)
     if bool(cfg.from_tf) == bool(cfg.from_hf):
         parser.error("give one of --from-tf and --from-hf" + (", not both" if cfg.from_tf else ""))
     if cfg.from_tf:

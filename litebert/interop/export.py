@@ -38,13 +38,18 @@ from torch import nn
 from litebert.config import AlbertConfig
 from litebert.errors import ConfigError, LitebertError
 from litebert.files import copy_file, write_files_atomically
+from litebert.heads import model_class
 from litebert.interop import quantize as q
+from litebert.interop.quantize import share_transposed_initializers
+from litebert.runconfig import parse_verb, verb_parser
+from litebert.tokenizer import TOKENIZER_FILES
+from litebert.weights import resolve_model_dir
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 FORMATS = {"onnx": "model.onnx", "torchscript": "model.pt"}
 QUANTIZATIONS = ("none", "int8")
 INT8_WEIGHT_CHOICES = ("auto", *q.INT8_WEIGHTS)
-COPIED_FILES = ("config.json", "spiece.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+COPIED_FILES = ("config.json", *TOKENIZER_FILES)
 ONNX_OPSET = 17  # SDPA and LayerNorm export as single ops from 17 on; onnxruntime >= 1.14 runs it
 
 
@@ -141,8 +146,6 @@ def export_model(model_dir: str | os.PathLike, out_dir: str | os.PathLike, fmt: 
     Each file is written and checked beside out_dir and moved in only when it passed: a failed export (a
     check, a full disk) leaves what out_dir held before. A new fp32 ONNX export removes an older
     model.int8.onnx there (it was quantized from another graph)."""
-    from litebert.heads import model_class
-    from litebert.weights import resolve_model_dir
 
     _check_options(fmt, quantize, min_agreement, int8_weights)
     model_dir = resolve_model_dir(model_dir)
@@ -207,7 +210,6 @@ def _share_weights(path: str) -> None:
     """Rewrite the exported graph with each weight stored once (a tied decoder was stored twice)."""
     import onnx
 
-    from litebert.interop.quantize import share_transposed_initializers
     model = onnx.load(path)
     if share_transposed_initializers(model.graph):
         onnx.save(model, path)
@@ -337,14 +339,12 @@ class ExportConfig:
 
 
 def cli(argv: list[str]) -> int:
-    from litebert.runconfig import add_config_args, parse_verb, verb_parser
 
-    parser = verb_parser("export", __doc__, epilog=(
+    parser = verb_parser("export", __doc__, {"export": ExportConfig}, epilog=(
         "example:\n  litebert export --model out/sst2/best --out out/sst2-onnx --format onnx\n"
         "  litebert export --model out/sst2/best --out out/sst2-onnx --quantize int8 --verify-text dev.txt\n"
         "inputs: input_ids, attention_mask, token_type_ids (int64); ONNX verification needs onnxruntime"))
-    add_config_args(parser, ExportConfig, "export")
-    (cfg,) = parse_verb(parser, argv, ExportConfig)
+    (cfg,) = parse_verb(parser, argv)
     print(export_model(cfg.model, cfg.out, cfg.format, verify=cfg.verify, quantize=cfg.quantize,
                        min_agreement=cfg.min_agreement, force=cfg.force, verify_text=cfg.verify_text or None,
                        verify_samples=cfg.verify_samples, int8_weights=cfg.int8_weights).summary())

@@ -37,7 +37,11 @@ from torch import nn
 
 from litebert.config import AlbertConfig
 from litebert.errors import ConfigError, LitebertError
-from litebert.gemm import int8_products_exact
+from litebert.heads import model_class
+from litebert.model import AlbertAttention
+from litebert.runtime.cpu import int8_products_exact
+from litebert.tokenizer import Tokenizer
+from litebert.weights import resolve_model_dir
 
 INT8_ONNX = "model.int8.onnx"  # beside model.onnx in an export directory
 
@@ -122,7 +126,6 @@ def verification_batches(model_dir: str, config: AlbertConfig, choices: bool, te
     if text_file:
         if choices:
             raise ConfigError("--verify-text does not take multiple-choice inputs; leave it out (random inputs)")
-        from litebert.tokenizer import Tokenizer
         try:
             with open(text_file, encoding="utf-8") as f:
                 lines = [line.rstrip("\n") for line in f if line.strip()][:n]
@@ -177,7 +180,7 @@ class Int8Weight(torch.Tensor):
     The encoder packs each attention's Q, K and V weights once per forward and calls
     `F.linear(x, weight, bias)` with them at every application of the shared layer (litebert.model); handing
     it this tensor instead routes those calls to one int8 GEMM without another forward to maintain. Its dtype
-    is int8, so litebert.gemm's fp32 kernel choice passes it to F.linear, where it is intercepted."""
+    is int8, so litebert.runtime.gemm's fp32 kernel choice passes it to F.linear, where it is intercepted."""
 
     @staticmethod
     def __new__(cls, linear: nn.Module):
@@ -199,7 +202,6 @@ def quantize_model(model: nn.Module) -> nn.Module:
 
     from torch.ao.quantization import quantize_dynamic
 
-    from litebert.model import AlbertAttention
 
     model = copy.deepcopy(model).eval()
     with warnings.catch_warnings(), torch.no_grad():  # torch.ao's deprecation notices, on every call
@@ -223,8 +225,6 @@ def load_int8_model(model_dir: str | os.PathLike, check_samples: int = 64, min_a
     """The model in `model_dir` (its config.json's class) as int8, ready to call under torch.inference_mode,
     and its agreement with fp32 on `check_samples` random inputs (None with 0). Raises QuantizeError below
     `min_agreement` or on NaN/inf."""
-    from litebert.heads import model_class
-    from litebert.weights import resolve_model_dir
 
     model_dir = resolve_model_dir(model_dir)
     config = AlbertConfig.load(model_dir)
@@ -376,10 +376,8 @@ def quantize_matmuls_per_column(graph, storage: str = "uint8") -> int:
     ORT's uint8 x int8 kernel, the one per-tensor weights run, as fast. "uint8" (int8 + 128, zero point 128):
     a uint8 x uint8 kernel that cannot saturate, for x86 CPUs without VNNI, where the int8 kernel multiplies
     with vpmaddubsw and saturates each pair of products at int16; weights scaled per column reach +-127 in
-    every column, so pairs of large products saturate there (int8 storage changed 10 of 1024 predictions on a
-    random albert-base, 8 computed exactly; more where activations have outlier features). On a CPU with VNNI
-    both storages compute the same products (albert-base 32x128: 6 of 1024 changed either way, int8 1.9x as
-    fast; bench/README.md).
+    every column, so pairs of large products saturate there. On a CPU with VNNI both storages compute the same
+    products, and int8 storage is the faster (docs/benchmarks.md).
 
     Gemm nodes stay fp32: in litebert's graphs they are the pooler and the classifier over it, one vector per
     sequence, a negligible share of the work, and rounding them moves the logits directly (on a random

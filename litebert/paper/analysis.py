@@ -15,8 +15,12 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from litebert.corpus.documents import iter_documents, resolve_inputs
 from litebert.errors import ConfigError, DataError
 from litebert.files import check_replaceable, save_figure, write_json
+from litebert.model import AlbertLayer, AlbertModel, encoder_of
+from litebert.runconfig import parse_verb, verb_parser
+from litebert.tokenizer import Tokenizer
 
 
 @torch.no_grad()
@@ -24,7 +28,6 @@ def layer_transitions(model: nn.Module, input_ids: torch.Tensor, attention_mask:
                       ) -> dict[str, list[float]]:
     """For each of the L (x inner_group_num) block applications: mean L2 distance and mean cosine similarity
     between its input and output token embeddings, over non-padding tokens."""
-    from litebert.model import AlbertLayer, encoder_of
     albert = encoder_of(model)
     states: list[torch.Tensor] = []
     hooks = [albert.encoder.embedding_hidden_mapping_in.register_forward_hook(lambda m, i, o: states.append(o))]
@@ -100,18 +103,14 @@ class AnalyzeConfig:
 
 
 def cli(argv: list[str]) -> int:
-    from litebert.runconfig import add_config_args, parse_verb, verb_parser
 
-    parser = verb_parser("analyze", __doc__)
-    add_config_args(parser, AnalyzeConfig, "models and text")
-    (cfg,) = parse_verb(parser, argv, AnalyzeConfig)
+    parser = verb_parser("analyze", __doc__, {"models and text": AnalyzeConfig})
+    (cfg,) = parse_verb(parser, argv)
     json_out = os.path.splitext(cfg.out)[0] + ".json"
     if not cfg.out.lower().endswith(IMAGE_SUFFIXES):
         raise ConfigError(f"--out {cfg.out}: the plot's file name ends with one of {', '.join(IMAGE_SUFFIXES)}")
     check_replaceable(cfg.out, _is_image, "an image", cfg.overwrite)
     check_replaceable(json_out, _is_transitions, "the transitions of litebert analyze", cfg.overwrite)
-    from litebert.model import AlbertModel
-    from litebert.tokenizer import Tokenizer
     results = {}
     sentences = read_sentences(cfg.text, cfg.max_sentences)  # the same text for every model
     for name, directory in zip(model_names(cfg.models), cfg.models):
@@ -145,7 +144,6 @@ def model_names(directories: list[str]) -> list[str]:
 
 def read_sentences(path: str | None, limit: int) -> list[str]:
     """The first `limit` sentences of a corpus in any form `litebert prepare` reads (default: the bundled one)."""
-    from litebert.corpus.documents import iter_documents, resolve_inputs
     files = resolve_inputs(path)
     sentences = list(itertools.islice((s for doc in iter_documents(files) for s in doc), limit))
     if not sentences:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from litebert.config import AlbertConfig
 from litebert.errors import ConfigError
 from litebert.runconfig import BUNDLED_CONFIGS, load_toml
 
@@ -326,7 +327,6 @@ def scale_model(exp: Experiment, row: Row, scale: Scale, vocab_size: int, sets: 
     """The row's AlbertConfig fields at `scale`: the paper's model (the preset with the row's changes) with its
     sizes mapped, heads = H / head_size, FFN in the paper's ratio to H, a factorized E kept below H and E = H
     kept equal; then the scale's fixed fields and `sets` (--set model.X), which may not touch what rows vary."""
-    from litebert.config import AlbertConfig
     paper = AlbertConfig.from_preset(row.base or exp.base, **row.model)  # validated at the paper's sizes
 
     def size(name: str, value: int) -> int:

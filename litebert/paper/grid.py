@@ -11,10 +11,13 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Any
 
+from litebert.corpus.documents import iter_documents, resolve_inputs
+from litebert.corpus.shards import prepare
+from litebert.corpus.tokenizer_training import train_tokenizer
 from litebert.errors import ConfigError
 from litebert.files import write_text_atomically
 from litebert.paper.experiments import EXPERIMENTS, Experiment, Row, Scale
-
+from litebert.tokenizer import SPIECE_FILE, Tokenizer
 
 # -- the verb's options, the grid's data -----------------------------------------------------------------------
 
@@ -71,7 +74,6 @@ def split_corpus(inputs: list[str] | str | None, out_dir: str, held_out_fraction
     """Write the corpus's documents as `{name}.txt` and `heldout.txt` (its last documents, at least one) in the
     one-sentence-per-line format; with max_documents / max_sentences, only the first documents / sentences of
     each. held_out_fraction 0 writes no held-out file (the additional corpus)."""
-    from litebert.corpus.documents import iter_documents, resolve_inputs
     docs = []
     for doc in iter_documents(resolve_inputs(inputs)):
         docs.append(doc[:max_sentences] if max_sentences else doc)
@@ -107,9 +109,8 @@ class GridData:
                      d.get("max_sentences"))
 
     def _ensure_tokenizer(self) -> None:
-        if os.path.isfile(os.path.join(self.tokenizer, "spiece.model")):
+        if os.path.isfile(os.path.join(self.tokenizer, SPIECE_FILE)):
             return
-        from litebert.corpus.tokenizer_training import train_tokenizer
         tmp = self.tokenizer + ".tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         train_tokenizer([os.path.join(self.split, "train.txt")], tmp, vocab_size=self.scale.data["vocab_size"],
@@ -125,7 +126,6 @@ class GridData:
 
     def dir(self, part: str, task: str, extra: bool = False) -> str:
         """The prepared pairs of `part`, made now if missing (a directory with meta.json is done)."""
-        from litebert.corpus.pairs import prepare
         out = self.path(part, task, extra)
         if os.path.isfile(os.path.join(out, "meta.json")):
             return out
@@ -143,7 +143,6 @@ class GridData:
         return out
 
     def vocab_size(self) -> int:
-        from litebert.tokenizer import Tokenizer
         self._ensure_split()
         self._ensure_tokenizer()
         return Tokenizer.from_pretrained(self.tokenizer).vocab_size

@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 import torch
 
 from litebert.config import PRESETS, AlbertConfig
+from litebert.model import AlbertModel
+from litebert.runconfig import parse_verb, verb_parser
+from litebert.weights import parameter_count
 
 
 @dataclass
@@ -49,8 +52,6 @@ COUNTS = ("as built", "no E=H projection", "no projection, no pooler")
 
 def counts(config: AlbertConfig) -> dict[str, int]:
     """The three counts of COUNTS for one config."""
-    from litebert.model import AlbertModel
-    from litebert.weights import parameter_count
     with torch.device("meta"):
         model = AlbertModel(config)
     total = model.num_parameters()
@@ -91,11 +92,9 @@ class ParamsConfig:
 
 
 def cli(argv: list[str]) -> int:
-    from litebert.runconfig import add_config_args, parse_verb, verb_parser
 
-    parser = verb_parser("params", __doc__)
-    add_config_args(parser, ParamsConfig, "output")
-    (cfg,) = parse_verb(parser, argv, ParamsConfig)
+    parser = verb_parser("params", __doc__, {"output": ParamsConfig})
+    (cfg,) = parse_verb(parser, argv)
     rows = table()
     if cfg.json:
         for r in rows:

@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from litebert.corpus.dataset import PretrainDataset
 from litebert.files import save_figure
 from litebert.paper.experiments import DATA, SOURCE, Claim, scale_model
 from litebert.paper.grid import Grid, read_json
@@ -29,7 +30,6 @@ def mean_sd(values: list[float]) -> tuple[float, float | None]:
 
 def chance(grid: Grid) -> dict[str, float]:
     """The majority label's accuracy on each held-out pair set (what a model that learned nothing scores)."""
-    from litebert.corpus.pairs import PretrainDataset
     out = {}
     for t in grid.exp.held_out:
         held = PretrainDataset(grid.data.dir("heldout", t))

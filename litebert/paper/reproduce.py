@@ -36,11 +36,20 @@ import tomllib
 from collections.abc import Mapping
 from typing import Any
 
+from litebert.config import AlbertConfig
+from litebert.corpus.documents import resolve_inputs
 from litebert.errors import ConfigError, LitebertError
 from litebert.files import check_replaceable, write_json, write_text_atomically
+from litebert.model import AlbertModel
+from litebert.paper.analysis import layer_transitions, read_sentences
 from litebert.paper.experiments import DATA, EXPERIMENTS, SCALES, SOURCE, Row, Scale, scale_model
 from litebert.paper.grid import Grid, GridData, ReproduceConfig, read_json, slug
 from litebert.paper.report import collect, report, write_plots
+from litebert.runconfig import dump_toml, parse_verb, verb_parser
+from litebert.tokenizer import Tokenizer
+from litebert.training.distributed import world_size
+from litebert.training.loop import TrainConfig
+from litebert.training.metrics_log import METRICS_NAME, read_metrics
 
 # The experiments and scales are data (experiments.py); a grid's options, shared data and row directories are
 # grid.py's; results.json, the verdicts, report.md and the plots are report.py's. Here: settings, running rows,
@@ -72,7 +81,6 @@ def parse_sets(items: list[str]) -> dict[str, dict[str, Any]]:
 def resolved_scale(name: str, sets: Mapping[str, Mapping[str, Any]]) -> Scale:
     """The scale with --set's train/pretrain/data/finetune values (model.X is applied per row). A key of
     pretrain.X or finetune.X that the verb does not know is refused by the verb, when the row runs."""
-    from litebert.training.loop import TrainConfig
     scale = SCALES[name]
     bad = set(sets["train"]) - {f.name for f in dataclasses.fields(TrainConfig)}
     if bad:
@@ -130,7 +138,6 @@ def row_recipe(grid: Grid, row: Row, seed: int, steps: int, vocab_size: int, run
                init_from: str | None) -> dict[str, Any]:
     """The row's [model], [pretrain] and [train] tables: the scale's recipe with the row's changes ([model]:
     the fields that differ from the row's preset)."""
-    from litebert.config import AlbertConfig
     data = grid.data
     pretrain = {**grid.scale.pretrain, "data": data.path("train", row.data.get("pair_task", "sop"),
                                                          row.data.get("extra", False)),
@@ -145,7 +152,6 @@ def row_recipe(grid: Grid, row: Row, seed: int, steps: int, vocab_size: int, run
 
 
 def write_recipe(path: str, sections: Mapping[str, Any], header: str) -> str:
-    from litebert.runconfig import dump_toml
     write_text_atomically(path, header + dump_toml(sections))
     return path
 
@@ -153,7 +159,6 @@ def write_recipe(path: str, sections: Mapping[str, Any], header: str) -> str:
 def seconds_per_step(grid: Grid, row: Row, probe_steps: int = 8) -> float:
     """One training step of the row, measured: a short run of its recipe, timed from its metrics log (the
     first two steps not counted). What a minutes budget is turned into steps with."""
-    from litebert.training.metrics_log import METRICS_NAME, read_metrics
     probe = os.path.join(grid.out, "probe", slug(row.name))
     shutil.rmtree(probe, ignore_errors=True)
     sections = row_recipe(grid, row, grid.cfg.seed, probe_steps, grid.data.vocab_size(), probe, None)
@@ -235,7 +240,6 @@ def run_row(grid: Grid, row: Row, seed: int, steps: int) -> dict[str, Any]:
 
 def mlm_curve(run_dir: str) -> list[list[float]]:
     """[step, held-out MLM accuracy] of every evaluation of a run (metrics.jsonl; the last record of a step)."""
-    from litebert.training.metrics_log import METRICS_NAME, read_metrics
     points = {r["step"]: r["eval_heldout_sop/mlm_acc"] for r in read_metrics(os.path.join(run_dir, METRICS_NAME))
               if "eval_heldout_sop/mlm_acc" in r}
     return [[step, points[step]] for step in sorted(points)]
@@ -243,9 +247,6 @@ def mlm_curve(run_dir: str) -> list[list[float]]:
 
 def transitions(grid: Grid, checkpoint: str) -> dict[str, Any]:
     """Figure 1's measures on the held-out text: per layer L2 and angle (degrees) between input and output."""
-    from litebert.model import AlbertModel
-    from litebert.paper.analysis import layer_transitions, read_sentences
-    from litebert.tokenizer import Tokenizer
     sentences = read_sentences(os.path.join(grid.data.split, "heldout.txt"), grid.scale.transitions_sentences)
     batch = Tokenizer.from_pretrained(checkpoint)(sentences, max_length=grid.scale.data["max_seq_length"])
     r = layer_transitions(AlbertModel.from_pretrained(checkpoint), batch["input_ids"], batch["attention_mask"])
@@ -434,7 +435,6 @@ def make_grid(cfg: ReproduceConfig) -> Grid:
     sets = parse_sets(cfg.set)
     scale = resolved_scale(cfg.scale, sets)
     if cfg.scale != "paper":  # a missing file is refused before anything is written
-        from litebert.corpus.documents import resolve_inputs
         for inputs in ([cfg.corpus] if cfg.corpus else []) + [[p] for p in cfg.extra_corpus]:
             resolve_inputs(inputs)
     out = os.path.abspath(cfg.out)
@@ -445,7 +445,6 @@ def make_grid(cfg: ReproduceConfig) -> Grid:
 
 def reproduce(cfg: ReproduceConfig, command: str | None = None) -> dict[str, Any]:
     """Run (or, at the paper scale, write) the grid; `command` is what the report says made it."""
-    from litebert.training.distributed import world_size
     if world_size() > 1:  # every rank would run the whole grid into the same directory
         raise ConfigError("litebert reproduce runs its grid in one process: start it without torchrun and pass "
                           f"--nproc-per-node {world_size()} to train each row with that many processes")
@@ -464,10 +463,8 @@ def reproduce(cfg: ReproduceConfig, command: str | None = None) -> dict[str, Any
 
 
 def cli(argv: list[str]) -> int:
-    from litebert.runconfig import add_config_args, parse_verb, verb_parser
-    parser = verb_parser("reproduce", __doc__)
-    add_config_args(parser, ReproduceConfig, "experiment and grid")
-    (cfg,) = parse_verb(parser, argv, ReproduceConfig)
+    parser = verb_parser("reproduce", __doc__, {"experiment and grid": ReproduceConfig})
+    (cfg,) = parse_verb(parser, argv)
     reproduce(cfg, "litebert reproduce " + shlex.join(argv))
     return 0
 

@@ -22,13 +22,9 @@ Tasks (the default is the checkpoint's: its config.json's head, or fill-mask for
 
 Calling a pipeline with a list gives a list with one output per input; anything else is one input and gives
 its output (a single string to text-classification gives [{label, score}], as transformers). Inputs are
-featurized by their task family (litebert.tasks.families), batched by length, and run on a backend:
-  TorchBackend   PyTorch, precision "fp32", "bf16" (autocast), "int8" (dynamic quantization of every Linear) or
-                 "auto" (bf16 where the first batch runs measurably faster in it on this machine, else fp32)
-  OnnxBackend    ONNX Runtime on the directory's model.onnx ("fp32") or model.int8.onnx ("int8"), or on
-                 litebert's own export (and quantization) made on the fly
-A backend (the Backend protocol) is a callable from one padded batch to the model's outputs by name, so other
-engines plug in beside these.
+featurized by their task family (litebert.tasks.families), batched by length (litebert.tasks.inference), run on
+a backend (litebert.serving.backends: PyTorch or ONNX Runtime) and shown in transformers' output shapes
+(litebert.serving.presenters).
 
 transformers' own quirks kept: a multi-mask fill gives sequences with [CLS]/[SEP] (its decode), and a simple
 group's word is its tokens decoded. Not kept: transformers' fill-mask answers a list of one input as if it
@@ -37,277 +33,38 @@ were that input alone; here a list always gives a list.
 
 from __future__ import annotations
 
-import csv
-import json
-import logging
 import os
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, NamedTuple, Protocol
+from typing import Any, Callable
 
-import numpy as np
 import torch
 
 from litebert.config import AlbertConfig
-from litebert.errors import ConfigError, DataError
-from litebert.files import data_suffix
-from litebert.gemm import PrecisionChoice, autocast, choose_inference_precision
-from litebert.heads import (AlbertForMultipleChoice, AlbertForQuestionAnswering, AlbertForSequenceClassification,
-                            AlbertForTokenClassification)
-from litebert.interop.quantize import INT8_ONNX
-from litebert.tasks.ensembles import average_scores, check_members, is_ensemble, read_ensemble
-from litebert.tasks.families import (MODEL_INPUTS, Encoder, FeatureSettings, Family, MaskedLanguageModel,
-                                     batched_scores, family_for_config, read_calibration)
+from litebert.errors import ConfigError
+from litebert.heads import (
+    AlbertForMultipleChoice,
+    AlbertForQuestionAnswering,
+    AlbertForSequenceClassification,
+    AlbertForTokenClassification,
+)
 from litebert.sentence import SENTENCE_CONFIG, sentence_settings
-from litebert.tokenizer import SPIECE_UNDERLINE, Tokenizer
-from litebert.training.distributed import resolve_device
-
-LEGACY = object()  # top_k not given: transformers' single-dict output
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# backends: one padded batch (collate's tensors) -> the model's outputs by name
-
-
-class Backend(Protocol):
-    """What runs the model: one padded batch (collate's int64 input_ids, attention_mask, token_type_ids) -> the
-    model's outputs, read by name as attributes (logits, start_logits, last_hidden_state, ...). `load` builds
-    one for a family's model in a checkpoint directory. Another engine or precision (int8) is another class in
-    BACKENDS."""
-
-    name: str
-    PRECISIONS: tuple[str, ...]
-    precision: str
-
-    @classmethod
-    def load(cls, family: Family, directory: str, precision: str) -> "Backend": ...
-
-    def __call__(self, batch: dict[str, torch.Tensor]) -> Any: ...
-
-
-def check_precision(backend: type, precision: str) -> None:
-    if precision not in backend.PRECISIONS:
-        raise ConfigError(f"the {backend.name} backend runs in {' or '.join(backend.PRECISIONS)}, not "
-                          f"{precision!r}")
-
-
-class TorchBackend:
-    """PyTorch on the CPU or a GPU: fp32, bf16 autocast, int8 (torch.ao dynamic quantization of every
-    nn.Linear, see litebert.interop.quantize; CPU only), or auto: fp32 or bf16, whichever runs the first batch
-    faster there. Batches go to the model's device; the families take what they decode from there."""
-
-    name, PRECISIONS, DEVICES = "torch", ("fp32", "bf16", "int8", "auto"), ("cpu", "cuda")
-
-    def __init__(self, model: torch.nn.Module, precision: str = "fp32", device: str | torch.device = "cpu"):
-        check_precision(TorchBackend, precision)
-        self.device = torch.device(device)
-        if precision == "int8" and self.device.type != "cpu":
-            raise ConfigError(f"int8 runs on the CPU (torch.ao dynamic quantization), not on {self.device}: use "
-                              "fp32 or bf16 there")
-        if precision == "int8":
-            from litebert.interop.quantize import quantize_model
-            model = quantize_model(model)
-        self.model, self.precision = model.eval().to(self.device), precision
-        self.choice: PrecisionChoice | None = None  # what "auto" measured, after the first batch
-
-    @classmethod
-    def load(cls, family: Family, directory: str, precision: str, device: str = "cpu") -> "TorchBackend":
-        check_precision(cls, precision)  # before the weights are read
-        return cls(family.load(directory), precision, device)
-
-    def __call__(self, batch: dict[str, torch.Tensor]):
-        inputs = {k: batch[k].to(self.device, non_blocking=True) for k in MODEL_INPUTS}
-        if self.precision == "auto":
-            self.choice = choose_inference_precision(self.model, inputs)
-            self.precision = self.choice.precision
-            logging.getLogger("litebert").info("pipeline: %s", self.choice)
-        with torch.inference_mode(), autocast(self.precision, self.device.type):
-            return self.model(**inputs)  # on the device: each family takes to the CPU only what it reads
-
-
-class MissingOutput(ConfigError, AttributeError):
-    """A graph without the output a task reads (an AttributeError too, so that hasattr works)."""
-
-
-class GraphOutputs(dict):
-    """An ONNX graph's outputs by name, read as attributes the way families read a PyTorch model's output."""
-
-    def __getattr__(self, name: str) -> torch.Tensor:
-        if name not in self:
-            raise MissingOutput(f"the ONNX graph has no output {name!r} (it has {', '.join(self)}): export the "
-                                "model class this task reads")
-        return self[name]
-
-
-class OnnxBackend:
-    """ONNX Runtime on the CPU: the directory's model.onnx (a `litebert export` output), else litebert's export
-    of the checkpoint (its config.json's class) into a temporary directory, checked against PyTorch as every
-    export is."""
-
-    name, PRECISIONS, DEVICES = "onnxruntime", ("fp32", "int8"), ("cpu",)
-    FILES = {"fp32": "model.onnx", "int8": INT8_ONNX}  # a `litebert export [--quantize int8]` directory
-
-    def __init__(self, path: str, precision: str = "fp32", keep: Any = None):
-        check_precision(OnnxBackend, precision)
-        try:
-            import onnxruntime
-        except ImportError:
-            raise ConfigError("the onnxruntime backend needs onnxruntime: pip install onnxruntime") from None
-        self.precision, self.path, self._keep = precision, path, keep  # keep: a temporary export's directory
-        self.session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
-        self.input_names = [i.name for i in self.session.get_inputs()]
-        self.output_names = [o.name for o in self.session.get_outputs()]
-
-    @classmethod
-    def load(cls, family: Family, directory: str, precision: str, device: str = "cpu") -> "OnnxBackend":
-        check_precision(cls, precision)
-        path = os.path.join(directory, cls.FILES[precision])
-        if os.path.isfile(path):
-            return cls(path, precision)
-        from litebert.interop.export import ExportError, export_model
-        tmp = tempfile.TemporaryDirectory(prefix="litebert-onnx-")
-        try:
-            export_model(directory, tmp.name, "onnx", quantize="int8" if precision == "int8" else "none")
-        except ExportError as e:  # its "--force" is export's flag: say how to reach it from here
-            if precision != "int8":
-                raise
-            raise ExportError(f"{e}. To use this int8 model anyway, export it once (`litebert export --model "
-                              f"{directory} --out DIR --quantize int8 --force`, or --verify-text with your own "
-                              f"inputs) and give DIR as the model") from None
-        return cls(os.path.join(tmp.name, cls.FILES[precision]), precision, keep=tmp)
-
-    def __call__(self, batch: dict[str, torch.Tensor]) -> GraphOutputs:
-        outputs = self.session.run(None, {k: batch[k].numpy() for k in self.input_names})
-        return GraphOutputs(zip(self.output_names, map(torch.from_numpy, outputs)))
-
-
-BACKENDS: dict[str, type] = {"torch": TorchBackend, "pytorch": TorchBackend, "onnxruntime": OnnxBackend,
-                             "onnx": OnnxBackend, "ort": OnnxBackend}
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# presenters: a family's answer -> transformers' output shape
-
-
-def metaspace_decode(pieces: list[str]) -> str:
-    """What transformers' fast ALBERT tokenizer makes of pieces (its Metaspace decoder): "▁" is a space, except
-    in the first piece, where it is dropped."""
-    return "".join(p.replace(SPIECE_UNDERLINE, "") if i == 0 else p.replace(SPIECE_UNDERLINE, " ")
-                   for i, p in enumerate(pieces))
-
-
-def decode(tok: Tokenizer, ids, skip_special_tokens: bool = False) -> str:
-    """transformers' `tokenizer.decode` for an ALBERT tokenizer (special tokens kept as their names, glued)."""
-    return metaspace_decode([tok.pieces[i] for i in map(int, ids)
-                             if not (skip_special_tokens and tok.special_table[i])])
-
-
-def present_fill_mask(pipe: "Pipeline", answer, example, options: dict) -> list:
-    single = len(answer.positions) == 1
-    rows = []
-    for position, probs in zip(answer.positions, answer.probs):
-        row = []
-        for token in np.argsort(-probs, kind="stable")[: options["top_k"]]:
-            ids = list(answer.input_ids)
-            ids[position] = int(token)
-            row.append({"score": float(probs[token]), "token": int(token), "token_str": decode(pipe.tokenizer, [token]),
-                        "sequence": decode(pipe.tokenizer, ids, skip_special_tokens=single)})
-        rows.append(row)
-    return rows[0] if single else rows
-
-
-def present_ranked(answer, options: dict, item: Callable) -> Any:
-    """transformers' text-classification shape: the prediction as one dict when top_k is not given (a list
-    when the family may predict any number, as multi-label does), else the top_k (None: all) best first."""
-    top_k = options["top_k"]
-    if top_k is LEGACY:
-        return item(answer.predicted[0]) if answer.one else [item(x) for x in answer.predicted]
-    return [item(x) for x in (answer.ranked if top_k is None else answer.ranked[:top_k])]
-
-
-def present_classes(pipe: "Pipeline", answer, example, options: dict) -> Any:
-    return present_ranked(answer, options, lambda x: {"label": x.label, "score": x.score})
-
-
-def present_choice(pipe: "Pipeline", answer, example, options: dict) -> Any:
-    return present_ranked(answer, options,
-                          lambda x: {"index": x.label, "option": example.options[x.label], "score": x.score})
-
-
-def present_span(pipe: "Pipeline", answer, example, options: dict) -> dict:
-    return {"score": answer.score, "start": answer.start, "end": answer.end, "answer": answer.answer}
-
-
-def present_hidden(pipe: "Pipeline", answer, example, options: dict) -> list:
-    return [answer.tolist()]  # (1, T, H), as transformers' feature-extraction
-
-
-def present_vector(pipe: "Pipeline", answer, example, options: dict) -> list:
-    return answer.tolist()
-
-
-AGGREGATIONS = ("none", "simple", "first", "average", "max")
-
-
-def present_entities(pipe: "Pipeline", tokens, example, options: dict) -> list[dict]:
-    """transformers' token-classification: "none" one dict per token; "simple" adjacent tokens of one entity
-    grouped (B-/I- prefixes); "first", "average", "max" tag whole words (the first sub-token's tag, the average
-    of the word's probabilities, the most confident sub-token's) before grouping. Words are the text's
-    whitespace-separated words (transformers guesses them from the offsets); a word's string is its decoded
-    tokens, as transformers gives it."""
-    strategy, ignore = options["aggregation_strategy"], options["ignore_labels"]
-    if strategy not in AGGREGATIONS:
-        raise ConfigError(f"aggregation_strategy must be one of {', '.join(AGGREGATIONS)}, got {strategy!r}")
-    ignore = ["O"] if ignore is None else ignore
-    labels, text = pipe.labels, example.text
-
-    def piece(t) -> str:  # an unknown token is shown as the text it stands for, as transformers does
-        return text[t.start:t.end] if t.id == pipe.tokenizer.unk_id else pipe.tokenizer.pieces[t.id]
-
-    if strategy in ("none", "simple"):
-        entities = [{"entity": labels[int(t.probs.argmax())], "score": float(t.probs.max()), "index": t.index,
-                     "word": piece(t), "start": t.start, "end": t.end, "pieces": [piece(t)]} for t in tokens]
-        if strategy == "none":
-            return [{k: v for k, v in e.items() if k != "pieces"} for e in entities if e["entity"] not in ignore]
-    else:
-        words: dict[int, list] = {}
-        for t in tokens:
-            if t.word is not None:  # a bare "▁" belongs to no word: a word's first sub-token is the one after it
-                words.setdefault(t.word, []).append(t)
-        entities = []
-        for group in words.values():
-            if strategy == "first":
-                probs = group[0].probs
-            elif strategy == "max":
-                probs = max(group, key=lambda t: t.probs.max()).probs
-            else:
-                probs = np.mean([t.probs for t in group], axis=0)
-            entities.append({"entity": labels[int(probs.argmax())], "score": float(probs.max()),
-                             "start": group[0].start, "end": group[-1].end, "pieces": [piece(t) for t in group]})
-    # A group's word is its pieces decoded together (transformers decodes each word first, and for ALBERT's
-    # pieces that glues "new york" into "newyork" under "first"/"average"/"max").
-    groups = [{"entity_group": run[0]["entity"].split("-", 1)[-1],
-               "score": float(np.mean([e["score"] for e in run])),
-               "word": metaspace_decode([p for e in run for p in e["pieces"]]), "start": run[0]["start"],
-               "end": run[-1]["end"]} for run in entity_runs(entities)]
-    return [g for g in groups if g["entity_group"] not in ignore]
-
-
-def entity_runs(entities: list[dict]) -> list[list[dict]]:
-    """Adjacent entities that make one: the same type, each after the first not a B- (transformers' rule;
-    an unprefixed tag counts as I-)."""
-    runs: list[list[dict]] = []
-    for e in entities:
-        bi, tag = (e["entity"][0], e["entity"][2:]) if e["entity"][:2] in ("B-", "I-") else ("I", e["entity"])
-        last = runs[-1][-1]["entity"] if runs else None
-        last_tag = None if last is None else last[2:] if last[:2] in ("B-", "I-") else last
-        if runs and tag == last_tag and bi != "B":
-            runs[-1].append(e)
-        else:
-            runs.append([e])
-    return runs
-
+from litebert.serving.backends import BACKENDS, backend_device
+from litebert.serving.presenters import (
+    LEGACY,
+    present_choice,
+    present_classes,
+    present_entities,
+    present_fill_mask,
+    present_hidden,
+    present_span,
+    present_vector,
+)
+from litebert.tasks.ensembles import average_scores, check_members, is_ensemble, read_ensemble
+from litebert.tasks.families import Family, FeatureSettings, family_for_config, read_calibration
+from litebert.tasks.inference import batched_scores
+from litebert.tasks.untrained import Encoder, MaskedLanguageModel
+from litebert.tokenizer import Tokenizer
+from litebert.weights import resolve_model_dir
 
 # ----------------------------------------------------------------------------------------------------------------
 # tasks
@@ -421,7 +178,6 @@ class Pipeline:
         return outputs
 
 
-
 def task_options(task: str, defaults: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
     """`defaults` (the task's, or a pipeline's) updated with the options `given`, which the task must take."""
     unknown = sorted(set(given) - set(TASKS[task].options))
@@ -484,23 +240,10 @@ def pipeline(task: str | None = None, model: str | os.PathLike | None = None, *,
                     weights)
 
 
-def backend_device(cls: type, device: str, precision: str) -> torch.device:
-    """Where a backend runs: `device` ("auto": a GPU when there is one and the backend runs there at this
-    precision; int8 is the CPU's), refused in one line when the backend has no kernels there or this machine
-    lacks it."""
-    device = str(device)
-    if device == "auto" and ("cuda" not in cls.DEVICES or precision == "int8"):
-        device = "cpu"
-    if device != "auto" and device.split(":")[0] not in cls.DEVICES:
-        raise ConfigError(f"the {cls.name} backend runs on {' or '.join(cls.DEVICES)}, not on {device!r}")
-    return resolve_device(device)
-
-
 def model_members(model: str | os.PathLike) -> tuple[list[str], list[float] | None, dict | None]:
     """(directories, weights, calibration): one model directory (or Hub id) with its own calibration and no
     weights, or the members of an ensemble directory (`litebert ensemble --out DIR`) with its weights and the
     calibration tuned for their average."""
-    from litebert.weights import resolve_model_dir
 
     directory = resolve_model_dir(model)
     if is_ensemble(directory):
@@ -526,76 +269,3 @@ def feature_settings(spec: Task, config: AlbertConfig, directory: str, max_lengt
     return FeatureSettings(max_length, doc_stride, max_query_length, max_answer_length)
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# inputs from files and streams (`litebert predict`)
-
-
-class Record(NamedTuple):
-    where: str  # file:line
-    input: Any  # one pipeline input
-    id: Any = None  # a JSONL/CSV row's "id", carried to its output
-
-
-def read_inputs(lines: Iterable[str], source: str, fmt: str = "text") -> Iterator[Record]:
-    """Pipeline inputs from lines, lazily (a stream is read as it comes). Formats:
-      text   one input per non-blank line: the line, or the JSON object it holds ({"question": ..., ...})
-      jsonl  one JSON value per line: a string, an object of the input's fields (plus "id"), a list of words
-      csv / tsv  a header row, then one input per row: the "text" cell alone, else the row's non-empty cells as
-             the input's fields ("options" as a JSON list or "a|b|c")
-    """
-    if fmt in ("csv", "tsv"):
-        yield from _table_inputs(lines, source, fmt)
-        return
-    for n, line in enumerate(lines, 1):
-        line = line.rstrip("\r\n")
-        if not line.strip():
-            continue
-        where = f"{source}:{n}"
-        if fmt == "jsonl" or line.lstrip().startswith("{"):
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError as e:
-                if fmt == "jsonl":
-                    raise DataError(f"{where}: invalid JSON ({e.msg} at column {e.colno})") from None
-                value = line  # text that merely starts with "{"
-        else:
-            value = line
-        yield _record(where, value)
-
-
-def _record(where: str, value: Any) -> Record:
-    if isinstance(value, dict) and "id" in value:
-        value = dict(value)
-        return Record(where, value, value.pop("id"))
-    return Record(where, value)
-
-
-def _table_inputs(lines: Iterable[str], source: str, fmt: str) -> Iterator[Record]:
-    reader = csv.reader(lines, delimiter="\t" if fmt == "tsv" else ",",
-                        quoting=csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL)
-    header = next(reader, None)
-    if not header:
-        return
-    for row in reader:
-        where = f"{source}:{reader.line_num}"
-        if not any(cell.strip() for cell in row):
-            continue
-        if len(row) != len(header):
-            raise DataError(f"{where}: {len(row)} cells under a header of {len(header)}")
-        cells = {k: v for k, v in zip(header, row) if v != ""}
-        if "options" in cells:
-            text = cells["options"]
-            try:
-                cells["options"] = json.loads(text) if text.lstrip().startswith("[") else text.split("|")
-            except json.JSONDecodeError as e:
-                raise DataError(f"{where}: options: invalid JSON ({e.msg})") from None
-        record = _record(where, cells)
-        value = record.input
-        if set(value) == {"text"} or len(header) == 1:
-            value = next(iter(value.values()), "")
-        yield record._replace(input=value)
-
-
-def input_format(path: str) -> str:
-    """The format of an --input file from its suffix (under any .gz): jsonl, csv, tsv, else text."""
-    return {".jsonl": "jsonl", ".json": "jsonl", ".csv": "csv", ".tsv": "tsv"}.get(data_suffix(Path(path)), "text")

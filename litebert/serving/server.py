@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from litebert.errors import ConfigError
+from litebert.runconfig import parse_verb, verb_parser
+from litebert.serving.pipeline import pipeline
 
 log = logging.getLogger("litebert.serve")
 
@@ -446,16 +448,13 @@ def serve(predictor: Predictor, cfg: ServeConfig) -> dict:
 
 
 def cli(argv: list[str]) -> int:
-    from litebert.runconfig import add_config_args, parse_verb, verb_parser
 
-    parser = verb_parser("serve", __doc__, epilog=(
+    parser = verb_parser("serve", __doc__, {"server": ServeConfig}, epilog=(
         "example:\n  litebert serve --model out/novel_authorship/best --port 8000\n"
         "  curl -s localhost:8000/predict -d '{\"inputs\": [\"a first text\", \"a second\"]}'"))
-    add_config_args(parser, ServeConfig, "server")
-    (cfg,) = parse_verb(parser, argv, ServeConfig)
+    (cfg,) = parse_verb(parser, argv)
     cfg.check()  # before the model is loaded
 
-    from litebert.serving.pipeline import pipeline
     pipe = pipeline(task=cfg.task, model=cfg.model, backend=cfg.backend, precision=cfg.precision, device=cfg.device)
     serve(pipe, cfg)
     return 0

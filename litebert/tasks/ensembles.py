@@ -15,6 +15,7 @@ from litebert.config import AlbertConfig
 from litebert.errors import CheckpointError, ConfigError
 from litebert.files import read_json_object
 from litebert.tasks.families import Family, family_for_config
+from litebert.tokenizer import SPIECE_FILE
 
 ENSEMBLE_FILE = "ensemble.json"  # what `litebert ensemble --out DIR` writes: members, weights, calibration
 
@@ -45,7 +46,7 @@ def check_members(directories: Sequence[str], family: Family, what: str) -> list
     would not line up."""
     first = directories[0]
     labels = AlbertConfig.load(first).label_names
-    spiece = _file_hash(first, "spiece.model")
+    spiece = _file_hash(first, SPIECE_FILE)
     for d in directories:
         config = AlbertConfig.load(d)
         if config.architectures and (family.head.__name__ not in config.architectures
@@ -55,7 +56,7 @@ def check_members(directories: Sequence[str], family: Family, what: str) -> list
         if config.label_names != labels:
             raise ConfigError(f"{d} has labels {config.label_names}, {first} has {labels}: members must share their "
                               "labels")
-        if _file_hash(d, "spiece.model") != spiece:
+        if _file_hash(d, SPIECE_FILE) != spiece:
             raise ConfigError(f"{d} and {first} have different tokenizers: members must share one")
     return labels
 

@@ -19,29 +19,44 @@ multi-label per-label thresholds). `score` returns what it tuned; fine-tuning sa
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import os
 import re
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, NamedTuple, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 import torch
 
+import litebert.tasks.metrics as M  # not "from litebert.tasks import": that names the package, a cycle
 from litebert.config import AlbertConfig
 from litebert.errors import CheckpointError, ConfigError
 from litebert.files import read_json_object
-from litebert.heads import (AlbertForMultipleChoice, AlbertForQuestionAnswering, AlbertForSequenceClassification,
-                            AlbertForTokenClassification, model_class)
-from litebert.model import AlbertForMaskedLM, AlbertForPreTraining, AlbertModel, encoder_of
-import litebert.tasks.metrics as M  # not "from litebert.tasks import": that names the package, a cycle
-from litebert.tasks.features import (Feature, collate, featurize_choices, featurize_classification, featurize_tags,
-                                     word_predictions)
-from litebert.tokenizer import SPECIALS
-from litebert.tasks.records import ChoiceExample, TagExample, TextExample, label_list
-from litebert.tasks.squad import (QAExample, apply_null_threshold, decode_squad, evaluate_squad,
-                                  featurize_squad)
+from litebert.heads import (
+    AlbertForMultipleChoice,
+    AlbertForQuestionAnswering,
+    AlbertForSequenceClassification,
+    AlbertForTokenClassification,
+)
+from litebert.tasks.answers import Span, TokenScores, ranked
+from litebert.tasks.features import (
+    TextTagExample,
+    covering,
+    featurize_choices,
+    featurize_classification,
+    featurize_tags,
+    featurize_text_tags,
+    word_predictions,
+)
+from litebert.tasks.records import ChoiceExample, TextExample, label_list
+from litebert.tasks.squad import (
+    QAExample,
+    apply_null_threshold,
+    decode_squad,
+    evaluate_squad,
+    featurize_squad,
+    rarest_word_answers,
+)
 
 
 @dataclass(frozen=True)
@@ -60,56 +75,8 @@ class Scored(NamedTuple):
     calibration: dict[str, Any]  # what was tuned on this split ({} when nothing was)
 
 
-# What `Family.answers` gives pipelines, one per input.
-
-class LabelScore(NamedTuple):
-    label: str | int  # a class name; an option's index for multiple choice
-    score: float  # probability (sigmoid per label for multi-label), or the value for regression
-
-
-class Ranked(NamedTuple):
-    """A classifier's answer: every class best first, and the ones the family predicts."""
-
-    ranked: list[LabelScore]
-    predicted: list[LabelScore]  # the top class; for multi-label, every label over its threshold
-    one: bool  # exactly one class is always predicted (then a pipeline shows it alone by default)
-
-
-class Span(NamedTuple):
-    """An extractive answer: context[start:end] == answer; "" with start = end = 0 for no answer."""
-
-    answer: str
-    start: int
-    end: int
-    score: float  # p(start) * p(end) in its window; for no answer, p([CLS]) * p([CLS])
-
-
-class TokenScores(NamedTuple):
-    """One token of a tagged text (special tokens left out)."""
-
-    index: int  # position in the model's input ([CLS] is 0)
-    id: int
-    start: int  # characters of the text it covers; a bare "▁" piece covers its word's first character, as
-    end: int  # fast tokenizers report it
-    word: int | None  # which whitespace-separated word of the text (None: a bare "▁", which covers none)
-    probs: np.ndarray  # (num_labels,)
-
-
-class MaskFill(NamedTuple):
-    input_ids: list[int]
-    positions: list[int]  # where the [MASK] tokens are
-    probs: np.ndarray  # (num_masks, vocab_size)
-
-
 def _softmax(x: torch.Tensor) -> np.ndarray:
     return torch.softmax(x.float(), -1).cpu().numpy()
-
-
-def _ranked(names: Sequence, scores: np.ndarray, predicted: Sequence[int], one: bool = True) -> Ranked:
-    order = sorted(range(len(scores)), key=lambda j: -scores[j])  # stable: ties keep the class order
-    pick = sorted(predicted, key=lambda j: -scores[j])
-    return Ranked([LabelScore(names[j], float(scores[j])) for j in order],
-                  [LabelScore(names[j], float(scores[j])) for j in pick], one)
 
 
 class Family:
@@ -220,7 +187,7 @@ class SequenceClassification(Family):
         return _text_example(raw, index)
 
     def answers(self, examples, features, scores, labels, settings, calibration=None):
-        return [_ranked(labels, s, [int(s.argmax())]) for s in scores]
+        return [ranked(labels, s, [int(s.argmax())]) for s in scores]
 
 
 class Regression(SequenceClassification):
@@ -242,7 +209,7 @@ class Regression(SequenceClassification):
 
     def answers(self, examples, features, scores, labels, settings, calibration=None):
         name = labels[0] if labels else "LABEL_0"  # what transformers calls a regression head's one output
-        return [_ranked([name], s, [0]) for s in scores]
+        return [ranked([name], s, [0]) for s in scores]
 
     def baseline(self, task, train_examples, eval_examples):
         mean = float(np.mean([ex.label for ex in train_examples]))
@@ -288,7 +255,7 @@ class MultiLabelClassification(SequenceClassification):
     def answers(self, examples, features, scores, labels, settings, calibration=None):
         """Every label's sigmoid, and the labels at or over their thresholds (dev-tuned, else 0.5)."""
         thresholds = np.asarray((calibration or {}).get("thresholds") or [0.5] * len(labels), dtype=np.float64)
-        return [_ranked(labels, s, np.flatnonzero(s >= thresholds), one=False) for s in scores]
+        return [ranked(labels, s, np.flatnonzero(s >= thresholds), one=False) for s in scores]
 
     def baseline(self, task, train_examples, eval_examples):
         labels = label_list(train_examples)
@@ -327,7 +294,7 @@ class MultipleChoice(Family):
                              [_nonblank(o, f"option {j}") for j, o in enumerate(raw["options"])])
 
     def answers(self, examples, features, scores, labels, settings, calibration=None):
-        return [_ranked(range(len(s)), s, [int(s.argmax())]) for s in scores]
+        return [ranked(range(len(s)), s, [int(s.argmax())]) for s in scores]
 
 
 class ExtractiveQA(Family):
@@ -403,60 +370,6 @@ def _describe(raw: Any) -> str:
     return f"an object with keys {sorted(raw)}" if isinstance(raw, dict) else type(raw).__name__
 
 
-_WORD = re.compile(r"\w+(?:[-'\u2019]\w+)*")
-
-
-def rarest_word_answers(train_examples: Sequence[QAExample], eval_examples: Sequence[QAExample]) -> dict[str, str]:
-    """Span QA's "majority class": answer each question with the passage word that occurs in fewest training
-    passages (an IDF pick; ties go to the first). Answers are often a passage's rarest word (on wordnet_qa this
-    beats a random word by 4x), so a fine-tuned model must beat this, not chance."""
-    passages: dict[str, int] = {}
-    for context in {ex.context for ex in train_examples}:
-        for word in {w.lower() for w in _WORD.findall(context)}:
-            passages[word] = passages.get(word, 0) + 1
-    return {ex.id: min(_WORD.findall(ex.context) or [""], key=lambda w: passages.get(w.lower(), 0))
-            for ex in eval_examples}
-
-
-def covering(span: tuple[int, int], text: str) -> tuple[int, int]:
-    """A token's characters as fast tokenizers report them: the empty span of a bare "▁" piece (litebert's
-    tokenizer gives it the start of the next word) covers that word's first character."""
-    s, e = span
-    return (s, e) if e > s else (s, min(s + 1, len(text)))
-
-
-@dataclass
-class TextTagExample(TagExample):
-    """A sentence to tag as it was typed: its words are its whitespace-separated spans."""
-
-    text: str = ""
-
-
-@dataclass
-class TextTagFeature(Feature):
-    offsets: list = field(default_factory=list, repr=False)  # token -> (start, end) in the text; None: special
-
-
-def featurize_text_tags(examples: Sequence[TextTagExample], tok, max_length: int) -> list[TextTagFeature]:
-    """[CLS] text [SEP] with each token's characters in the text and its word (the same ids as featurize_tags
-    gives the words joined by spaces: ALBERT's normalisation collapses whitespace)."""
-    specials = set(SPECIALS.values())
-    features = []
-    for i, ex in enumerate(examples):
-        ids, spans = tok.encode_with_offsets(ex.text)
-        words = [m.span() for m in re.finditer(r"\S+", ex.text)]
-        ends = [e for _, e in words]
-        offsets, word_ids = [], []
-        for s, e in spans[: max_length - 2]:
-            j = bisect.bisect_right(ends, s)  # the first word ending after the token starts; as featurize_tags
-            word_ids.append(j if j < len(words) and words[j][0] < e else None)  # a bare "▁" is in no word
-            offsets.append(None if ex.text[s:e] in specials else covering((s, e), ex.text))  # "[MASK]" typed
-        ids = [tok.cls_id, *ids[: max_length - 2], tok.sep_id]
-        features.append(TextTagFeature(ids, [0] * len(ids), None, i, [None, *word_ids, None],
-                                       [None, *offsets, None]))
-    return features
-
-
 class TokenTagging(Family):
     """Word-level tags (BIO NER): each word is tagged by its first sub-token; scored by entity-level F1."""
 
@@ -506,151 +419,6 @@ class TokenTagging(Family):
         return [[TokenScores(t, f.input_ids[t], *f.offsets[t], f.word_ids[t], s[t])
                  for t in range(len(f.input_ids)) if f.offsets[t] is not None]
                 for f, s in zip(features, scores)]
-
-
-@dataclass
-class MaskFeature(Feature):
-    mask_positions: list[int] = field(default_factory=list)
-
-
-class MaskedLanguageModel(Family):
-    """Fill-mask on a pretrained model: the MLM head's distribution at each [MASK] of a text. For pipelines
-    only: nothing is fine-tuned or scored."""
-
-    kind, head = "masked_lm", AlbertForMaskedLM
-    mask = SPECIALS["mask_token"]
-
-    def example(self, raw, index):
-        text = _nonblank(raw, "the text")
-        if self.mask not in text:
-            raise ConfigError(f"no {self.mask} in the text: fill-mask predicts the tokens at {self.mask}")
-        return TextExample(str(index), text)
-
-    def load(self, directory):
-        """The checkpoint's own class when it has the MLM head (pretraining checkpoints are AlbertForPreTraining),
-        so that nothing is reported unused; a fine-tuned head has no MLM weights left."""
-        config = AlbertConfig.load(directory)
-        cls = model_class(config)
-        if cls not in (AlbertForMaskedLM, AlbertForPreTraining):
-            raise ConfigError(f"{directory} holds an {cls.__name__}, without the masked-LM head fill-mask needs; "
-                              "use a pretrained checkpoint (AlbertForPreTraining or AlbertForMaskedLM)")
-        return cls.from_pretrained(directory)
-
-    def featurize(self, examples, tok, labels, settings):
-        features = []
-        for i, ex in enumerate(examples):
-            ids = tok.encode(ex.text_a, max_length=settings.max_length)
-            positions = [t for t, token in enumerate(ids) if token == tok.mask_id]
-            if not positions:
-                raise ConfigError(f"input {i}: its {self.mask} is cut off by max_length {settings.max_length}")
-            features.append(MaskFeature(ids, [0] * len(ids), None, i, None, positions))
-        return features
-
-    def scores(self, output, features):
-        logits = output.logits if hasattr(output, "logits") else output.prediction_logits  # AlbertForPreTraining
-        return [_softmax(logits[j, f.mask_positions]) for j, f in enumerate(features)]  # (num_masks, V) each
-
-    def answers(self, examples, features, scores, labels, settings, calibration=None):
-        return [MaskFill(f.input_ids, f.mask_positions, s) for f, s in zip(features, scores)]
-
-
-class Encoder(Family):
-    """The encoder's last hidden states: every token's vector (pooling None), or one vector per text, the mean
-    over its tokens ([CLS] and [SEP] included, as sentence-transformers does) or the [CLS] vector. For
-    pipelines only."""
-
-    kind, head = "encoding", AlbertModel
-    POOLING = ("mean", "cls")
-
-    def __init__(self, pooling: str | None = None):
-        if pooling is not None and pooling not in self.POOLING:
-            raise ConfigError(f"pooling must be one of {self.POOLING}, got {pooling!r}")
-        self.pooling = pooling
-
-    def example(self, raw, index):
-        return _text_example(raw, index)
-
-    def load(self, directory):
-        """The encoder of whatever the checkpoint holds (a head's `albert`), loaded without unused weights."""
-        return encoder_of(model_class(AlbertConfig.load(directory)).from_pretrained(directory))
-
-    def featurize(self, examples, tok, labels, settings):
-        return featurize_classification(examples, tok, settings.max_length, None)
-
-    def scores(self, output, features):
-        hidden = output.last_hidden_state.float().cpu().numpy()  # (B, T, H)
-        return [hidden[j, :len(f.input_ids)] for j, f in enumerate(features)]  # (T, H) each, without padding
-
-    def answers(self, examples, features, scores, labels, settings, calibration=None):
-        if self.pooling is None:
-            return list(scores)
-        return [s.mean(0) if self.pooling == "mean" else s[0] for s in scores]  # (H,)
-
-
-MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-
-
-@torch.no_grad()
-def model_scores(model, family: Family, features: Sequence, batch_size: int, pad_id: int) -> list[np.ndarray]:
-    """The family's per-feature scores of a PyTorch `model`, in the features' order (see batched_scores)."""
-    model.eval()
-    device = next(model.parameters()).device  # during fine-tuning: the training device
-    return batched_scores(lambda batch: model(**{k: batch[k].to(device) for k in MODEL_INPUTS}), family,
-                          features, batch_size, pad_id)
-
-
-def batched_scores(run: Callable[[dict[str, torch.Tensor]], Any], family: Family, features: Sequence,
-                   batch_size: int, pad_id: int) -> list[np.ndarray]:
-    """The family's per-feature scores, in the features' order, where `run` maps one padded batch (collate's
-    tensors) to the model's output: a PyTorch forward, an ONNX Runtime session, ..."""
-    scores: list[np.ndarray | None] = [None] * len(features)
-    for index in length_batches(features, batch_size):
-        chunk = [features[i] for i in index]
-        for i, row in zip(index, family.scores(run(collate(chunk, pad_id)), chunk)):
-            scores[i] = row
-    return scores
-
-
-# A batch is cut short when padding it to its next (longest) feature would add more than this share of padding
-# to its real tokens, once it would hold at least PADDING_CUT_MIN_TOKENS padded (below that, a model call's
-# fixed cost outweighs the padding). Measured on the demo's classifier, 1 thread, 32 corpus sentences per call: 2.0x the
-# texts/s of cutting at batch_size alone (bench/README.md).
-PADDING_SLACK, PADDING_CUT_MIN_TOKENS = 0.25, 256
-
-
-def length_batches(features: Sequence, batch_size: int) -> Iterator[list[int]]:
-    """Feature indices in batches of at most batch_size, cut from the features sorted by length, so each pads
-    to near its own length rather than to the longest of a random handful; a batch also ends where the next
-    feature would pad it beyond PADDING_SLACK (once it holds PADDING_CUT_MIN_TOKENS). Multiple-choice features
-    are grouped by their number of options first: a batch is one (B, C, T) block, its tokens counted per
-    option."""
-    def options(i: int) -> int:
-        ids = features[i].input_ids
-        return len(ids) if ids and isinstance(ids[0], list) else 0
-
-    def tokens(i: int) -> int:
-        ids = features[i].input_ids
-        return sum(map(len, ids)) if options(i) else len(ids)
-
-    batch: list[int] = []
-    real = 0  # tokens of the batch without padding
-    for i in sorted(range(len(features)), key=lambda i: (options(i), feature_length(features[i].input_ids))):
-        length = feature_length(features[i].input_ids)
-        # sorted: the new feature is the batch's longest; a multiple-choice row pads each of its options
-        padded = (len(batch) + 1) * length * max(1, options(i))
-        too_padded = padded > (1 + PADDING_SLACK) * (real + tokens(i)) and padded >= PADDING_CUT_MIN_TOKENS
-        if batch and (len(batch) == batch_size or options(i) != options(batch[0]) or too_padded):
-            yield batch
-            batch, real = [], 0
-        batch.append(i)
-        real += tokens(i)
-    if batch:
-        yield batch
-
-
-def feature_length(input_ids: list) -> int:
-    """Tokens of one feature: its length, or its longest option's for multiple choice (a list per option)."""
-    return max(map(len, input_ids)) if input_ids and isinstance(input_ids[0], list) else len(input_ids)
 
 
 FAMILIES: dict[str, Family] = {f.kind: f for f in (SequenceClassification(), Regression(),

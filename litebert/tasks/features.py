@@ -10,6 +10,7 @@ SQuAD-style windows are featurized in litebert/tasks/squad.py and batched by the
 from __future__ import annotations
 
 import bisect
+import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -19,6 +20,7 @@ import torch
 from litebert.config import IGNORE_INDEX
 from litebert.errors import DataError
 from litebert.tasks.records import ChoiceExample, TagExample, TextExample
+from litebert.tokenizer import SPECIALS
 
 
 @dataclass
@@ -179,3 +181,42 @@ def collate(features: Sequence, pad_id: int = 0) -> dict[str, torch.Tensor]:
         batch["start_positions"] = torch.tensor([f.start_position for f in features], dtype=torch.long)
         batch["end_positions"] = torch.tensor([f.end_position for f in features], dtype=torch.long)
     return batch
+
+
+def covering(span: tuple[int, int], text: str) -> tuple[int, int]:
+    """A token's characters as fast tokenizers report them: the empty span of a bare "▁" piece (litebert's
+    tokenizer gives it the start of the next word) covers that word's first character."""
+    s, e = span
+    return (s, e) if e > s else (s, min(s + 1, len(text)))
+
+
+@dataclass
+class TextTagExample(TagExample):
+    """A sentence to tag as it was typed: its words are its whitespace-separated spans."""
+
+    text: str = ""
+
+
+@dataclass
+class TextTagFeature(Feature):
+    offsets: list = field(default_factory=list, repr=False)  # token -> (start, end) in the text; None: special
+
+
+def featurize_text_tags(examples: Sequence[TextTagExample], tok, max_length: int) -> list[TextTagFeature]:
+    """[CLS] text [SEP] with each token's characters in the text and its word (the same ids as featurize_tags
+    gives the words joined by spaces: ALBERT's normalisation collapses whitespace)."""
+    specials = set(SPECIALS.values())
+    features = []
+    for i, ex in enumerate(examples):
+        ids, spans = tok.encode_with_offsets(ex.text)
+        words = [m.span() for m in re.finditer(r"\S+", ex.text)]
+        ends = [e for _, e in words]
+        offsets, word_ids = [], []
+        for s, e in spans[: max_length - 2]:
+            j = bisect.bisect_right(ends, s)  # the first word ending after the token starts; as featurize_tags
+            word_ids.append(j if j < len(words) and words[j][0] < e else None)  # a bare "▁" is in no word
+            offsets.append(None if ex.text[s:e] in specials else covering((s, e), ex.text))  # "[MASK]" typed
+        ids = [tok.cls_id, *ids[: max_length - 2], tok.sep_id]
+        features.append(TextTagFeature(ids, [0] * len(ids), None, i, [None, *word_ids, None],
+                                       [None, *offsets, None]))
+    return features

@@ -11,11 +11,22 @@ from pathlib import Path
 from typing import Sequence
 
 from litebert.errors import ConfigError
-from litebert.tasks.records import (UNKNOWN_LABEL, BadRecord, ChoiceExample, DataError, Examples, TagExample,
-                                    TextExample, _get, _rows, collect, json_record, nonblank_lines, open_text,
-                                    table_format)
-
-
+from litebert.tasks.records import (
+    UNKNOWN_LABEL,
+    BadRecord,
+    ChoiceExample,
+    DataError,
+    Examples,
+    TagExample,
+    TextExample,
+    _get,
+    _rows,
+    collect,
+    json_record,
+    nonblank_lines,
+    open_text,
+    table_format,
+)
 
 
 def read_table(path: os.PathLike | str, text_columns: Sequence[str | int], label_column: str | int | None = None, *,

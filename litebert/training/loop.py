@@ -38,21 +38,34 @@ import torch
 from torch import nn
 
 from litebert.errors import ConfigError, LitebertError
-from litebert.gemm import PrecisionChoice, autocast, choose_precision
-from litebert.gemm import backend as gemm_backend
 from litebert.runconfig import dump_toml
+from litebert.runtime.device import resolve_device
+from litebert.runtime.gemm import backend as gemm_backend
+from litebert.runtime.precision import TRAINING_PRECISIONS, PrecisionChoice, autocast, choose_precision
 from litebert.training import checkpoint as ckpt
-from litebert.training.data import BatchFn, ShuffledData, as_batch_fn, count_tokens
-from litebert.training.distributed import (Dist, all_reduce_sum, barrier, broadcast_object, configure_device,
-                                           resolve_device, setup_distributed, teardown_distributed)
+from litebert.training.data import BatchFn, ShuffledData, as_batch_fn, count_tokens, shuffled_batches
+from litebert.training.distributed import (
+    Dist,
+    all_reduce_sum,
+    barrier,
+    broadcast_object,
+    configure_device,
+    is_main_process,
+    setup_distributed,
+    teardown_distributed,
+    world_size,
+)
 from litebert.training.metrics_log import MetricsLog
 from litebert.training.optim import clip_grad_norm, make_optimizer, make_schedule
-from litebert.training.state import (EarlyStopping, RunRecord, TrainState, label_identity, model_identity,
-                                     preserved_rng, set_seed)
-
-# Not used here: finetune.py imports them from the loop, where they lived before data.py and distributed.py.
-from litebert.training.data import shuffled_batches  # noqa: F401
-from litebert.training.distributed import is_main_process, world_size  # noqa: F401
+from litebert.training.state import (
+    EarlyStopping,
+    RunRecord,
+    TrainState,
+    label_identity,
+    model_identity,
+    preserved_rng,
+    set_seed,
+)
 
 log = logging.getLogger("litebert")
 
@@ -68,6 +81,8 @@ def _help(text: str, **extra: Any) -> dict[str, Any]:
 @dataclass
 class TrainConfig:
     """One run of the training loop. Defaults suit fine-tuning; pretraining recipes set lamb and its lr."""
+
+    toml_section = "train"  # every training verb's recipe has a [train] table
 
     lr: float = field(default=1e-4, metadata=_help("peak learning rate (ALBERT pretraining: 0.00176 at batch 4096)"))
     batch_size: int = field(default=32, metadata=_help("global batch size: examples per optimizer step, all ranks"))
@@ -86,7 +101,7 @@ class TrainConfig:
     precision: str = field(default="fp32", metadata=_help(
         "fp32, bf16 autocast (weights, gradients and optimizer state stay fp32), or auto: bf16 where this CPU/GPU "
         "has bf16 kernels and a timed step of this run measures it faster, else fp32 (the choice and the rates go "
-        "to train_config.toml [precision])", choices=("fp32", "bf16", "auto")))
+        "to train_config.toml [precision])", choices=TRAINING_PRECISIONS))
     compile: bool = field(default=False, metadata=_help("torch.compile the model"))
     find_unused_parameters: bool = field(default=False, metadata=_help(
         "DDP only: allow trainable parameters outside the loss in a model of your own (litebert's verbs freeze "
@@ -424,7 +439,7 @@ def _start(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, env
 def _auto_precision(model: nn.Module, batch_fn: BatchFn, env: Dist, step: int) -> PrecisionChoice:
     """--precision auto: this run's next micro-batch, forward and backward in fp32 and in bf16, timed (gradients
     discarded, RNG streams untouched; timings summed over ranks so all agree). Nothing runs on a device
-    without bf16 kernels: fp32. See litebert.gemm.choose_precision."""
+    without bf16 kernels: fp32. See litebert.runtime.precision.choose_precision."""
     batch: dict[str, torch.Tensor] = {}
 
     def run(precision: str) -> None:

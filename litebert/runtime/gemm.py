@@ -1,5 +1,5 @@
-"""Which kernels run the model's matmuls on this machine: the fp32 GEMM backend, and bf16 or fp32 for
-`--precision auto`. Both are measured, not assumed: the fastest path depends on the CPU and on the model.
+"""Which kernels run the model's fp32 matmuls on this machine: measured, not assumed, since the fastest path
+depends on the CPU.
 
 fp32 GEMM backends for the large linear layers (packed QKV, attention output, FFN, E->H projection, MLM head):
   mkl     torch's default: F.linear and its autograd (MKL sgemm in the x86 builds of torch)
@@ -15,25 +15,16 @@ version and thread count. Override: env LITEBERT_GEMM=mkl|onednn|auto, or `set_b
 
 Attention's batched matmuls stay on torch's default: this torch exposes no fp32 oneDNN batched matmul.
 Under autocast, torch.compile, tracing or ONNX export, `linear` is plain F.linear.
-
-bf16 or fp32 (`--precision auto`): bf16 autocast where the CPU has bf16 kernels (oneDNN's AVX512-BF16, AMX or
-AVX-NE-CONVERT paths; torch otherwise falls back to slow reference code) *and* a measurement of the model's
-own step at its own shapes finds it faster; fp32 otherwise. `choose_precision` does this; the training loop
-records the choice and the rates in the run's train_config.toml.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import logging
 import os
-import platform
-import statistics
 import time
 import warnings
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -41,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from litebert.files import atomic_open
+from litebert.runtime.cpu import cpu_model, isa
 
 log = logging.getLogger("litebert")
 
@@ -49,65 +41,6 @@ ENV = "LITEBERT_GEMM"  # mkl | onednn | auto
 CACHE_ENV = "LITEBERT_CACHE_DIR"  # default ~/.cache/litebert
 ONEDNN_MARGIN = 0.05  # oneDNN must be this much faster to be chosen: torch's default has no Python in the way
 ONEDNN_MIN_MACS = 1 << 21  # a measured choice of oneDNN leaves GEMMs under ~2M multiply-adds to F.linear
-
-
-# -- the machine --------------------------------------------------------------------------------------------------
-
-@functools.cache
-def _cpuinfo() -> dict[str, str]:
-    """The first processor's fields of /proc/cpuinfo ({} where there is none)."""
-    fields: dict[str, str] = {}
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if not line.strip():
-                    break
-                key, _, value = line.partition(":")
-                fields[key.strip()] = value.strip()
-    except OSError:
-        pass
-    return fields
-
-
-def cpu_flags() -> set[str]:
-    return set(_cpuinfo().get("flags", "").split())
-
-
-def cpu_model() -> str:
-    """The CPU as people name it, with vendor/family/model (a VM may show only "AMD EPYC")."""
-    info = _cpuinfo()
-    name = info.get("model name") or platform.processor() or platform.machine()
-    if "cpu family" in info:
-        name += f" ({info.get('vendor_id', '?')} family {info['cpu family']} model {info.get('model', '?')})"
-    return name
-
-
-def isa() -> list[str]:
-    """The instruction-set extensions that decide which GEMM kernels exist: avx2, avx512f, avx512_bf16, amx."""
-    flags = cpu_flags()
-    found = [f for f in ("avx2", "fma", "avx512f", "avx512bw", "avx512_bf16", "avx_ne_convert", "avx512_vnni",
-                         "avx_vnni") if f in flags]
-    return found + (["amx"] if {"amx_tile", "amx_bf16"} <= flags else [])
-
-
-def int8_products_exact() -> bool:
-    """Whether int8 GEMMs on this CPU sum uint8 x int8 products exactly. x86 without VNNI multiplies them with
-    vpmaddubsw, which adds each pair of neighbouring products in int16 and saturates there; VNNI's vpdpbusd
-    and AMX accumulate in int32, as ARM's dot-product instructions do. An x86 CPU whose flags cannot be read
-    counts as inexact."""
-    if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686", "x86"):
-        return True
-    return bool({"avx512_vnni", "avx_vnni", "amx_int8"} & cpu_flags())
-
-
-def bf16_supported(device: torch.device | str = "cpu") -> bool:
-    """Whether this device has bf16 matmul kernels (not merely a slow reference fallback). On CPU: oneDNN's own
-    probe, which needs AVX512BW/VL/DQ (AVX512-BF16, AMX) or AVX-NE-CONVERT."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    return device.type == "cpu" and torch.backends.mkldnn.is_available() and \
-        bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
 def onednn_available() -> bool:
@@ -367,81 +300,7 @@ def dense(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     return linear(x, module.weight, module.bias)
 
 
-# -- bf16 or fp32 -------------------------------------------------------------------------------------------------
-
-PRECISIONS = ("fp32", "bf16", "auto")
 
 
-def autocast(precision: str, device_type: str = "cpu"):
-    """The context a precision runs under: bf16 autocast, or nothing (fp32)."""
-    if precision == "bf16":
-        return torch.autocast(device_type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
-@dataclass(frozen=True)
-class PrecisionChoice:
-    precision: str  # "fp32" or "bf16": what runs
-    reason: str
-    seconds: dict[str, float] = field(default_factory=dict)  # per candidate: median seconds per measured call
-    rates: dict[str, float] = field(default_factory=dict)  # per candidate: `unit` per second
-    unit: str = "calls"
-
-    def record(self) -> dict:
-        return {"requested": "auto", "chosen": self.precision, "reason": self.reason,
-                **{f"{p}_{self.unit}_per_s": r for p, r in self.rates.items()}}
-
-    def __str__(self) -> str:
-        rates = ", ".join(f"{p} {r:,.1f} {self.unit}/s" for p, r in self.rates.items())
-        return f"precision auto -> {self.precision} ({self.reason}{'; ' + rates if rates else ''})"
-
-
-def choose_precision(run: Callable[[str], object], device: torch.device | str = "cpu", work: float = 1.0,
-                     unit: str = "calls", repeats: int = 3,
-                     combine: Callable[[list[float]], list[float]] | None = None) -> PrecisionChoice:
-    """bf16 or fp32 for `--precision auto`. `run(precision)` makes one representative call under that precision
-    (a training step's forward and backward at the run's batch shape, or an inference forward); `work` is what
-    one call does (e.g. tokens) for the rates. Without bf16 kernels on `device`: fp32, nothing measured.
-    Otherwise each is warmed up once and timed `repeats` times, interleaved; the lower median wins (a tie
-    within 2% goes to fp32, the exact one). `combine` (e.g. a sum over ranks) makes all processes agree."""
-    device = torch.device(device)
-    if not bf16_supported(device):
-        return PrecisionChoice("fp32", f"{device.type} has no bf16 matmul kernels (ISA: {' '.join(isa()) or '?'})",
-                               unit=unit)
-    candidates = ("fp32", "bf16")
-    seconds: dict[str, list[float]] = {p: [] for p in candidates}
-    for r in range(repeats + 1):
-        for p in (candidates if r % 2 == 0 else candidates[::-1]):
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            start = time.perf_counter()
-            run(p)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            if r:  # round 0 is the warm-up
-                seconds[p].append(time.perf_counter() - start)
-    medians = [statistics.median(seconds[p]) for p in candidates]
-    if combine is not None:
-        medians = list(combine(medians))
-    med = dict(zip(candidates, medians))
-    chosen = "bf16" if med["bf16"] < 0.98 * med["fp32"] else "fp32"
-    ratio = med["fp32"] / med["bf16"]
-    return PrecisionChoice(chosen, f"bf16 measured {ratio:.2f}x fp32's speed at this model's shapes",
-                           {p: round(s, 5) for p, s in med.items()},
-                           {p: round(work / s, 2) for p, s in med.items()}, unit)
-
-
-def choose_inference_precision(model: torch.nn.Module, inputs: dict, repeats: int = 3) -> PrecisionChoice:
-    """`choose_precision` for inference: `model(**inputs)` under inference_mode (tokens per second)."""
-    device = next(model.parameters()).device
-    tokens = float(inputs["input_ids"].numel()) if "input_ids" in inputs else 1.0
-
-    def run(precision: str) -> None:
-        with torch.inference_mode(), autocast(precision, device.type):
-            model(**inputs)
-    return choose_precision(run, device, tokens, "tokens", repeats)
-
-
-__all__ = ["BACKENDS", "GemmChoice", "PrecisionChoice", "autocast", "backend", "bf16_supported", "cache_key",
-           "cache_path", "choose_inference_precision", "choose_precision", "cpu_model", "dense", "eager_fp32_on_cpu",
-           "forced_backend", "isa", "linear", "measure_backends", "set_backend"]
+__all__ = ["BACKENDS", "GemmChoice", "backend", "cache_key", "cache_path", "dense", "eager_fp32_on_cpu",
+           "forced_backend", "linear", "measure_backends", "set_backend"]

@@ -2,10 +2,8 @@
 
 PyTorch's CPU tensors come straight from malloc. glibc serves large blocks with mmap and returns them with
 munmap, and hands the top of its heap back to the OS once enough of it is free; either way the next step's
-buffers arrive as fresh pages, and the kernel zero-fills every one of them on first touch. On the 2-core
-development machine an albert-base bf16 step took 17-59k such minor page faults (70-230 MB; 8 x 128 and
-2 x 512), up to 0.13 s of system time in a 0.7 s step at 8 x 128, and none once freed memory stays in the
-heap (bench/README.md).
+buffers arrive as fresh pages, and the kernel zero-fills every one of them on first touch: a sizeable share
+of a CPU step's time goes to page faults that retaining freed memory removes (docs/benchmarks.md).
 
 The cost: resident memory does not shrink after a peak, which is the right trade for a process that will
 reach the same peak again at its next step. `litebert` commands turn it on at start (cli.main); library

@@ -1,0 +1,82 @@
+"""Pipeline inputs read from files and streams (`litebert predict --input`, standard input)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any, Iterable, Iterator, NamedTuple
+
+from litebert.errors import DataError
+from litebert.files import data_suffix
+
+
+class Record(NamedTuple):
+    where: str  # file:line
+    input: Any  # one pipeline input
+    id: Any = None  # a JSONL/CSV row's "id", carried to its output
+
+
+def read_inputs(lines: Iterable[str], source: str, fmt: str = "text") -> Iterator[Record]:
+    """Pipeline inputs from lines, lazily (a stream is read as it comes). Formats:
+      text   one input per non-blank line: the line, or the JSON object it holds ({"question": ..., ...})
+      jsonl  one JSON value per line: a string, an object of the input's fields (plus "id"), a list of words
+      csv / tsv  a header row, then one input per row: the "text" cell alone, else the row's non-empty cells as
+             the input's fields ("options" as a JSON list or "a|b|c")
+    """
+    if fmt in ("csv", "tsv"):
+        yield from _table_inputs(lines, source, fmt)
+        return
+    for n, line in enumerate(lines, 1):
+        line = line.rstrip("\r\n")
+        if not line.strip():
+            continue
+        where = f"{source}:{n}"
+        if fmt == "jsonl" or line.lstrip().startswith("{"):
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError as e:
+                if fmt == "jsonl":
+                    raise DataError(f"{where}: invalid JSON ({e.msg} at column {e.colno})") from None
+                value = line  # text that merely starts with "{"
+        else:
+            value = line
+        yield _record(where, value)
+
+
+def _record(where: str, value: Any) -> Record:
+    if isinstance(value, dict) and "id" in value:
+        value = dict(value)
+        return Record(where, value, value.pop("id"))
+    return Record(where, value)
+
+
+def _table_inputs(lines: Iterable[str], source: str, fmt: str) -> Iterator[Record]:
+    reader = csv.reader(lines, delimiter="\t" if fmt == "tsv" else ",",
+                        quoting=csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL)
+    header = next(reader, None)
+    if not header:
+        return
+    for row in reader:
+        where = f"{source}:{reader.line_num}"
+        if not any(cell.strip() for cell in row):
+            continue
+        if len(row) != len(header):
+            raise DataError(f"{where}: {len(row)} cells under a header of {len(header)}")
+        cells = {k: v for k, v in zip(header, row) if v != ""}
+        if "options" in cells:
+            text = cells["options"]
+            try:
+                cells["options"] = json.loads(text) if text.lstrip().startswith("[") else text.split("|")
+            except json.JSONDecodeError as e:
+                raise DataError(f"{where}: options: invalid JSON ({e.msg})") from None
+        record = _record(where, cells)
+        value = record.input
+        if set(value) == {"text"} or len(header) == 1:
+            value = next(iter(value.values()), "")
+        yield record._replace(input=value)
+
+
+def input_format(path: str) -> str:
+    """The format of an --input file from its suffix (under any .gz): jsonl, csv, tsv, else text."""
+    return {".jsonl": "jsonl", ".json": "jsonl", ".csv": "csv", ".tsv": "tsv"}.get(data_suffix(Path(path)), "text")
