@@ -91,6 +91,8 @@ class PretrainedMixin:
         os.makedirs(directory, exist_ok=True)
         self.config.architectures = [type(self).__name__]
         self.config.save(directory)
+        from litebert.tokenizer import match_model_max_length
+        match_model_max_length(directory)  # a tokenizer saved here first learns the model's positions
         if config_only:
             return
         state = {k: v for k, v in self.state_dict().items() if k not in self.tied_weights}

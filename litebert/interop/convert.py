@@ -267,6 +267,8 @@ def convert_hf(name_or_path: str | os.PathLike, out_dir: str | os.PathLike, hidd
         for name in HF_TOKENIZER_FILES:
             if os.path.isfile(os.path.join(directory, name)):
                 shutil.copyfile(os.path.join(directory, name), os.path.join(tmp, name))
+        from litebert.tokenizer import match_model_max_length
+        match_model_max_length(tmp)  # HF's tokenizer_config.json may name more positions than the model has
 
     write_model_files(out_dir, fill, overwrite)
     return cls.__name__

@@ -268,6 +268,8 @@ def _copy_tokenizer(source: Path, target: Path) -> None:
     for path in source.iterdir():
         if _is_tokenizer_file(path):
             shutil.copy2(path, target / path.name)
+    from litebert.tokenizer import match_model_max_length
+    match_model_max_length(str(target))  # the copied tokenizer_config.json names the model's positions
 
 
 def _is_tokenizer_file(path: Path) -> bool:
