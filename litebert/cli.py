@@ -39,7 +39,8 @@ VERBS: dict[str, tuple[str, str]] = {
 
 def _usage() -> str:
     width = max(map(len, VERBS))
-    lines = ["usage: litebert <verb> [options]   (litebert <verb> --help for details)", "", "verbs:"]
+    lines = ["usage: litebert <verb> [options]   (litebert <verb> --help for details; litebert --version)", "",
+             "verbs:"]
     lines += [f"  {verb:<{width}}  {help_}" for verb, (_, help_) in VERBS.items()]
     return "\n".join(lines)
 
@@ -61,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
 def _run(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
+        return 0
+    if argv[0] in ("-V", "--version"):
+        from litebert import __version__
+        print(f"litebert {__version__}")
         return 0
     verb, rest = argv[0], argv[1:]
     if verb not in VERBS:
