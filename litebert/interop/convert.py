@@ -235,7 +235,7 @@ def convert_tf_checkpoint(ckpt_prefix: str | os.PathLike, albert_config_json: st
     return report
 
 
-MODEL_DIR_FILES = ("config.json", "model.safetensors", "pytorch_model.bin", *HF_TOKENIZER_FILES)
+MODEL_DIR_FILES = ("config.json", "model.safetensors", "pytorch_model.bin", "README.md", *HF_TOKENIZER_FILES)
 
 
 def write_model_files(out_dir: str, fill, overwrite: bool) -> None:
