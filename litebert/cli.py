@@ -12,6 +12,7 @@ import importlib
 import os
 import sys
 
+from litebert import __version__
 from litebert.errors import LitebertError
 from litebert.runtime import allocator
 
@@ -40,7 +41,8 @@ VERBS: dict[str, tuple[str, str]] = {
 
 def _usage() -> str:
     width = max(map(len, VERBS))
-    lines = ["usage: litebert <verb> [options]   (litebert <verb> --help for details)", "", "verbs:"]
+    lines = ["usage: litebert <verb> [options]   (litebert <verb> --help for details; litebert --version)", "",
+             "verbs:"]
     lines += [f"  {verb:<{width}}  {help_}" for verb, (_, help_) in VERBS.items()]
     return "\n".join(lines)
 
@@ -61,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
 def _run(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
+        return 0
+    if argv[0] in ("-V", "--version"):
+        print(f"litebert {__version__}")
         return 0
     verb, rest = argv[0], argv[1:]
     if verb not in VERBS:

@@ -57,7 +57,7 @@ FINETUNE = dict(optimizer="adamw", lr=3e-4, batch_size=32, max_steps=500, warmup
 # or above (65.3% -> 65.2% and 64.6% -> 65.2% in two demo runs; +1.6 points in the longer cpu_long run; README,
 # "Pretraining recipe: what we measured").
 LONG_PHASE = dict(max_steps=600, warmup_steps=50, lr=5e-3, eval_every=200, save_every=600)
-QUICK = dict(max_steps=40, eval_every=20, save_every=20, warmup_steps=4)  # --quick: a smoke run in a minute
+QUICK = dict(max_steps=40, eval_every=20, save_every=20, warmup_steps=4)  # --quick: a smoke run of every stage
 QUICK_LONG_PHASE = dict(max_steps=10, eval_every=10, save_every=10, warmup_steps=2)
 
 
@@ -224,7 +224,7 @@ class DemoConfig:
 
     out: str = field(default="out/demo", metadata={
         "help": "run directory (a previous demo run there is replaced; anything else is refused)", "metavar": "DIR"})
-    quick: bool = field(default=False, metadata={"help": "a one-minute smoke run of every stage"})
+    quick: bool = field(default=False, metadata={"help": "a smoke run of every stage (about four minutes on 2 cores)"})
     seed: int = field(default=12345, metadata={"help": "seed of data preparation, pretraining and fine-tuning"})
 
 

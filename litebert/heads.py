@@ -8,27 +8,31 @@ same batch.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from litebert.config import AlbertConfig
 from litebert.errors import CheckpointError
-from litebert.model import AlbertForMaskedLM, AlbertForPreTraining, AlbertModel, cls_position
+from litebert.model import AlbertForMaskedLM, AlbertForPreTraining, AlbertModel, ModelOutput, cls_position, model_output
 from litebert.weights import PretrainedMixin
 
 
-class ClassifierOutput(NamedTuple):
+@model_output
+class ClassifierOutput(ModelOutput):
     loss: torch.Tensor | None
     logits: torch.Tensor  # (B, num_labels) | (B, T, num_labels) | (B, num_choices)
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
 
 
-class QuestionAnsweringOutput(NamedTuple):
+@model_output
+class QuestionAnsweringOutput(ModelOutput):
     loss: torch.Tensor | None
     start_logits: torch.Tensor  # (B, T)
     end_logits: torch.Tensor  # (B, T)
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
 
 
 def classifier_dropout(config: AlbertConfig) -> nn.Dropout:
@@ -68,10 +72,14 @@ class AlbertForSequenceClassification(PretrainedMixin, nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None) -> ClassifierOutput:
-        _, pooled = self.albert(input_ids, attention_mask, token_type_ids, position_ids, cls_position(input_ids))
-        logits = self.classifier(self.dropout(pooled))  # (B, num_labels)
-        return ClassifierOutput(None if labels is None else sequence_loss(logits, labels, self.config), logits)
+                labels: torch.Tensor | None = None, output_hidden_states: bool = False,
+                output_attentions: bool = False) -> ClassifierOutput:
+        every = output_hidden_states or output_attentions  # those need every position of the last layer
+        out = self.albert(input_ids, attention_mask, token_type_ids, position_ids,
+                          None if every else cls_position(input_ids), output_hidden_states, output_attentions)
+        logits = self.classifier(self.dropout(out.pooler_output))  # (B, num_labels)
+        return ClassifierOutput(None if labels is None else sequence_loss(logits, labels, self.config), logits,
+                                out.hidden_states, out.attentions)
 
 
 class AlbertForTokenClassification(PretrainedMixin, nn.Module):
@@ -87,13 +95,15 @@ class AlbertForTokenClassification(PretrainedMixin, nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None) -> ClassifierOutput:
-        h, _ = self.albert(input_ids, attention_mask, token_type_ids, position_ids)
-        logits = self.classifier(self.dropout(h))  # (B, T, num_labels)
+                labels: torch.Tensor | None = None, output_hidden_states: bool = False,
+                output_attentions: bool = False) -> ClassifierOutput:
+        out = self.albert(input_ids, attention_mask, token_type_ids, position_ids, None, output_hidden_states,
+                          output_attentions)
+        logits = self.classifier(self.dropout(out.last_hidden_state))  # (B, T, num_labels)
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits.view(-1, self.config.num_labels).float(), labels.view(-1))
-        return ClassifierOutput(loss, logits)
+        return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
 
 
 class AlbertForQuestionAnswering(PretrainedMixin, nn.Module):
@@ -109,10 +119,11 @@ class AlbertForQuestionAnswering(PretrainedMixin, nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                start_positions: torch.Tensor | None = None, end_positions: torch.Tensor | None = None
-                ) -> QuestionAnsweringOutput:
-        h, _ = self.albert(input_ids, attention_mask, token_type_ids, position_ids)
-        start_logits, end_logits = self.qa_outputs(h).float().unbind(-1)  # (B, T) each
+                start_positions: torch.Tensor | None = None, end_positions: torch.Tensor | None = None,
+                output_hidden_states: bool = False, output_attentions: bool = False) -> QuestionAnsweringOutput:
+        out = self.albert(input_ids, attention_mask, token_type_ids, position_ids, None, output_hidden_states,
+                          output_attentions)
+        start_logits, end_logits = self.qa_outputs(out.last_hidden_state).float().unbind(-1)  # (B, T) each
         loss = None
         if start_positions is not None and end_positions is not None:
             # Positions outside the sequence are ignored, as in HF (they clamp to T and ignore index T).
@@ -121,7 +132,7 @@ class AlbertForQuestionAnswering(PretrainedMixin, nn.Module):
             end = end_positions.view(-1).clamp(0, T)
             loss = (F.cross_entropy(start_logits, start, ignore_index=T)
                     + F.cross_entropy(end_logits, end, ignore_index=T)) / 2
-        return QuestionAnsweringOutput(loss, start_logits, end_logits)
+        return QuestionAnsweringOutput(loss, start_logits, end_logits, out.hidden_states, out.attentions)
 
 
 class AlbertForMultipleChoice(PretrainedMixin, nn.Module):
@@ -137,17 +148,20 @@ class AlbertForMultipleChoice(PretrainedMixin, nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None) -> ClassifierOutput:
+                labels: torch.Tensor | None = None, output_hidden_states: bool = False,
+                output_attentions: bool = False) -> ClassifierOutput:
         B, C, T = input_ids.shape
 
         def flat(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else t.reshape(B * C, T)
 
         input_ids = flat(input_ids)
-        _, pooled = self.albert(input_ids, flat(attention_mask), flat(token_type_ids), flat(position_ids),
-                                cls_position(input_ids))
-        logits = self.classifier(self.dropout(pooled)).view(B, C)  # (B, C)
-        return ClassifierOutput(None if labels is None else F.cross_entropy(logits.float(), labels), logits)
+        every = output_hidden_states or output_attentions  # those need every position of the last layer
+        out = self.albert(input_ids, flat(attention_mask), flat(token_type_ids), flat(position_ids),
+                          None if every else cls_position(input_ids), output_hidden_states, output_attentions)
+        logits = self.classifier(self.dropout(out.pooler_output)).view(B, C)  # (B, C)
+        return ClassifierOutput(None if labels is None else F.cross_entropy(logits.float(), labels), logits,
+                                out.hidden_states, out.attentions)
 
 
 HEADS = {cls.__name__: cls for cls in (AlbertForSequenceClassification, AlbertForTokenClassification,

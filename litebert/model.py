@@ -12,7 +12,9 @@ checkpoint loads with `load_state_dict`, and every litebert checkpoint loads in 
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -91,12 +93,14 @@ def explicit_attention(device_type: str, length: int, needs_grad: bool) -> bool:
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None,
-              dropout_p: float) -> torch.Tensor:
+              dropout_p: float, probs_out: list | None = None) -> torch.Tensor:
     """softmax(q k^T + mask) v for (B, nh, T, hs) inputs whose queries already carry 1/sqrt(hs): SDPA, or the
-    explicit form where it is faster (short sequences with gradients, on CPU). The softmax accumulates in fp32
-    either way (PyTorch's bf16 softmax kernels compute in fp32 and round once, bitwise equal to an fp32 softmax
-    rounded to bf16, without the two casts and their backward)."""
-    if not explicit_attention(q.device.type, k.shape[-2], torch.is_grad_enabled() and q.requires_grad):
+    explicit form where it is faster (short sequences with gradients, on CPU) or where the probabilities are
+    asked for (appended to `probs_out`: SDPA does not return them). The softmax accumulates in fp32 either way
+    (PyTorch's bf16 softmax kernels compute in fp32 and round once, bitwise equal to an fp32 softmax rounded to
+    bf16, without the two casts and their backward)."""
+    explicit = explicit_attention(q.device.type, k.shape[-2], torch.is_grad_enabled() and q.requires_grad)
+    if probs_out is None and not explicit:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=1.0)
     scores = q @ k.transpose(-1, -2)  # (B, nh, Tq, T)
     if attn_mask is not None:
@@ -104,6 +108,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
     probs = torch.softmax(scores, dim=-1).to(v.dtype)
     if dropout_p > 0:
         probs = F.dropout(probs, dropout_p)
+    if probs_out is not None:
+        probs_out.append(probs)  # (B, nh, Tq, T), after dropout: transformers' `attentions`
     return probs @ v  # (B, nh, Tq, hs)
 
 
@@ -138,9 +144,10 @@ class AlbertAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None,
                 qkv: tuple[torch.Tensor, torch.Tensor] | None = None,
-                output_positions: torch.Tensor | None = None) -> torch.Tensor:
+                output_positions: torch.Tensor | None = None, probs_out: list | None = None) -> torch.Tensor:
         """(B, T, H) -> (B, T, H), or (B, Tq, H) at `output_positions` (B, Tq): then keys and values are still
-        computed for every token, but queries and everything after attention only at those positions."""
+        computed for every token, but queries and everything after attention only at those positions.
+        `probs_out`, a list, receives the attention probabilities (B, nh, Tq, T)."""
         B, T, H = x.shape
         nh, hs = self.num_heads, H // self.num_heads
         no_grad = qkv is not None and not qkv[0].requires_grad
@@ -157,7 +164,7 @@ class AlbertAttention(nn.Module):
             x = x.gather(1, output_positions[..., None].expand(-1, -1, H))  # (B, Tq, H)
             q = (dense(self.query, x) * self.query_scale).view(B, -1, nh, hs)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, nh, Tq, hs), (B, nh, T, hs) x 2
-        y = attention(q, k, v, attn_mask, self.attention_dropout if self.training else 0.0)
+        y = attention(q, k, v, attn_mask, self.attention_dropout if self.training else 0.0, probs_out)
         y = y.transpose(1, 2).reshape(B, -1, H)  # (B, Tq, H)
         return self.LayerNorm(x + self.output_dropout(dense(self.dense, y)))
 
@@ -177,8 +184,8 @@ class AlbertLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None,
                 qkv: tuple[torch.Tensor, torch.Tensor] | None = None,
-                output_positions: torch.Tensor | None = None) -> torch.Tensor:
-        a = self.attention(x, attn_mask, qkv, output_positions)
+                output_positions: torch.Tensor | None = None, probs_out: list | None = None) -> torch.Tensor:
+        a = self.attention(x, attn_mask, qkv, output_positions, probs_out)
         # Dropout on the FFN output as in TF ALBERT (HF omits it; identical in eval mode and for v2's p=0).
         h = dense(self.ffn_output, self.activation(dense(self.ffn, a)))  # dense(m, x): m(x) on litebert.runtime.gemm
         return self.full_layer_layer_norm(self.dropout(h) + a)
@@ -213,9 +220,14 @@ class AlbertTransformer(nn.Module):
                 layer.full_layer_layer_norm = first.full_layer_layer_norm
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None,
-                output_positions: torch.Tensor | None = None) -> torch.Tensor:
-        """(B, T, E) -> (B, T, H); with `output_positions` (B, Tq), the last layer computes only those rows."""
+                output_positions: torch.Tensor | None = None, hidden_out: list | None = None,
+                probs_out: list | None = None) -> torch.Tensor:
+        """(B, T, E) -> (B, T, H); with `output_positions` (B, Tq), the last layer computes only those rows.
+        `hidden_out` receives the projected embeddings and each block's output, `probs_out` each block's
+        attention probabilities (transformers' hidden_states and attentions: one per block, L x inner_group_num)."""
         x = dense(self.embedding_hidden_mapping_in, x)  # (B, T, E) -> (B, T, H)
+        if hidden_out is not None:
+            hidden_out.append(x)
         layers = [layer for g in self.layer_to_group for layer in self.albert_layer_groups[g].albert_layers]
         packed: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id(attention) -> its QKV, packed once
         for i, layer in enumerate(layers):
@@ -223,10 +235,12 @@ class AlbertTransformer(nn.Module):
             if key not in packed:
                 packed[key] = cast_for_autocast(*layer.attention.packed_qkv())
             positions = output_positions if i == len(layers) - 1 else None
-            if self.gradient_checkpointing and self.training:
+            if self.gradient_checkpointing and self.training and probs_out is None:
                 x = torch.utils.checkpoint.checkpoint(layer, x, attn_mask, packed[key], positions, use_reentrant=False)
             else:
-                x = layer(x, attn_mask, packed[key], positions)
+                x = layer(x, attn_mask, packed[key], positions, probs_out)
+            if hidden_out is not None:
+                hidden_out.append(x)
         return x
 
 
@@ -241,9 +255,45 @@ def cast_for_autocast(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return tuple(t.to(dtype) for t in tensors)
 
 
-class BaseOutput(NamedTuple):
+class ModelOutput(Mapping):
+    """A model's outputs as transformers' ModelOutput: every field by name (`out.logits`), and a mapping of the
+    fields that are not None: `out["logits"]`, `out.keys()`, `**out`, and `out[0]`, `out.to_tuple()` in field
+    order, so `model(**batch)[0]` is the logits when no labels were given (the loss, None, is skipped)."""
+
+    _fields: tuple[str, ...] = ()  # every field, None or not (set by @model_output)
+
+    def to_tuple(self) -> tuple:
+        return tuple(v for v in (getattr(self, f) for f in self._fields) if v is not None)
+
+    def __getitem__(self, key):
+        if isinstance(key, str):
+            if key not in self._fields or getattr(self, key) is None:
+                raise KeyError(key)
+            return getattr(self, key)
+        return self.to_tuple()[key]
+
+    def __iter__(self):
+        return (f for f in self._fields if getattr(self, f) is not None)
+
+    def __len__(self) -> int:
+        return len(self.to_tuple())
+
+
+def model_output(cls):
+    """Make a ModelOutput subclass a dataclass and register it with torch's pytree, so that DDP, torch.compile
+    and torch.export find its tensors as they find a tuple's."""
+    cls = dataclass(eq=False)(cls)
+    cls._fields = tuple(f.name for f in dataclasses.fields(cls))
+    torch.utils._pytree.register_dataclass(cls)
+    return cls
+
+
+@model_output
+class BaseOutput(ModelOutput):
     last_hidden_state: torch.Tensor  # (B, T, H)
-    pooler_output: torch.Tensor | None  # (B, H): tanh(W h_[CLS])
+    pooler_output: torch.Tensor | None = None  # (B, H): tanh(W h_[CLS])
+    hidden_states: tuple[torch.Tensor, ...] | None = None  # (B, T, H) x (1 + blocks), when asked
+    attentions: tuple[torch.Tensor, ...] | None = None  # (B, nh, T, T) x blocks, when asked
 
 
 def padding_mask(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
@@ -268,14 +318,17 @@ class AlbertModel(PretrainedMixin, nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                output_positions: torch.Tensor | None = None) -> BaseOutput:
+                output_positions: torch.Tensor | None = None, output_hidden_states: bool = False,
+                output_attentions: bool = False) -> BaseOutput:
         """`output_positions` (B, Tq): compute the final hidden states only there (a head that reads few
         positions saves most of the last layer); last_hidden_state is then (B, Tq, H), and the pooler reads
-        its first column, which must be position 0 ([CLS])."""
+        its first column, which must be position 0 ([CLS]). output_hidden_states / output_attentions: also
+        return them, as transformers does (attention probabilities are then computed explicitly, not by SDPA)."""
         x = self.embeddings(input_ids, token_type_ids, position_ids)
-        h = self.encoder(x, padding_mask(attention_mask, x.dtype), output_positions)
+        hidden, probs = ([] if output_hidden_states else None), ([] if output_attentions else None)
+        h = self.encoder(x, padding_mask(attention_mask, x.dtype), output_positions, hidden, probs)
         pooled = self.pooler_activation(self.pooler(h[:, 0])) if self.pooler is not None else None
-        return BaseOutput(h, pooled)
+        return BaseOutput(h, pooled, None if hidden is None else tuple(hidden), None if probs is None else tuple(probs))
 
 
 class AlbertMLMHead(nn.Module):
@@ -348,12 +401,15 @@ def masked_lm(head: AlbertMLMHead, h: torch.Tensor, labels: torch.Tensor | None
     return F.cross_entropy(logits.float(), labels[selected]), logits
 
 
-class PreTrainingOutput(NamedTuple):
+@model_output
+class PreTrainingOutput(ModelOutput):
     loss: torch.Tensor | None  # mlm_loss + sop_loss (whichever are given)
     prediction_logits: torch.Tensor  # (B, T, V), or (M, V) at labelled positions when labels are given
     sop_logits: torch.Tensor  # (B, 2)
-    mlm_loss: torch.Tensor | None
-    sop_loss: torch.Tensor | None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+    mlm_loss: torch.Tensor | None = None  # after transformers' fields, so that positions agree with theirs
+    sop_loss: torch.Tensor | None = None
 
 
 class AlbertForPreTraining(PretrainedMixin, nn.Module):
@@ -373,22 +429,27 @@ class AlbertForPreTraining(PretrainedMixin, nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None, sentence_order_label: torch.Tensor | None = None
-                ) -> PreTrainingOutput:
+                labels: torch.Tensor | None = None, sentence_order_label: torch.Tensor | None = None,
+                output_hidden_states: bool = False, output_attentions: bool = False) -> PreTrainingOutput:
         positions = None
-        if labels is not None:
+        if labels is not None and not (output_hidden_states or output_attentions):  # those need every position
             positions, labels = loss_positions(labels, with_cls=True)
-        h, pooled = self.albert(input_ids, attention_mask, token_type_ids, position_ids, positions)
-        mlm_loss, prediction_logits = masked_lm(self.predictions, h, labels)
-        sop_logits = self.sop_classifier(pooled)
+        out = self.albert(input_ids, attention_mask, token_type_ids, position_ids, positions, output_hidden_states,
+                          output_attentions)
+        mlm_loss, prediction_logits = masked_lm(self.predictions, out.last_hidden_state, labels)
+        sop_logits = self.sop_classifier(out.pooler_output)
         sop_loss = None if sentence_order_label is None else F.cross_entropy(sop_logits.float(), sentence_order_label.view(-1))
         losses = [loss for loss in (mlm_loss, sop_loss) if loss is not None]
-        return PreTrainingOutput(sum(losses) if losses else None, prediction_logits, sop_logits, mlm_loss, sop_loss)
+        return PreTrainingOutput(sum(losses) if losses else None, prediction_logits, sop_logits, out.hidden_states,
+                                 out.attentions, mlm_loss, sop_loss)
 
 
-class MaskedLMOutput(NamedTuple):
+@model_output
+class MaskedLMOutput(ModelOutput):
     loss: torch.Tensor | None
     logits: torch.Tensor  # (B, T, V), or (M, V) at labelled positions when labels are given
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
 
 
 class AlbertForMaskedLM(PretrainedMixin, nn.Module):
@@ -404,12 +465,15 @@ class AlbertForMaskedLM(PretrainedMixin, nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None) -> MaskedLMOutput:
+                labels: torch.Tensor | None = None, output_hidden_states: bool = False,
+                output_attentions: bool = False) -> MaskedLMOutput:
         positions = None
-        if labels is not None:
+        if labels is not None and not (output_hidden_states or output_attentions):  # those need every position
             positions, labels = loss_positions(labels, with_cls=False)
-        h, _ = self.albert(input_ids, attention_mask, token_type_ids, position_ids, positions)
-        return MaskedLMOutput(*masked_lm(self.predictions, h, labels))
+        out = self.albert(input_ids, attention_mask, token_type_ids, position_ids, positions, output_hidden_states,
+                          output_attentions)
+        return MaskedLMOutput(*masked_lm(self.predictions, out.last_hidden_state, labels), out.hidden_states,
+                              out.attentions)
 
 
 def encoder_of(model: nn.Module) -> AlbertModel:
@@ -417,5 +481,5 @@ def encoder_of(model: nn.Module) -> AlbertModel:
     return model if isinstance(model, AlbertModel) else model.albert
 
 
-__all__ = ["AlbertModel", "encoder_of", "AlbertForPreTraining", "AlbertForMaskedLM", "activation_fn",
+__all__ = ["AlbertModel", "ModelOutput", "model_output", "encoder_of", "AlbertForPreTraining", "AlbertForMaskedLM", "activation_fn",
            "cls_position", "loss_positions", "masked_lm"]

@@ -33,7 +33,7 @@ SPIECE_UNDERLINE = "▁"
 SPECIALS = {"pad_token": "<pad>", "unk_token": "<unk>", "cls_token": "[CLS]", "sep_token": "[SEP]", "mask_token": "[MASK]"}
 TRUNCATION = ("longest_first", "only_first", "only_second", "do_not_truncate")
 PADDING = ("longest", "max_length", "do_not_pad")
-MODEL_MAX_LENGTH = 512  # ALBERT's positions; HF's model_max_length, and max_length when none is given
+MODEL_MAX_LENGTH = 512  # ALBERT's positions: model_max_length when neither tokenizer_config.json nor a model says
 # A tokenizer directory, in transformers' layout: the SentencePiece model, then the files transformers reads
 SPIECE_FILE, CONFIG_FILE, SPECIAL_TOKENS_FILE, FAST_FILE = (
     "spiece.model", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json")
@@ -129,7 +129,8 @@ class NormalizerOptions:
 class Tokenizer:
     """A trained spiece.model plus ALBERT's normalisation; see the module docstring for the algorithm."""
 
-    def __init__(self, model_file: str, do_lower_case=True, keep_accents=False, remove_space=True, num_threads=-1):
+    def __init__(self, model_file: str, do_lower_case=True, keep_accents=False, remove_space=True, num_threads=-1,
+                 model_max_length: int = MODEL_MAX_LENGTH):
         if not os.path.isfile(model_file):
             raise FileNotFoundError(f"no SentencePiece model at {model_file}")
         with open(model_file, "rb") as f:
@@ -146,6 +147,7 @@ class Tokenizer:
                              f"({str(e).strip()})") from None
         self.options = NormalizerOptions(do_lower_case, keep_accents, remove_space)
         self.num_threads = num_threads  # sentencepiece batch threads; data workers set 1 to avoid oversubscription
+        self.model_max_length = model_max_length  # the model's positions (transformers' name): what truncation=True cuts to
         self.vocab_size = self.sp.get_piece_size()
         ids = {k: self.sp.piece_to_id(v) for k, v in SPECIALS.items()}
         self.pad_id, self.unk_id = ids["pad_token"], ids["unk_token"]
@@ -181,12 +183,17 @@ class Tokenizer:
             config_dir = os.path.dirname(model_file)
         else:
             raise FileNotFoundError(f"no such directory: {path}")
-        opts = NormalizerOptions()
+        opts, limits = NormalizerOptions(), [MODEL_MAX_LENGTH]
         config_file = os.path.join(config_dir, "tokenizer_config.json")
         if os.path.isfile(config_file):
             cfg = read_json_object(config_file, CheckpointError)
             opts = NormalizerOptions(**{k: cfg[k] for k in vars(opts) if k in cfg})
-        return cls(model_file, **vars(opts))
+            if isinstance(cfg.get("model_max_length"), int):
+                limits = [cfg["model_max_length"]]
+        # Beside a model, its positions bound the length too (directories written before tokenizer_config.json
+        # carried them say 512 for every model).
+        positions = model_positions(config_dir)
+        return cls(model_file, **vars(opts), model_max_length=min(limits + ([positions] if positions else [])))
 
     def save_pretrained(self, out_dir: str) -> None:
         """Write spiece.model and what transformers reads, so that `AutoTokenizer.from_pretrained(out_dir)` gives
@@ -197,7 +204,9 @@ class Tokenizer:
         ALBERT's (see `hf_albert_agrees`): on ko_small.txt, a Korean vocabulary trained with ALBERT's default
         keep_accents=False came out with 12,622 <unk> there against our 0. Where it would differ we name the
         generic PreTrainedTokenizerFast, which runs tokenizer.json as written (our normaliser, exact in every
-        script we measured); elsewhere the familiar AlbertTokenizer. model_input_names puts token_type_ids back
+        script we measured); elsewhere the familiar AlbertTokenizer. model_max_length is the positions of the model
+        saved in `out_dir` when there is one (`match_model_max_length` keeps them equal whichever is saved last):
+        transformers' pipelines cut their input to it. model_input_names puts token_type_ids back
         into transformers 5's output: its AlbertTokenizer leaves them out, and ALBERT's sentence pairs need them.
         """
         os.makedirs(out_dir, exist_ok=True)
@@ -216,7 +225,7 @@ class Tokenizer:
                                              "single_word": False, "special": True} for p in SPECIALS.values()}
         config = {"tokenizer_class": "AlbertTokenizer" if albert_agrees or fast is None else "PreTrainedTokenizerFast",
                   **vars(self.options), **SPECIALS, "bos_token": "[CLS]", "eos_token": "[SEP]",
-                  "model_max_length": MODEL_MAX_LENGTH, "added_tokens_decoder": added,
+                  "model_max_length": model_positions(out_dir) or self.model_max_length, "added_tokens_decoder": added,
                   "model_input_names": ["input_ids", "token_type_ids", "attention_mask"]}
         write_json(os.path.join(out_dir, "tokenizer_config.json"), config)
         write_json(os.path.join(out_dir, "special_tokens_map.json"),
@@ -357,8 +366,10 @@ class Tokenizer:
         """Ids of many texts without special tokens, in one sentencepiece call (the data pipeline's entry point)."""
         return self._encode_plain(list(texts))
 
-    def _assemble(self, a, b, add_special_tokens, max_length, truncation) -> tuple[list[int], list[int]]:
-        """Truncate (one of HF's strategies, by name) and add [CLS]/[SEP]; returns (input_ids, token_type_ids)."""
+    def _assemble(self, a: list, b: list | None, add_special_tokens: bool, max_length: int | None, truncation: str,
+                  special=lambda i: i) -> tuple[list, list[int]]:
+        """Truncate (one of HF's strategies, by name) and add [CLS]/[SEP] (as `special(id)`: the items of `a` and
+        `b` may be ids or tuples about each token); returns (items, token_type_ids)."""
         n_special = (2 if b is None else 3) if add_special_tokens else 0
         if max_length is not None and truncation != "do_not_truncate":
             if max_length < n_special:  # transformers returns such rows uncut
@@ -367,57 +378,133 @@ class Tokenizer:
         if not add_special_tokens:
             ids = a + (b or [])
             return ids, [0] * len(a) + [1] * len(b or [])
-        ids = [self.cls_id] + a + [self.sep_id]
+        cls, sep = special(self.cls_id), special(self.sep_id)
+        ids = [cls] + a + [sep]
         types = [0] * len(ids)
         if b is not None:
-            ids += b + [self.sep_id]
+            ids += b + [sep]
             types += [1] * (len(b) + 1)
         return ids, types
 
-    def __call__(self, texts: list[str] | str, pairs: list[str] | str | None = None, max_length: int | None = None,
-                 padding: bool | str = True, truncation: bool | str | None = None, return_tensors: str | None = "pt",
-                 add_special_tokens: bool = True) -> dict:
-        """Encode a batch the way transformers' tokenizers are called: input_ids, attention_mask, token_type_ids.
+    def __call__(self, text: str | list | None = None, text_pair: str | list | None = None,
+                 max_length: int | None = None, padding: bool | str = True, truncation: bool | str | None = None,
+                 return_tensors: str | None = "pt", add_special_tokens: bool = True, *,
+                 is_split_into_words: bool = False, return_offsets_mapping: bool = False,
+                 return_special_tokens_mask: bool = False, return_length: bool = False,
+                 return_token_type_ids: bool | None = None, return_attention_mask: bool | None = None
+                 ) -> "BatchEncoding":
+        """Encode a text, a pair or a batch, called as transformers' tokenizers are, with their results.
 
-        `tok(texts, pairs, truncation=True, padding="max_length", max_length=128)` gives what AlbertTokenizer
-        gives with the same arguments. padding: True/"longest" (to the longest row), "max_length", or
-        False/"do_not_pad". truncation: True/"longest_first", "only_first", "only_second", False/"do_not_truncate".
-        max_length None means 512 (model_max_length). Three defaults differ from transformers', so that a batch
-        is ready for the model: padding=True, truncation=None (= longest_first at max_length; transformers cuts
-        only when asked) and return_tensors="pt" (int64 tensors; "np", or None for lists, flat for one text).
+        `tok(texts, text_pair, truncation=True, padding="max_length", max_length=128, return_tensors="pt")` equals
+        AlbertTokenizerFast with the same arguments, and so do is_split_into_words (lists of words; `word_ids()`)
+        and the return_* flags. padding: True/"longest", "max_length", False/"do_not_pad". truncation:
+        True/"longest_first", "only_first", "only_second", False/"do_not_truncate"; True with no max_length
+        cuts to `model_max_length` (the model's positions).
+
+        Two defaults differ from transformers' on purpose, so that a call is a batch the model takes as it is,
+        `model(**tok(texts))`: padding=True and return_tensors="pt" (int64 tensors). Pass padding=False,
+        return_tensors=None for transformers' lists (flat for one text). truncation=None (the default) cuts only
+        when max_length is given, as transformers does without padding; with no max_length nothing is cut, and a
+        row longer than model_max_length warns, as in transformers (the model would refuse it).
+        Offsets (return_offsets_mapping) follow AlbertTokenizerFast, except that a quote written as `` or ''
+        spans both characters (transformers: the second).
         """
         strategy, pad = _truncation_strategy(truncation), _padding_strategy(padding)
         if return_tensors not in ("pt", "np", None):
             raise ConfigError(f"return_tensors must be 'pt', 'np' or None, got {return_tensors!r}")
-        single = isinstance(texts, str)
-        texts = [texts] if single else list(texts)
-        pairs = [pairs] if isinstance(pairs, str) else pairs
+        if text is None:
+            raise ConfigError("nothing to encode: pass text (a string, a list of strings, or words with "
+                              "is_split_into_words=True)")
+        texts, single = _as_batch(text, is_split_into_words)
+        pairs = None if text_pair is None else _as_batch(text_pair, is_split_into_words)[0]
         if pairs is not None and len(pairs) != len(texts):
             raise ConfigError(f"got {len(texts)} texts but {len(pairs)} pairs")
-        max_length = MODEL_MAX_LENGTH if max_length is None else max_length
-        flat = self._encode_plain(texts + (list(pairs) if pairs is not None else []))
-        rows = [self._assemble(flat[i], flat[len(texts) + i] if pairs is not None else None, add_special_tokens,
-                               max_length, strategy) for i in range(len(texts))]
-        if pad == "do_not_pad":
-            width = None
-        else:
+        implicit = truncation is None and max_length is None  # transformers' default: no cut, a warning
+        if implicit:
+            strategy = "do_not_truncate"
+        if max_length is None:
+            max_length = self.model_max_length
+        a = [self._encode_input(t, is_split_into_words, return_offsets_mapping) for t in texts]
+        b = [self._encode_input(t, is_split_into_words, return_offsets_mapping) for t in pairs] if pairs else None
+        rows = []
+        for i in range(len(texts)):
+            pieces_a, pieces_b = a[i], (b[i] if b is not None else None)
+            # one (id, word index, offsets) triple per token travels through truncation and [CLS]/[SEP]
+            ids, types = self._assemble(pieces_a, pieces_b, add_special_tokens, max_length, strategy, _added_special)
+            rows.append((ids, types))
+        if implicit and any(len(ids) > self.model_max_length for ids, _ in rows):
+            warnings.warn(f"a row has {max(len(ids) for ids, _ in rows)} tokens, more than model_max_length "
+                          f"{self.model_max_length}: the model cannot take it (truncation=True cuts it)", stacklevel=2)
+        width = None
+        if pad != "do_not_pad":
             width = max((len(ids) for ids, _ in rows), default=0) if pad == "longest" else max_length
-        out = {"input_ids": [], "attention_mask": [], "token_type_ids": []}
+        out = {"input_ids": [], "token_type_ids": [], "attention_mask": []}
+        extra: dict[str, list] = {}
+        word_ids: list[list[int | None]] = []
         for ids, types in rows:
             fill = max(0, width - len(ids)) if width is not None else 0
-            out["input_ids"].append(ids + [self.pad_id] * fill)
-            out["attention_mask"].append([1] * len(ids) + [0] * fill)
+            token_ids = [t[0] for t in ids]
+            out["input_ids"].append(token_ids + [self.pad_id] * fill)
             out["token_type_ids"].append(types + [0] * fill)  # HF pads token types with 0 too
+            out["attention_mask"].append([1] * len(ids) + [0] * fill)
+            word_ids.append([t[1] for t in ids] + [None] * fill)
+            if return_special_tokens_mask:
+                extra.setdefault("special_tokens_mask", []).append([int(t[1] is None) for t in ids] + [1] * fill)
+            if return_offsets_mapping:
+                extra.setdefault("offset_mapping", []).append([t[2] for t in ids] + [(0, 0)] * fill)
+            if return_length:
+                extra.setdefault("length", []).append(len(ids) + fill)
+        out.update(extra)
+        for key, keep in (("token_type_ids", return_token_type_ids), ("attention_mask", return_attention_mask)):
+            if keep is False:
+                del out[key]
         if return_tensors is None:
-            return {k: v[0] for k, v in out.items()} if single else out
+            if single:
+                out = {k: (v[0] if k != "length" else v) for k, v in out.items()}
+            return BatchEncoding(out, word_ids)
         if len({len(r) for r in out["input_ids"]}) > 1:
             raise ConfigError("rows have different lengths and cannot make one tensor: use padding=True, "
                               "or return_tensors=None for lists")
         if return_tensors == "np":
-            return {k: np.array(v, dtype=np.int64).reshape(len(rows), -1) for k, v in out.items()}
-        import torch
+            arrays = {k: np.array(v, dtype=np.int64) for k, v in out.items()}
+        else:
+            import torch
 
-        return {k: torch.tensor(v, dtype=torch.int64).reshape(len(rows), -1) for k, v in out.items()}
+            arrays = {k: torch.tensor(v, dtype=torch.int64) for k, v in out.items()}
+        return BatchEncoding({k: v.reshape(len(rows), -1, 2) if k == "offset_mapping" else
+                              v if k == "length" else v.reshape(len(rows), -1) for k, v in arrays.items()}, word_ids)
+
+    def _encode_input(self, text: str | list[str], split_into_words: bool, offsets: bool) -> list[tuple]:
+        """(id, word index, (start, end)) per token of one input: a text (word index 0) or a list of words, each
+        encoded on its own, as transformers encodes pre-split words (offsets then count within each word)."""
+        words = text if split_into_words else [text]
+        out: list[tuple] = []
+        for w, word in enumerate(words):
+            if not isinstance(word, str):
+                raise ConfigError(f"expected text (str), got {type(word).__name__}"
+                                  + (" (lists of words need is_split_into_words=True)" if not split_into_words else ""))
+            if offsets:
+                ids, spans = self.encode_with_offsets(word)
+                # a bare "▁" has an empty span here (encode_with_offsets); transformers gives it the next character
+                spans = [(s, s + 1) if s == e and self.pieces[i] == SPIECE_UNDERLINE else (s, e)
+                         for i, (s, e) in zip(ids, spans)]
+            else:
+                ids, spans = self._encode_plain([word])[0], None
+            words = [w] * len(ids) if split_into_words else self._word_numbers(ids)
+            out += [(i, words[j], spans[j] if spans else None) for j, i in enumerate(ids)]
+        return out
+
+    def _word_numbers(self, ids: list[int]) -> list[int]:
+        """The word of each token of one text, as transformers' word_ids(): a "▁" piece or a special token written
+        in the text starts a word, and so does whatever follows such a special token."""
+        numbers, n, after_special = [], -1, True
+        for i in ids:
+            special = self.pieces[i] in self._special_ids
+            if special or after_special or self.pieces[i].startswith(SPIECE_UNDERLINE):
+                n += 1
+            numbers.append(n)
+            after_special = special
+        return numbers
 
     def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         """Ids (no [CLS]/[SEP]) and (start, end) character spans into the original `text`, for span tasks.
@@ -474,20 +561,48 @@ class Tokenizer:
             spans.append(to_original(ce - 1, ce))
 
     def decode(self, ids, skip_special_tokens: bool = False) -> str:
-        """Text of ids: pieces joined, "▁" -> space; special tokens kept as their names unless skipped."""
-        words, plain = [], []
-        for i in (int(x) for x in ids):
-            if self.special_table[i] and i != self.unk_id:
-                if plain:
-                    words.append(self.sp.decode(plain))
-                    plain = []
-                if not skip_special_tokens:
-                    words.append(self.pieces[i])
-            else:
-                plain.append(i)
-        if plain:
-            words.append(self.sp.decode(plain))
-        return " ".join(w for w in words if w)
+        """Text of ids (a list, a 1-D tensor or array, or one id), as transformers decodes: pieces joined, "▁" ->
+        space, the first piece's leading space dropped; special tokens written as they are unless skipped."""
+        tokens = self.convert_ids_to_tokens(_id_list(ids), skip_special_tokens=skip_special_tokens)
+        return "".join(tokens).replace(SPIECE_UNDERLINE, " ").removeprefix(" " if tokens and tokens[0][:1] == SPIECE_UNDERLINE else "")
+
+    def batch_decode(self, sequences, skip_special_tokens: bool = False) -> list[str]:
+        """`decode` of each row of a batch (lists, or a 2-D tensor or array)."""
+        return [self.decode(row, skip_special_tokens) for row in sequences]
+
+    def convert_ids_to_tokens(self, ids, skip_special_tokens: bool = False) -> list[str] | str:
+        """The pieces of ids (one id gives one piece), as transformers; skip_special_tokens drops <pad>, <unk>,
+        [CLS], [SEP] and [MASK]."""
+        if not isinstance(ids, (list, tuple)) and np.ndim(ids) == 0:
+            return self.pieces[int(ids)]
+        return [self.pieces[i] for i in _id_list(ids) if not (skip_special_tokens and self.special_table[i])]
+
+    def convert_tokens_to_ids(self, tokens: str | list[str]) -> int | list[int]:
+        """The ids of pieces (one piece gives one id); a piece outside the vocabulary is <unk>."""
+        if isinstance(tokens, str):
+            return self.sp.piece_to_id(tokens)
+        return [self.sp.piece_to_id(t) for t in tokens]
+
+    def get_vocab(self) -> dict[str, int]:
+        return {piece: i for i, piece in enumerate(self.pieces)}
+
+    # transformers' names for the special tokens and their ids ([CLS] and [SEP] are also ALBERT's bos and eos)
+    pad_token, unk_token, cls_token, sep_token, mask_token = SPECIALS.values()
+    bos_token, eos_token = SPECIALS["cls_token"], SPECIALS["sep_token"]
+    pad_token_id = property(lambda self: self.pad_id)
+    unk_token_id = property(lambda self: self.unk_id)
+    cls_token_id = bos_token_id = property(lambda self: self.cls_id)
+    sep_token_id = eos_token_id = property(lambda self: self.sep_id)
+    mask_token_id = property(lambda self: self.mask_id)
+
+    @property
+    def all_special_tokens(self) -> list[str]:
+        """In transformers' order: bos, eos, unk, pad, mask (ALBERT's bos and eos are [CLS] and [SEP])."""
+        return [self.bos_token, self.eos_token, self.unk_token, self.pad_token, self.mask_token]
+
+    @property
+    def all_special_ids(self) -> list[int]:
+        return self.convert_tokens_to_ids(self.all_special_tokens)
 
     def word_start_mask(self, ids) -> np.ndarray:
         """(T,) bool: True where a piece starts a word (or is special), for whole-word masking."""
@@ -522,6 +637,50 @@ def _padding_strategy(padding: bool | str) -> str:
     if padding not in PADDING:
         raise ConfigError(f"padding must be True, False or one of {', '.join(PADDING)}; got {padding!r}")
     return padding
+
+
+def _id_list(ids) -> list[int]:
+    """Token ids as a list of ints, from a list, a 1-D tensor or array, or one id."""
+    if hasattr(ids, "tolist"):
+        ids = ids.tolist()
+    return [int(ids)] if isinstance(ids, int) else [int(i) for i in ids]
+
+
+def _added_special(token_id: int) -> tuple:
+    """An added [CLS]/[SEP] among the (id, word, offsets) items of a call: no word, an empty span."""
+    return token_id, None, (0, 0)
+
+
+def _as_batch(text, split_into_words: bool) -> tuple[list, bool]:
+    """(a list of inputs, whether one was given): an input is a string, or a list of words with is_split_into_words."""
+    single = isinstance(text, str) or (split_into_words and isinstance(text, (list, tuple))
+                                       and all(isinstance(w, str) for w in text))
+    if isinstance(text, str) and split_into_words:
+        raise ConfigError("is_split_into_words=True takes a list of words (or a list of such lists), got a string")
+    return ([text] if single else list(text)), single
+
+
+class BatchEncoding(dict):
+    """What a tokenizer call returns, as transformers' BatchEncoding: a dict (input_ids, token_type_ids,
+    attention_mask, and what was asked for) whose keys are also attributes, with `.to(device)` and `word_ids(i)`."""
+
+    def __init__(self, data: dict, word_ids: list[list[int | None]] | None = None):
+        super().__init__(data)
+        self._word_ids = word_ids or []
+
+    def __getattr__(self, name: str):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def to(self, device) -> "BatchEncoding":
+        return BatchEncoding({k: v.to(device) if hasattr(v, "to") else v for k, v in self.items()}, self._word_ids)
+
+    def word_ids(self, batch_index: int = 0) -> list[int | None]:
+        """The word (a whitespace-separated word, or the index into is_split_into_words' list) of each token;
+        None for [CLS], [SEP] and padding. With a pair, each text counts its words from 0, as in transformers."""
+        return self._word_ids[batch_index]
 
 
 def truncate_pair(a: list[int], b: list[int] | None, budget: int, strategy: str) -> tuple[list[int], list[int] | None]:
@@ -584,6 +743,27 @@ def _combining_class_regex() -> str:
             else:
                 ranges.append([cp, cp])
     return "[" + "".join(f"\\x{{{a:X}}}-\\x{{{b:X}}}" for a, b in ranges) + "]"
+
+
+def model_positions(directory: str) -> int | None:
+    """max_position_embeddings of the model saved in `directory` (its config.json), or None when there is none."""
+    path = os.path.join(directory, "config.json")
+    if not os.path.isfile(path):
+        return None
+    positions = read_json_object(path, CheckpointError).get("max_position_embeddings")
+    return positions if isinstance(positions, int) and not isinstance(positions, bool) else None
+
+
+def match_model_max_length(directory: str) -> None:
+    """Make tokenizer_config.json's model_max_length the positions of the model beside it, when `directory` holds
+    both: transformers' pipelines cut their input to model_max_length, and a longer cut crashes the model.
+    Called by every writer of a model directory, whichever of model and tokenizer it saves last."""
+    path, positions = os.path.join(directory, "tokenizer_config.json"), model_positions(directory)
+    if positions is None or not os.path.isfile(path):
+        return
+    config = read_json_object(path, CheckpointError)
+    if config.get("model_max_length") != positions:
+        write_json(path, {**config, "model_max_length": positions})
 
 
 def _download_from_hub(repo_id: str) -> str:

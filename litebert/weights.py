@@ -17,8 +17,10 @@ import torch
 from torch import nn
 
 from litebert.config import AlbertConfig
-from litebert.errors import CheckpointError, NonFiniteError
+from litebert.errors import CheckpointError, ConfigError, NonFiniteError
 from litebert.hub import fetch_from_hub, looks_like_hub_id
+from litebert.model_card import write_model_card
+from litebert.tokenizer import match_model_max_length
 
 log = logging.getLogger("litebert")
 
@@ -83,14 +85,17 @@ class PretrainedMixin:
         return parameter_count(self)
 
     # -- save --------------------------------------------------------------------------------------
-    def save_pretrained(self, directory: str | os.PathLike, *, config_only: bool = False) -> None:
-        """Write config.json and model.safetensors. Tied weights are stored once; layers that partial sharing
+    def save_pretrained(self, directory: str | os.PathLike, *, config_only: bool = False,
+                        card: dict[str, Any] | None = None) -> None:
+        """Write config.json, model.safetensors and a model card (README.md: litebert.model_card; `card` adds
+        license, metrics or a training summary). Tied weights are stored once; layers that partial sharing
         ties are stored under every layer's name (equal values), so transformers computes the same thing."""
         from safetensors.torch import save_file
         directory = os.fspath(directory)
         os.makedirs(directory, exist_ok=True)
         self.config.architectures = [type(self).__name__]
         self.config.save(directory)
+        match_model_max_length(directory)  # a tokenizer saved here first learns the model's positions
         if config_only:
             return
         state = {k: v for k, v in self.state_dict().items() if k not in self.tied_weights}
@@ -103,12 +108,26 @@ class PretrainedMixin:
         tmp = os.path.join(directory, WEIGHTS_NAME + ".tmp")
         save_file(tensors, tmp, metadata={"format": "pt"})
         os.replace(tmp, os.path.join(directory, WEIGHTS_NAME))
+        source = getattr(self, "name_or_path", None)  # what from_pretrained loaded: the base model
+        base = source if source and not (os.path.exists(source) and os.path.samefile(source, directory)) else None
+        write_model_card(directory, type(self).__name__, self.num_parameters(), **{"base_model": base, **(card or {})})
 
     # -- load --------------------------------------------------------------------------------------
     @classmethod
-    def from_pretrained(cls: type[M], name_or_path: str | os.PathLike, **config_overrides: Any) -> M:
+    def from_pretrained(cls: type[M], name_or_path: str | os.PathLike, *, dtype: Any = None, torch_dtype: Any = None,
+                        device_map: Any = None, label2id: dict[str, int] | None = None,
+                        **config_overrides: Any) -> M:
         """Load a model directory (litebert or HF) or a Hub id. Config fields can be overridden, e.g.
-        `AlbertForSequenceClassification.from_pretrained(pretrained_dir, num_labels=4)`."""
+        `AlbertForSequenceClassification.from_pretrained(pretrained_dir, num_labels=4)` or `id2label={0: "neg",
+        1: "pos"}` (or label2id, as transformers takes it). dtype (torch_dtype, transformers' older name): a torch
+        dtype, its name ("bfloat16") or "auto" (the stored weights' dtype); None keeps fp32 (transformers 5's
+        default is "auto": litebert's files are fp32 either way). device_map: "cpu", "cuda", "cuda:N", "auto" (a
+        GPU when there is one) or a torch.device; the whole model goes to that one device."""
+        if dtype is not None and torch_dtype is not None and dtype != torch_dtype:
+            raise ConfigError(f"dtype={dtype!r} and torch_dtype={torch_dtype!r} disagree; pass one")
+        device = _map_device(device_map)
+        if label2id is not None:
+            config_overrides["id2label"] = _id2label(label2id, config_overrides.get("id2label"))
         directory = resolve_model_dir(name_or_path)
         config = AlbertConfig.load(directory)
         if config_overrides:
@@ -116,7 +135,9 @@ class PretrainedMixin:
         model = cls(config)
         state, path = read_state_dict(directory)
         model.load_checkpoint_state(state, path)
-        return model
+        model.name_or_path = os.fspath(name_or_path)  # transformers' name; the model card's base model
+        dtype = _model_dtype(dtype if dtype is not None else torch_dtype, state)
+        return model.to(device=device, dtype=dtype) if dtype is not None or device is not None else model
 
     def load_checkpoint_state(self, state: dict[str, torch.Tensor], path: str = "<state dict>") -> None:
         """Load with strict accounting. Encoder weights must all be present with the right shapes; head
@@ -181,6 +202,49 @@ def _check_finite(state: dict[str, torch.Tensor], path: str) -> None:
     if bad:
         raise NonFiniteError(f"{path}: {len(bad)} weight tensor(s) hold NaN or infinite values, e.g. {bad[0]}; the "
                              "file is damaged or the run that wrote it diverged: use an earlier checkpoint")
+
+
+def _model_dtype(dtype: Any, state: dict[str, torch.Tensor]) -> torch.dtype | None:
+    """from_pretrained's dtype as a torch dtype: a dtype, its name, or "auto" (the stored floating weights')."""
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype == "auto":
+        return next((t.dtype for t in state.values() if t.is_floating_point()), None)
+    found = getattr(torch, str(dtype).removeprefix("torch."), None)
+    if not isinstance(found, torch.dtype) or not found.is_floating_point:
+        raise ConfigError(f"dtype {dtype!r} is not a floating dtype (use float32, bfloat16, float16 or auto)")
+    return found
+
+
+def _map_device(device_map: Any) -> torch.device | None:
+    """from_pretrained's device_map as one device. transformers (with accelerate) can also spread a model over
+    devices ("balanced", a dict of module names); litebert places the whole model on one."""
+    if device_map is None or isinstance(device_map, torch.device):
+        return device_map
+    if isinstance(device_map, int) and not isinstance(device_map, bool):
+        device_map = f"cuda:{device_map}"
+    if device_map == "auto":
+        device_map = "cuda" if torch.cuda.is_available() else "cpu"
+    if not isinstance(device_map, str) or not (device_map == "cpu" or device_map.split(":")[0] == "cuda"):
+        raise ConfigError(f"device_map {device_map!r}: litebert places the whole model on one device; use \"cpu\", "
+                          "\"cuda\", \"cuda:N\", \"auto\" or a torch.device")
+    try:
+        device = torch.device(device_map)
+    except RuntimeError:
+        raise ConfigError(f"device_map {device_map!r} is not a device (use cpu, cuda, cuda:N or auto)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device_map {device_map!r}: no CUDA GPU is available to this torch; use cpu or auto")
+    return device
+
+
+def _id2label(label2id: dict[str, int], id2label: dict | None) -> dict[int, str]:
+    """transformers' label2id as litebert's id2label (config.json keeps both); they must agree when both are given."""
+    derived = {int(i): str(name) for name, i in label2id.items()}
+    if len(derived) != len(label2id):
+        raise ConfigError(f"label2id {label2id} gives two labels the same id")
+    if id2label is not None and {int(k): str(v) for k, v in id2label.items()} != derived:
+        raise ConfigError(f"label2id {label2id} and id2label {id2label} disagree; pass one")
+    return derived
 
 
 def init_module_weights(module: nn.Module, std: float) -> None:

@@ -13,6 +13,17 @@ from litebert.cli import main as litebert_main
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def test_version_prints_the_package_version(capsys):
+    from importlib.metadata import version
+
+    from litebert import __version__
+
+    for flag in ("--version", "-V"):
+        assert litebert_main([flag]) == 0
+        assert capsys.readouterr().out == f"litebert {__version__}\n"
+    assert __version__ == version("litebert")  # the installed distribution's, from pyproject.toml
+
+
 def test_params_prints_the_paper_comparison_as_a_table_and_as_json(capsys):
     assert litebert_main(["params", "--json"]) == 0
     rows = {r["model"]: r for r in map(json.loads, capsys.readouterr().out.splitlines())}

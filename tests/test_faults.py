@@ -888,7 +888,7 @@ def test_convert_and_extend_vocab_refuse_to_replace_a_model_unless_told(model_di
     capsys.readouterr()
     before = tree(out)
     line = one_line_error(["convert", "--from-hf", str(other), "--out", str(out)], capsys)
-    assert "already holds config.json" in line and "--overwrite" in line and tree(out) == before
+    assert "already holds README.md, config.json" in line and "--overwrite" in line and tree(out) == before
     assert debris(tmp_path) == []
     assert litebert_main(["convert", "--from-hf", str(other), "--out", str(out), "--overwrite"]) == 0
     assert json.loads((out / "config.json").read_text())["hidden_act"] == "relu"

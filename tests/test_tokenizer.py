@@ -335,7 +335,7 @@ def test_any_language_roundtrip(bundled_tok):
     for text in ["Café “déjà vu” — naïve", "中文 😀 emoji", "안녕하세요"]:
         ids = bundled_tok.encode(text)
         assert ids[0] == 2 and ids[-1] == 3 and all(0 <= i < bundled_tok.vocab_size for i in ids)
-    assert bundled_tok.decode(bundled_tok.encode("Anne Elliot, 1,000 times.")) == "[CLS] anne elliot, 1,000 times. [SEP]"
+    assert bundled_tok.decode(bundled_tok.encode("Anne Elliot, 1,000 times.")) == "[CLS] anne elliot, 1,000 times.[SEP]"  # as HF
 
 
 def test_normalisation_options(tmp_path):

@@ -30,7 +30,7 @@ from litebert.files import same_path, write_files_atomically
 from litebert.heads import MODEL_CLASSES, model_class
 from litebert.interop.tf_checkpoint import TFCheckpoint
 from litebert.runconfig import parse_verb, verb_parser
-from litebert.tokenizer import SPIECE_FILE, TOKENIZER_FILES
+from litebert.tokenizer import SPIECE_FILE, TOKENIZER_FILES, match_model_max_length
 from litebert.weights import resolve_model_dir
 
 # -- the rename table -----------------------------------------------------------------------------------------
@@ -237,7 +237,7 @@ def convert_tf_checkpoint(ckpt_prefix: str | os.PathLike, albert_config_json: st
     return report
 
 
-MODEL_DIR_FILES = ("config.json", "model.safetensors", "pytorch_model.bin", *TOKENIZER_FILES)
+MODEL_DIR_FILES = ("config.json", "model.safetensors", "pytorch_model.bin", "README.md", *TOKENIZER_FILES)
 
 
 def write_model_files(out_dir: str, fill, overwrite: bool) -> None:
@@ -268,6 +268,7 @@ def convert_hf(name_or_path: str | os.PathLike, out_dir: str | os.PathLike, hidd
         for name in TOKENIZER_FILES:
             if os.path.isfile(os.path.join(directory, name)):
                 shutil.copyfile(os.path.join(directory, name), os.path.join(tmp, name))
+        match_model_max_length(tmp)  # HF's tokenizer_config.json may name more positions than the model has
 
     write_model_files(out_dir, fill, overwrite)
     return cls.__name__

@@ -34,7 +34,7 @@ from torch import nn
 
 from litebert.errors import CheckpointError
 from litebert.files import write_dir_atomically, write_json
-from litebert.tokenizer import SPIECE_FILE
+from litebert.tokenizer import SPIECE_FILE, match_model_max_length
 from litebert.weights import read_state_dict
 
 log = logging.getLogger("litebert")
@@ -267,6 +267,7 @@ def _copy_tokenizer(source: Path, target: Path) -> None:
     for path in source.iterdir():
         if _is_tokenizer_file(path):
             shutil.copy2(path, target / path.name)
+    match_model_max_length(str(target))  # the copied tokenizer_config.json names the model's positions
 
 
 def _is_tokenizer_file(path: Path) -> bool:

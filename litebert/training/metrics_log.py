@@ -1,12 +1,16 @@
-"""A run's metrics: `metrics.jsonl` (one JSON record per logged step or evaluation) and `metrics.png`.
+"""A run's metrics: `metrics.jsonl` (one JSON record per logged step or evaluation) and `metrics.png`, and
+TensorBoard event files in `tensorboard/` when the `tensorboard` package is installed (`pip install
+litebert[tensorboard]`; `tensorboard --logdir OUT_DIR`), each number of a record as a scalar at its step.
 
 Records are appended as the run goes, so a kill loses at most the line being written; a resumed run first
-drops the records after the step it resumes from, so each step is logged once. Baselines a verb wants drawn
-beside its curves go in `references.json` ({metric: {label: value}}) in the same directory.
+drops the records after the step it resumes from, so each step is logged once (TensorBoard's events after it
+are purged too). Baselines a verb wants drawn beside its curves go in `references.json` ({metric: {label:
+value}}) in the same directory.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -16,23 +20,33 @@ from typing import Any
 from litebert.files import save_figure
 
 METRICS_NAME, PLOT_NAME, REFERENCES_NAME = "metrics.jsonl", "metrics.png", "references.json"
+TENSORBOARD_DIR = "tensorboard"
+
+
+def tensorboard_installed() -> bool:
+    return importlib.util.find_spec("tensorboard") is not None
 
 
 class MetricsLog:
     """The metrics file of one run, with the steps seen since the last record (for averages and tokens/s).
 
-    Only the main process writes: on other ranks `write` and `plot` do nothing, so callers need not ask."""
+    Only the main process writes: on other ranks `write` and `plot` do nothing, so callers need not ask.
+    tensorboard: also write TensorBoard events (None: when the package is installed)."""
 
-    def __init__(self, out_dir: str | os.PathLike, writes: bool):
+    def __init__(self, out_dir: str | os.PathLike, writes: bool, tensorboard: bool | None = None):
         self.path = Path(out_dir) / METRICS_NAME
         self.writes = writes
+        self.tensorboard = tensorboard_installed() if tensorboard is None else tensorboard
         self._window = _Window()
+        self._events = None  # the SummaryWriter, made at the first record
+        self._purge_step: int | None = None
 
     def restart_at(self, step: int) -> None:
         """Keep the records up to `step`: what a crashed run logged after its last checkpoint is redone."""
         if self.writes:
             records = [r for r in read_metrics(self.path) if r["step"] <= step]
             self.path.write_text("".join(json.dumps(r) + "\n" for r in records))
+            self._purge_step = step + 1
 
     def add_step(self, loss: float, tokens: float, seconds: float) -> None:
         self._window.add(loss, tokens, seconds)
@@ -49,6 +63,18 @@ class MetricsLog:
         if self.writes:
             with open(self.path, "a") as fh:
                 fh.write(json.dumps(record) + "\n")
+            if self.tensorboard:
+                self._write_events(record)
+
+    def _write_events(self, record: dict[str, Any]) -> None:
+        if self._events is None:
+            from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
+
+            self._events = SummaryWriter(str(self.path.with_name(TENSORBOARD_DIR)), purge_step=self._purge_step)
+        for key, value in record.items():
+            if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                self._events.add_scalar(key, value, record["step"])
+        self._events.flush()  # records are few (one per logging interval): each is on disk as in metrics.jsonl
 
     def plot(self) -> None:
         if self.writes:

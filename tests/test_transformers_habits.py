@@ -1,0 +1,311 @@
+"""A transformers user's habits work in litebert, and litebert's files work in transformers.
+
+Each test makes the same call on transformers and on litebert, on the same tiny model or tokenizer directory (built
+here, nothing downloaded), and compares the results.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+
+import pytest
+import torch
+
+from litebert.config import AlbertConfig
+from litebert.corpus.tokenizer_training import train_tokenizer
+from litebert.heads import AlbertForSequenceClassification
+from litebert.tokenizer import Tokenizer
+
+transformers = pytest.importorskip("transformers")
+
+POSITIONS = 32  # a model with fewer positions than the 512 tokenizers used to claim
+LONG = "Anne Elliot walked along the shore at Lyme, and the wind was cold. " * 8  # ~130 tokens
+
+
+@pytest.fixture(scope="module")
+def tok_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tok")
+    train_tokenizer(None, str(out), vocab_size=500, input_sentence_size=20000)
+    return out
+
+
+def tiny_config(**overrides) -> AlbertConfig:
+    base = dict(vocab_size=500, embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                intermediate_size=48, max_position_embeddings=POSITIONS, hidden_act="gelu_new",
+                classifier_dropout_prob=0.0, initializer_range=0.2)
+    return AlbertConfig(**{**base, **overrides})
+
+
+def saved_classifier(tok_dir, out, tokenizer_first: bool):
+    torch.manual_seed(0)
+    config = tiny_config(num_labels=3, id2label={0: "austen", 1: "dickens", 2: "eliot"})
+    model = AlbertForSequenceClassification(config).eval()
+    tok = Tokenizer.from_pretrained(str(tok_dir))
+    if tokenizer_first:  # as `litebert extend-vocab` writes
+        tok.save_pretrained(str(out))
+        model.save_pretrained(out)
+    else:  # as fine-tuning's best/ and ensembles write
+        model.save_pretrained(out)
+        tok.save_pretrained(str(out))
+    return model
+
+
+# ----------------------------------------------------------------------------- model_max_length
+
+
+@pytest.mark.parametrize("tokenizer_first", [False, True])
+def test_transformers_pipeline_truncates_to_the_models_positions(tok_dir, tmp_path, tokenizer_first):
+    """tokenizer_config.json names the model's positions, so transformers' pipeline with truncation=True cuts a
+    passage longer than the model to them (it crashed with 512) and scores what litebert's pipeline scores."""
+    from litebert import pipeline
+
+    saved_classifier(tok_dir, tmp_path, tokenizer_first)
+    assert json.loads((tmp_path / "tokenizer_config.json").read_text())["model_max_length"] == POSITIONS
+    assert Tokenizer.from_pretrained(str(tmp_path)).model_max_length == POSITIONS
+    assert len(Tokenizer.from_pretrained(str(tmp_path)).encode(LONG)) > 4 * POSITIONS
+    theirs = transformers.pipeline("text-classification", model=str(tmp_path), top_k=None)(LONG, truncation=True)
+    ours = pipeline("text-classification", model=str(tmp_path), top_k=None)(LONG)
+    theirs = theirs[0]  # transformers 5 nests one text's top_k=None ranking in a list (litebert: not)
+    assert [r["label"] for r in ours] == [r["label"] for r in theirs]
+    assert [r["score"] for r in ours] == pytest.approx([r["score"] for r in theirs], abs=1e-5)
+
+
+def test_checkpoints_and_old_directories_carry_the_models_positions(tok_dir, tmp_path):
+    """A training checkpoint copies the tokenizer's files beside the model; a directory written before the fix
+    (512 in tokenizer_config.json) still gives litebert's tokenizer the model's positions."""
+    from litebert.training.checkpoint import save_checkpoint
+
+    model = AlbertForSequenceClassification(tiny_config())
+    step = save_checkpoint(tmp_path / "run", 1, model, {}, tokenizer=tok_dir)
+    assert json.loads((step / "tokenizer_config.json").read_text())["model_max_length"] == POSITIONS
+    assert json.loads((tok_dir / "tokenizer_config.json").read_text())["model_max_length"] == 512  # the source
+    old = json.loads((step / "tokenizer_config.json").read_text())
+    (step / "tokenizer_config.json").write_text(json.dumps({**old, "model_max_length": 512}))
+    assert Tokenizer.from_pretrained(str(step)).model_max_length == POSITIONS
+
+
+# ----------------------------------------------------------------------------- the tokenizer object
+
+TEXTS = ["Anne Elliot's [MASK] was there, at 1,000 o'clock!", "hello , world . don ' t", "Café déjà vu 1990,"]
+PAIRS = ["She smiled.", "No.", "Mary went to Uppercross, and Charles too."]
+
+
+@pytest.fixture(scope="module")
+def both(tok_dir):
+    """litebert's Tokenizer and transformers' AutoTokenizer on the same directory."""
+    return Tokenizer.from_pretrained(str(tok_dir)), transformers.AutoTokenizer.from_pretrained(str(tok_dir))
+
+
+def lists(encoding) -> dict:
+    return {k: v.tolist() if hasattr(v, "tolist") else v for k, v in encoding.items()}
+
+
+def test_call_shapes_equal_transformers(both):
+    """text_pair=, is_split_into_words, the return_* flags and word_ids() give transformers' results."""
+    ours, theirs = both
+    flags = dict(return_offsets_mapping=True, return_special_tokens_mask=True, return_length=True)
+    for text, pair in zip(TEXTS, PAIRS):
+        for kw in ({}, flags, dict(return_token_type_ids=False, return_attention_mask=False)):
+            a = ours(text, text_pair=pair, padding=False, return_tensors=None, **kw)
+            b = theirs(text, text_pair=pair, **kw)
+            assert dict(a) == dict(b), (text, kw)
+            assert a.word_ids() == b.word_ids() and a.input_ids == b["input_ids"]
+    words = [["Anne", "Elliot's", "1,000", "Café", "[MASK]"], ["x"]]
+    a = ours(words, is_split_into_words=True, return_tensors=None, return_offsets_mapping=True)
+    b = theirs(words, is_split_into_words=True, padding=True, return_offsets_mapping=True)
+    assert dict(a) == dict(b) and [a.word_ids(i) for i in (0, 1)] == [b.word_ids(i) for i in (0, 1)]
+    kw = dict(padding=True, truncation=True, max_length=12, return_tensors="pt")
+    a, b = ours(TEXTS, PAIRS, **kw), theirs(TEXTS, PAIRS, **kw)
+    assert lists(a) == lists(b) and a.to("cpu").input_ids.dtype == torch.int64
+
+
+def test_special_ids_vocab_and_conversions_equal_transformers(both):
+    ours, theirs = both
+    for name in ("pad", "unk", "cls", "sep", "mask", "bos", "eos"):
+        assert getattr(ours, f"{name}_token") == getattr(theirs, f"{name}_token")
+        assert getattr(ours, f"{name}_token_id") == getattr(theirs, f"{name}_token_id"), name
+    assert ours.all_special_ids == theirs.all_special_ids and ours.all_special_tokens == theirs.all_special_tokens
+    assert ours.get_vocab() == theirs.get_vocab() and len(ours) == len(theirs)
+    ids = theirs(TEXTS[0], TEXTS[1])["input_ids"]
+    assert ours.convert_ids_to_tokens(ids) == theirs.convert_ids_to_tokens(ids)
+    assert ours.convert_ids_to_tokens(ids[3]) == theirs.convert_ids_to_tokens(ids[3])
+    assert ours.convert_ids_to_tokens(ids, skip_special_tokens=True) == theirs.convert_ids_to_tokens(
+        ids, skip_special_tokens=True)
+    tokens = ["▁anne", "zzzq", "[MASK]", ","]
+    assert ours.convert_tokens_to_ids(tokens) == theirs.convert_tokens_to_ids(tokens)
+    assert ours.convert_tokens_to_ids("▁anne") == theirs.convert_tokens_to_ids("▁anne")
+
+
+def test_decode_and_batch_decode_equal_transformers(both):
+    ours, theirs = both
+    batch = theirs(TEXTS, PAIRS, padding=True, return_tensors="pt")["input_ids"]
+    for skip in (False, True):
+        assert ours.batch_decode(batch, skip_special_tokens=skip) == theirs.batch_decode(batch, skip_special_tokens=skip)
+        for row in [batch[0], batch[1].tolist(), [1, 46, 0, 4], [5, 6, 7, 13, 8]]:
+            assert ours.decode(row, skip_special_tokens=skip) == theirs.decode(row, skip_special_tokens=skip)
+
+
+def test_no_silent_cut_without_truncation(both):
+    """As transformers: without truncation or max_length nothing is cut, and a row over model_max_length warns;
+    truncation=True cuts to model_max_length."""
+    ours, theirs = both
+    text = "word " * 600
+    with pytest.warns(UserWarning, match="more than model_max_length 512"):
+        uncut = ours(text, padding=False, return_tensors=None)
+    assert uncut == dict(theirs(text)) and len(uncut["input_ids"]) > 512
+    cut = ours(text, truncation=True, padding=False, return_tensors=None)
+    assert cut == dict(theirs(text, truncation=True)) and len(cut["input_ids"]) == 512
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ours(text, max_length=64)  # an explicit max_length cuts, as litebert's own callers ask
+
+
+
+# ----------------------------------------------------------------------------- model outputs
+
+HEAD_NAMES = ["AlbertModel", "AlbertForPreTraining", "AlbertForMaskedLM", "AlbertForSequenceClassification",
+              "AlbertForTokenClassification", "AlbertForQuestionAnswering", "AlbertForMultipleChoice"]
+
+
+def twins(name: str, tmp_path, **overrides):
+    """A random litebert model of class `name`, saved, and transformers' same class loaded from that directory
+    (eager attention: transformers' SDPA returns no attention probabilities)."""
+    from litebert.heads import MODEL_CLASSES
+
+    torch.manual_seed(0)
+    num_labels = 2 if name in ("AlbertForPreTraining", "AlbertForQuestionAnswering") else 3
+    ours = MODEL_CLASSES[name](tiny_config(num_labels=num_labels, **overrides)).eval()
+    ours.save_pretrained(tmp_path)
+    theirs = getattr(transformers, name).from_pretrained(str(tmp_path), attn_implementation="eager").eval()
+    return ours, theirs
+
+
+def inputs_for(name: str) -> dict:
+    generator = torch.Generator().manual_seed(1)
+    shape = (2, 3, 9) if name == "AlbertForMultipleChoice" else (2, 9)
+    mask = torch.ones(shape, dtype=torch.long)
+    mask[..., -3:][0] = 0  # the first example is padded
+    return dict(input_ids=torch.randint(5, 500, shape, generator=generator), attention_mask=mask,
+                token_type_ids=torch.zeros(shape, dtype=torch.long))
+
+
+@pytest.mark.parametrize("name", HEAD_NAMES)
+def test_outputs_index_and_hold_hidden_states_as_transformers(name, tmp_path):
+    """out[0] is the first field that is not None (the logits when no labels are given), keys() and to_tuple()
+    skip None, and output_hidden_states / output_attentions give transformers' tuples: the projected embeddings
+    and each block's output, each block's attention probabilities (two groups of two blocks here)."""
+    ours, theirs = twins(name, tmp_path, num_hidden_groups=2, inner_group_num=2)
+    x = inputs_for(name)
+    with torch.no_grad():
+        plain_a, plain_b = ours(**x), theirs(**x)
+        a = ours(**x, output_hidden_states=True, output_attentions=True)
+        b = theirs(**x, output_hidden_states=True, output_attentions=True)
+    assert list(plain_a.keys()) == list(plain_b.keys()) and len(plain_a) == len(plain_b)
+    assert "loss" not in plain_a and torch.allclose(plain_a[0], plain_b[0], atol=1e-5)
+    assert list(a.keys()) == list(b.keys()) and len(a.to_tuple()) == len(b.to_tuple())
+    assert len(a.hidden_states) == len(b.hidden_states) == 1 + 2 * 2 and len(a.attentions) == len(b.attentions) == 4
+    for ours_t, theirs_t in zip(a.hidden_states + a.attentions, b.hidden_states + b.attentions, strict=True):
+        assert ours_t.shape == theirs_t.shape and torch.allclose(ours_t, theirs_t, atol=1e-5)
+    assert torch.allclose(a[0], plain_a[0], atol=1e-5)  # asking for more changes nothing else (SDPA vs explicit)
+    assert torch.allclose(a["hidden_states"][-1], b["hidden_states"][-1], atol=1e-5)
+
+
+def test_indexing_with_labels_and_mapping_habits(tmp_path):
+    ours, theirs = twins("AlbertForSequenceClassification", tmp_path)
+    x = {**inputs_for("AlbertForSequenceClassification"), "labels": torch.tensor([0, 2])}
+    a, b = ours(**x), theirs(**x)
+    assert list(a.keys()) == list(b.keys()) == ["loss", "logits"]
+    assert torch.allclose(a[0], b[0], atol=1e-5) and torch.allclose(a[1], b[1], atol=1e-5)
+    loss, logits = a.to_tuple()
+    assert torch.allclose(dict(a)["logits"], logits) and a["loss"] is a.loss is loss
+    with pytest.raises(KeyError):
+        ours(**inputs_for("AlbertForSequenceClassification"))["loss"]  # as transformers: None fields are not keys
+
+
+def test_from_pretrained_takes_transformers_keywords(tmp_path):
+    from litebert.errors import ConfigError
+
+    ours, _ = twins("AlbertForSequenceClassification", tmp_path)
+    cls = type(ours)
+    for kw, expected in [(dict(dtype=torch.bfloat16), torch.bfloat16), (dict(torch_dtype="float16"), torch.float16),
+                         (dict(dtype="auto"), torch.float32), (dict(torch_dtype=torch.float32), torch.float32)]:
+        assert {p.dtype for p in cls.from_pretrained(tmp_path, **kw).parameters()} == {expected}, kw
+    for device_map in ("cpu", "auto", torch.device("cpu")):
+        model = cls.from_pretrained(tmp_path, device_map=device_map)
+        assert {p.device.type for p in model.parameters()} == {"cuda" if device_map == "auto" and
+                                                               torch.cuda.is_available() else "cpu"}
+    label2id = {"neg": 0, "neutral": 1, "pos": 2}
+    model = cls.from_pretrained(tmp_path, label2id=label2id)
+    reference = transformers.AlbertForSequenceClassification.from_pretrained(str(tmp_path), label2id=label2id,
+                                                                             id2label={0: "neg", 1: "neutral", 2: "pos"})
+    assert model.config.id2label == reference.config.id2label and model.config.num_labels == reference.num_labels
+    for kw, message in [(dict(device_map="balanced"), "one device"), (dict(device_map={"": 0}), "one device"),
+                        (dict(dtype="int8"), "not a floating dtype"), (dict(dtype="float32", torch_dtype="float16"), "disagree"),
+                        (dict(label2id={"a": 0}, id2label={0: "b"}), "disagree")]:
+        with pytest.raises(ConfigError, match=message):
+            cls.from_pretrained(tmp_path, **kw)
+
+
+# ----------------------------------------------------------------------------- model card, TensorBoard
+
+
+def front_matter(path) -> dict:
+    text = path.read_text()
+    assert text.startswith("---\n")
+    meta, key = {}, None
+    for line in text.split("---\n")[1].splitlines():  # the small YAML subset a card uses: keys and lists
+        if line.startswith("- "):
+            meta.setdefault(key, []).append(line[2:])
+        else:
+            key, _, value = (part.strip() for part in line.partition(":"))
+            if value:
+                meta[key] = value
+    return meta
+
+
+def test_every_saved_model_has_a_model_card(tmp_path):
+    """README.md with the Hub's front matter; a metrics table when the run gives one; a user's own card is kept."""
+    from huggingface_hub import ModelCard
+
+    model = AlbertForSequenceClassification(tiny_config(num_labels=2, id2label={0: "neg", 1: "pos"}))
+    model.save_pretrained(tmp_path / "m", card={"license": "apache-2.0", "metrics": {"accuracy": 0.8125}})
+    meta = front_matter(tmp_path / "m" / "README.md")
+    assert meta == {"library_name": "transformers", "tags": ["albert", "litebert"],
+                    "pipeline_tag": "text-classification", "license": "apache-2.0"}
+    card = ModelCard.load(tmp_path / "m" / "README.md")  # the Hub's own reader
+    assert card.data.library_name == "transformers" and card.data.pipeline_tag == "text-classification"
+    assert "| accuracy | 0.8125 |" in card.text and "0 neg, 1 pos" in card.text
+    loaded = AlbertForSequenceClassification.from_pretrained(tmp_path / "m")
+    loaded.save_pretrained(tmp_path / "again")
+    assert "Initialised from `" + str(tmp_path / "m") + "`" in (tmp_path / "again" / "README.md").read_text()
+    (tmp_path / "m" / "README.md").write_text("# my own card\n")
+    model.save_pretrained(tmp_path / "m")
+    assert (tmp_path / "m" / "README.md").read_text() == "# my own card\n"
+
+
+def test_metrics_log_writes_tensorboard_events(tmp_path):
+    """The same numbers as metrics.jsonl, read back with TensorBoard's own reader; a resume purges later steps."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from litebert.training.metrics_log import MetricsLog, read_metrics
+
+    log = MetricsLog(tmp_path, writes=True)
+    for step in (10, 20, 30):
+        log.write({"step": step, "loss": 1.0 / step, "lr": 1e-3})
+    log.write({"step": 30, "eval_accuracy": 0.75, "split": "dev"})
+    resumed = MetricsLog(tmp_path, writes=True)
+    resumed.restart_at(20)
+    resumed.write({"step": 30, "loss": 0.5})
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    scalars = {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+    assert scalars["loss"] == [(10, pytest.approx(0.1)), (20, pytest.approx(0.05)), (30, 0.5)]
+    assert scalars["lr"] == [(10, pytest.approx(1e-3)), (20, pytest.approx(1e-3))]
+    assert scalars["eval_accuracy"] == []  # purged with the steps after 20 (the tag stays listed)
+    assert [r["loss"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [0.1, 0.05, 0.5]
+    (tmp_path / "off").mkdir()
+    MetricsLog(tmp_path / "off", writes=True, tensorboard=False).write({"step": 1, "loss": 1.0})
+    assert os.listdir(tmp_path / "off") == ["metrics.jsonl"]
