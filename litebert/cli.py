@@ -31,7 +31,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "convert": ("litebert.interop.convert:cli", "convert HF or original TF ALBERT checkpoints to a litebert/HF directory"),
     "export": ("litebert.interop.export:cli", "export a checkpoint for inference (TorchScript / ONNX)"),
     "serve": ("litebert.serving.server:cli", "an HTTP JSON server for a model, with dynamic batching"),
-    "params": ("litebert.paper.params:cli", "parameter counts of every preset beside the paper's Tables 1 and 5"),
+    "params": ("litebert.paper.params:cli", "parameter counts of every preset beside the paper's Tables 1 and 4"),
     "analyze": ("litebert.paper.analysis:cli", "layer-to-layer L2 / cosine transitions (paper Figure 1)"),
     "reproduce": ("litebert.paper.reproduce:cli", "the paper's experiments (Tables 3-8, 11-12, Figures 1-2) as "
                   "resumable grids of runs, with a report beside the paper's numbers"),

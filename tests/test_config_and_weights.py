@@ -198,7 +198,7 @@ def test_activations_match_transformers(act):
 def test_parameter_counts_match_the_paper():
     rows = {r["model"]: r for r in table()}
     matched = [name for name, r in rows.items() if r["verdict"].startswith("matches")]
-    # Every Table 1 and Table 5 figure is reached, except the two the described architecture cannot reach.
+    # Every Table 1 and Table 4 figure is reached, except the two the described architecture cannot reach.
     assert sorted(set(r["model"] for r in rows.values() if r["paper_millions"]) - set(matched)) == \
         ["albert-xlarge-v2", "albert-xxlarge-v2"]
     assert round(rows["albert-base-v2"]["counts"]["as built"] / 1e6, 2) == 11.68

@@ -322,6 +322,27 @@ SCALES: dict[str, Scale] = {
 }
 
 
+def derived_model_sets(paper: AlbertConfig, scale: Scale, sets: Mapping[str, Any], row: str) -> dict[str, Any]:
+    """`--set model.X` with what depends on X derived as the scale derives it: a hidden size brings its heads
+    (H / head size) and FFN (the paper's ratio to H), and, in a row whose E equals H, its E; a layer count
+    brings one group per layer in a row that shares nothing. What cannot be derived is refused."""
+    out = dict(sets)
+    ties_e = paper.embedding_size == paper.hidden_size
+    if "hidden_size" in sets:
+        h = sets["hidden_size"]
+        out.setdefault("num_attention_heads", max(1, h // scale.head_size))
+        out.setdefault("intermediate_size", paper.intermediate_size * h // paper.hidden_size)
+        if ties_e:
+            if sets.get("embedding_size", h) != h:
+                raise ConfigError(f"--set model.embedding_size: row {row!r} ties E to H (E = H = {h})")
+            out["embedding_size"] = h
+    elif "embedding_size" in sets and ties_e:
+        raise ConfigError(f"--set model.embedding_size: row {row!r} ties E to H; set model.hidden_size instead")
+    if "num_hidden_layers" in sets and paper.num_hidden_groups == paper.num_hidden_layers:
+        out.setdefault("num_hidden_groups", sets["num_hidden_layers"])
+    return out
+
+
 def scale_model(exp: Experiment, row: Row, scale: Scale, vocab_size: int, sets: Mapping[str, Any] | None = None
                 ) -> dict[str, Any]:
     """The row's AlbertConfig fields at `scale`: the paper's model (the preset with the row's changes) with its
@@ -354,7 +375,7 @@ def scale_model(exp: Experiment, row: Row, scale: Scale, vocab_size: int, sets: 
             raise ConfigError(f"--set model.{key}: the {exp.name} experiment varies {key} itself")
         if key not in fields:
             raise ConfigError(f"--set model.{key}: AlbertConfig has no field {key!r}")
-        fields[key] = value
+    fields.update(derived_model_sets(paper, scale, sets or {}, row.name))
     AlbertConfig(**fields)  # refuse an impossible shape before anything runs
     return fields
 

@@ -1,4 +1,4 @@
-"""Parameter counts of the paper's models, counted from the real modules, beside the paper's Tables 1 and 5.
+"""Parameter counts of the paper's models, counted from the real modules, beside the paper's Tables 1 and 4.
 
 Models are built on the meta device: counting xxlarge costs no memory. The paper does not say what it counts,
 and its figures do not all follow one convention, so three counts are given per row: the encoder as litebert
@@ -40,7 +40,7 @@ def paper_rows() -> list[Row]:
     for E, figures in table5.items():
         for sharing, paper in figures.items():
             groups = 1 if sharing == "all" else 12
-            rows.append(Row("Table 5", f"base E={E} sharing={sharing}",
+            rows.append(Row("Table 4", f"base E={E} sharing={sharing}",
                             _base(embedding_size=E, sharing=sharing, num_hidden_groups=groups), paper))
     rows += [Row("preset", name, AlbertConfig.from_preset(name), None)
              for name in PRESETS if not any(r.name == name for r in rows)]

@@ -5,7 +5,6 @@ finished rows (their result.json) and runs none: running them is reproduce.py's.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import re
 from collections.abc import Mapping
@@ -15,17 +14,11 @@ from litebert.corpus.dataset import PretrainDataset
 from litebert.files import save_figure
 from litebert.paper.experiments import DATA, SOURCE, Claim, scale_model
 from litebert.paper.grid import Grid, read_json
+from litebert.paper.stats import ALPHA, LEVEL, POWER, Cell, cell, detectable, gap, near_verdict, order_verdict, overall
 
 METRICS = ("parameters", "steps", "mlm_acc", "mlm_loss", "sop_acc", "nsp_acc", "mlm_acc_late", "avg",
            "l2_oscillation", "angle_oscillation", "l2_last_ratio")
 PAPER_COLUMN = {"avg": "Avg", "mlm_acc": "MLM acc", "sop_acc": "SOP acc", "nsp_acc": "NSP acc"}
-
-
-def mean_sd(values: list[float]) -> tuple[float, float | None]:
-    m = sum(values) / len(values)
-    if len(values) < 2:
-        return m, None
-    return m, math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
 
 
 def chance(grid: Grid) -> dict[str, float]:
@@ -54,13 +47,11 @@ def collect(grid: Grid, state: Mapping[str, Any]) -> dict[str, Any]:
             for key in METRICS:
                 values = [r[key] for r in runs.values() if isinstance(r.get(key), (int, float))]
                 if values:
-                    m, sd = mean_sd(values)
-                    stats[key] = {"mean": m, "sd": sd, "n": len(values)}
+                    stats[key] = dataclasses.asdict(cell(values))
             for task in grid.scale.finetune["tasks"]:  # each task's best dev score beside the average
                 values = [r["downstream"][task]["score"] for r in runs.values() if task in r.get("downstream", {})]
                 if values:
-                    m, sd = mean_sd(values)
-                    stats[f"task:{task}"] = {"mean": m, "sd": sd, "n": len(values)}
+                    stats[f"task:{task}"] = dataclasses.asdict(cell(values))
             entry["stats"] = stats
         rows[row.name] = entry
     out = {"experiment": grid.exp.name, "table": grid.exp.table, "title": grid.exp.title, "scale": grid.scale.name,
@@ -75,74 +66,54 @@ def collect(grid: Grid, state: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _side(expr: str, values: Mapping[str, tuple[float, float | None]]) -> tuple[float, float | None] | None:
-    """(value, variance or None) of "A", "A - B", a number, "chance"; None if a row has no value."""
-    total, var, known = 0.0, 0.0, True
+def _side(expr: str, values: Mapping[str, Cell]) -> list[tuple[int, Cell | float]] | None:
+    """The signed terms of "A", "A - B", a number or "chance"; None if a row has no value."""
+    terms: list[tuple[int, Cell | float]] = []
     for sign, term in zip((1, -1), expr.split(" - ")) if " - " in expr else [(1, expr)]:
         term = term.strip()
         if re.fullmatch(r"-?[\d.]+", term):
-            total += sign * float(term)
-            continue
-        if term not in values:
-            return None
-        m, sd = values[term]
-        total += sign * m
-        if sd is None:
-            known = False
+            terms.append((sign, float(term)))
+        elif term in values:
+            terms.append((sign, values[term]))
         else:
-            var += sd * sd
-    return total, (var if known else None)
-
-
-def verdict(kind: str, gap: float, spread: float | None, tol: float = 0.0) -> str:
-    """holds / reversed / noise for one pair. order: gap = high - low; near: gap = a - b within tol."""
-    if kind == "near":
-        if spread is None:
-            return "holds" if abs(gap) <= tol else "reversed"
-        return "holds" if abs(gap) + spread <= tol else "reversed" if abs(gap) - spread > tol else "noise"
-    if spread is None:  # one seed: the sign alone (a tie is no ordering)
-        return "holds" if gap > 0 else "reversed" if gap < 0 else "noise"
-    return "holds" if gap > spread else "reversed" if gap < -spread else "noise"
+            return None
+    return terms
 
 
 def judge(claim: Claim, results: Mapping[str, Any], metric: str | None = None) -> dict[str, Any]:
-    """The claim on our numbers (and, where the paper's table has the metric, on the paper's), per pair."""
+    """The claim tested on our seeds (litebert.paper.stats: Welch's t-test, or TOST for "near"), per pair, with
+    the smallest gap the grid could have detected; and the paper's own numbers beside them."""
     metric = metric or claim.metric
-    ours: dict[str, tuple[float, float | None]] = {}
+    ours: dict[str, Cell] = {}
     for name, entry in results["rows"].items():
         s = entry.get("stats", {}).get(metric)
         if s:
-            ours[name] = (s["mean"], s["sd"])
+            ours[name] = Cell(s["mean"], s["sd"], s["n"])
     if metric in results.get("chance", {}):
-        ours["chance"] = (results["chance"][metric], 0.0)
-    paper = {name: (float(e["paper"][PAPER_COLUMN[metric]]), 0.0) for name, e in results["rows"].items()
+        ours["chance"] = Cell(results["chance"][metric], 0.0, 1_000_000)  # a property of the data, not a sample
+    paper = {name: float(e["paper"][PAPER_COLUMN[metric]]) for name, e in results["rows"].items()
              if metric in PAPER_COLUMN and isinstance(e["paper"].get(PAPER_COLUMN[metric]), float)}
     if metric in ("sop_acc", "nsp_acc"):
-        paper["chance"] = (50.0, 0.0)
+        paper["chance"] = 50.0
     pairs, verdicts = [], []
     for high, low in claim.pairs:
-        a, b = _side(high, ours), _side(low, ours)
         pair: dict[str, Any] = {"high": high, "low": low}
-        pa, pb = _side(high, paper), _side(low, paper)
+        pa, pb = _side(high, {k: Cell(v, 0.0, 1) for k, v in paper.items()}), \
+            _side(low, {k: Cell(v, 0.0, 1) for k, v in paper.items()})
         if pa and pb:
-            pair["paper"] = [pa[0], pb[0]]
+            pair["paper"] = [gap(pa).value, gap(pb).value]
+        a, b = _side(high, ours), _side(low, ours)
         if a and b:
-            spread = None if a[1] is None or b[1] is None else math.sqrt(a[1] + b[1])
-            v = verdict(claim.kind, a[0] - b[0], spread, claim.tol)
-            pair.update(ours=[a[0], b[0]], spread=spread, verdict=v)
-            verdicts.append((v, spread is None))
+            g = gap(a + [(-sign, term) for sign, term in b])
+            v, p = near_verdict(g, claim.tol) if claim.kind == "near" else order_verdict(g)
+            pair.update(ours=[gap(a).value, gap(b).value], se=g.se, df=g.df, p=p, verdict=v,
+                        detectable=detectable(g))
+            verdicts.append(v.split(" (")[0])
         pairs.append(pair)
-    if not verdicts or len(verdicts) < len(claim.pairs):
-        overall = "not measured" if not verdicts else "incomplete"
-    elif any(v == "reversed" for v, _ in verdicts):
-        overall = "not reproduced"
-    elif all(v == "holds" for v, _ in verdicts):
-        overall = "reproduced"
-    else:
-        overall = "within noise"
-    if overall in ("reproduced", "not reproduced") and any(one for _, one in verdicts):
-        overall += " (one seed: spread unknown)"
-    out = {"claim": claim.text, "metric": metric, "kind": claim.kind, "verdict": overall, "pairs": pairs}
+    out = {"claim": claim.text, "metric": metric, "kind": claim.kind,
+           "verdict": overall(verdicts, len(claim.pairs)), "pairs": pairs,
+           "test": ("TOST, two one-sided Welch t-tests" if claim.kind == "near" else "one-sided Welch t-test")
+           + f", alpha {ALPHA}"}
     if claim.kind == "near":
         out["tol"] = claim.tol
     if metric == "avg":  # the paper's tables score downstream; held-out MLM accuracy is what every row has
@@ -165,8 +136,9 @@ def _cell(stats: Mapping[str, Any] | None, metric: str) -> str:
         return "-"
     s = stats[metric]
     text = _fmt(metric, s["mean"])
-    if s["sd"] is not None and metric not in ("parameters", "steps"):
-        text += f" ± {_fmt(metric, s['sd'])}"
+    half = Cell(s["mean"], s["sd"], s["n"]).half_width
+    if half is not None and metric not in ("parameters", "steps"):
+        text += f" ± {_fmt(metric, half)}"
     return text
 
 
@@ -188,8 +160,11 @@ def _pair_text(metric: str, pair: Mapping[str, Any], kind: str) -> str:
     text = f"{pair['high']} {rel} {pair['low']}"
     if "ours" in pair:
         a, b = pair["ours"]
-        spread = f", spread {_fmt(metric, pair['spread'])}" if pair["spread"] is not None else ""
-        text += (f": ours {_fmt(metric, a)} vs {_fmt(metric, b)} (gap {_fmt(metric, a - b)}{spread}) "
+        test = ""
+        if pair.get("se") is not None:
+            test = (f", SE {_fmt(metric, pair['se'])}, p {pair['p']:.3g}, smallest detectable gap "
+                    f"{_fmt(metric, pair['detectable'])}")
+        text += (f": ours {_fmt(metric, a)} vs {_fmt(metric, b)} (gap {_fmt(metric, a - b)}{test}) "
                  f"-> {pair['verdict']}")
     else:
         text += ": not measured"
@@ -218,7 +193,10 @@ def report(grid: Grid, results: Mapping[str, Any], state: Mapping[str, Any], plo
                  f"({scale.finetune.get('max_steps')} steps each, one recipe), averaged" if
                  any("avg" in e.get("stats", {}) for e in results["rows"].values()) else
                  "; no downstream fine-tuning in this grid (--downstream adds it)")
-              + ". Cells are percentages; with several seeds, mean ± sample standard deviation.", ""]
+              + f". Cells are percentages; with several seeds, mean ± the half-width of its {LEVEL:.0%} t interval. "
+              f"Each comparison is tested on the seeds (one-sided Welch t-test, or TOST for 'about equal', "
+              f"alpha {ALPHA}): reproduced, contradicted, or inconclusive at this power, beside the smallest gap "
+              f"the grid could have detected (power {POWER}).", ""]
     if results.get("chance"):
         lines += ["Chance on the held-out pairs (the majority label): "
                   + ", ".join(f"{k.split('_')[0].upper()} {100 * v:.1f}%" for k, v in results["chance"].items()), ""]
@@ -312,4 +290,4 @@ def write_plots(grid: Grid, results: Mapping[str, Any], out_dir: str) -> list[st
     return written
 
 
-__all__ = ["judge", "verdict"]
+__all__ = ["judge"]

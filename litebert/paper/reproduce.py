@@ -15,9 +15,9 @@ The grid runs in one process; --nproc-per-node N trains each row with N processe
 sizes are global: the same examples per step). The grid resumes: rerunning the command skips every finished
 row (its result.json), resumes a killed row from its last checkpoint, and --rows reruns a subset from scratch.
 The report (report.md beside results.json and PNG plots) sets the grid's table beside the paper's and says,
-for each comparison the paper makes, whether the ordering reproduces; with --seeds N a cell is mean ± sample
-standard deviation, and an ordering counts only when the gap exceeds the combined spread
-(sqrt(sd_a^2 + sd_b^2)); otherwise it is "within noise".
+for each comparison the paper makes whether it reproduces, is contradicted, or is inconclusive at the grid's
+power: with --seeds N a cell is its mean ± a 95% t interval, and each comparison is a Welch t-test on the seeds
+(litebert.paper.stats), printed with its p-value and the smallest gap the grid could have detected.
 """
 
 from __future__ import annotations

@@ -1,0 +1,151 @@
+"""The statistics a reproduction's verdicts rest on: each cell's mean with a t interval over its seeds, and each
+claimed comparison tested with Welch's t-test, so that a verdict says what the seeds can and cannot decide.
+
+A comparison is a gap between two sides, each a row's mean or a difference of rows' means ("a - b"). Its
+standard error adds the rows' squared standard errors (sd^2 / n); its degrees of freedom are Welch and
+Satterthwaite's. Two kinds of claim:
+  order  the paper says high > low: one-sided Welch test of gap > 0. "reproduced" when p < alpha,
+         "contradicted" when the opposite one-sided test rejects (gap < 0 at alpha), else "inconclusive".
+  near   the paper says a ~ b within tol: two one-sided tests (TOST). "reproduced" when the 1 - 2 alpha
+         interval of the gap lies inside (-tol, tol), "contradicted" when it lies wholly outside, else
+         "inconclusive".
+Beside each verdict: the smallest gap the grid could have detected (one-sided alpha, power 0.8) at the
+standard error it measured, so "inconclusive" says whether more seeds or a larger effect would decide it.
+One seed per row gives no standard error: such a comparison is "inconclusive (one seed)".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+ALPHA = 0.05  # one-sided level of every test
+POWER = 0.8  # the power the smallest detectable gap is quoted at
+LEVEL = 0.95  # the cells' intervals
+
+
+def _t():
+    from scipy import stats  # an optional dependency (the eval extra); only reports need it
+    return stats.t
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One row's metric over its seeds."""
+
+    mean: float
+    sd: float | None  # sample standard deviation; None for one seed
+    n: int
+
+    @property
+    def half_width(self) -> float | None:
+        """Half the LEVEL t interval of the mean (None for one seed)."""
+        if self.sd is None or self.n < 2:
+            return None
+        return float(_t().ppf(0.5 + LEVEL / 2, self.n - 1)) * self.sd / math.sqrt(self.n)
+
+
+def cell(values: Sequence[float]) -> Cell:
+    n = len(values)
+    m = sum(values) / n
+    sd = math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1)) if n > 1 else None
+    return Cell(m, sd, n)
+
+
+@dataclass(frozen=True)
+class Gap:
+    """A side of a comparison minus the other: its value, standard error and Welch degrees of freedom."""
+
+    value: float
+    se: float | None  # None when some row has one seed
+    df: float | None
+
+
+def gap(terms: Sequence[tuple[int, Cell | float]]) -> Gap:
+    """sum(sign * term): cells contribute their means and squared standard errors, numbers are exact."""
+    value, var, denominator, known = 0.0, 0.0, 0.0, True
+    for sign, term in terms:
+        if not isinstance(term, Cell):
+            value += sign * term
+            continue
+        value += sign * term.mean
+        if term.sd is None or term.n < 2:
+            known = False
+            continue
+        v = term.sd ** 2 / term.n
+        var += v
+        denominator += v * v / (term.n - 1)
+    if not known:
+        return Gap(value, None, None)
+    if var == 0.0:  # every seed agreed exactly: no spread to test against
+        return Gap(value, 0.0, math.inf)
+    return Gap(value, math.sqrt(var), var * var / denominator)
+
+
+def detectable(g: Gap) -> float | None:
+    """The smallest true gap a one-sided ALPHA test detects with probability POWER at this standard error."""
+    if g.se is None:
+        return None
+    t = _t()
+    return (float(t.ppf(1 - ALPHA, g.df)) + float(t.ppf(POWER, g.df))) * g.se if g.se else 0.0
+
+
+def order_verdict(g: Gap) -> tuple[str, float | None]:
+    """(verdict, one-sided p of gap > 0) for a claim high > low."""
+    if g.se is None:
+        return "inconclusive (one seed)", None
+    if g.se == 0.0:
+        p = 0.0 if g.value > 0 else 1.0
+    else:
+        p = float(_t().sf(g.value / g.se, g.df))
+    if p < ALPHA:
+        return "reproduced", p
+    if 1 - p < ALPHA and g.value < 0:
+        return "contradicted", p
+    return "inconclusive", p
+
+
+def near_verdict(g: Gap, tol: float) -> tuple[str, float | None]:
+    """(verdict, TOST p: the larger of the two one-sided p-values) for a claim |a - b| <= tol."""
+    if g.se is None:
+        return "inconclusive (one seed)", None
+    if g.se == 0.0:
+        return ("reproduced", 0.0) if abs(g.value) < tol else ("contradicted", 1.0)
+    t = _t()
+    p = max(float(t.sf((g.value + tol) / g.se, g.df)), float(t.cdf((g.value - tol) / g.se, g.df)))
+    half = float(t.ppf(1 - ALPHA, g.df)) * g.se  # the 1 - 2 ALPHA interval
+    if p < ALPHA:
+        return "reproduced", p
+    if g.value - half > tol or g.value + half < -tol:
+        return "contradicted", p
+    return "inconclusive", p
+
+
+def overall(verdicts: Sequence[str], expected: int) -> str:
+    """A claim's verdict from its comparisons': contradicted if any is, reproduced if all are."""
+    if not verdicts:
+        return "not measured"
+    if len(verdicts) < expected:
+        return "incomplete"
+    if any(v == "contradicted" for v in verdicts):
+        return "contradicted"
+    if all(v == "reproduced" for v in verdicts):
+        return "reproduced"
+    return "inconclusive"
+
+
+def spread_sources(by_pretrain_seed: Mapping[str, Sequence[float]]) -> dict[str, float] | None:
+    """How much of a score's variance comes from pretraining seeds and how much from fine-tuning seeds, from a
+    one-way random-effects ANOVA over {pretraining seed: [score per fine-tuning seed]} (balanced groups)."""
+    groups = [list(v) for v in by_pretrain_seed.values() if v]
+    if len(groups) < 2 or any(len(g) != len(groups[0]) for g in groups) or len(groups[0]) < 2:
+        return None
+    k, r = len(groups), len(groups[0])
+    grand = sum(map(sum, groups)) / (k * r)
+    means = [sum(g) / r for g in groups]
+    within = sum((v - m) ** 2 for g, m in zip(groups, means) for v in g) / (k * (r - 1))
+    between = r * sum((m - grand) ** 2 for m in means) / (k - 1)
+    pretrain = max(0.0, (between - within) / r)
+    return {"pretraining_variance": pretrain, "finetuning_variance": within,
+            "pretraining_share": pretrain / (pretrain + within) if pretrain + within else 0.0}
