@@ -180,3 +180,13 @@ def test_small_calls_reports_encoding_and_gelu_ratios_of_its_timings():
     assert g["sigmoid_form"]["max_abs_error_vs_fp64"] < 1e-6 and g["fused"]["max_abs_error_vs_fp64"] < 1e-6
     p = r["pipeline"]
     assert p["32_per_call_vs_one_per_call"] == ratio_of(timed(p["one_per_call"]), timed(p["32_per_call"]))
+
+
+def test_table2_throughput_is_relative_to_bert_large_measured_in_the_same_run():
+    (record,) = records("table2_throughput.py", "--quick", "--presets", "bert-large,albert-base-v2",
+                        "--repeats", "3", "--warmup", "1", "--threads", "1", "--length", "32")
+    models = record["models"]
+    assert models["bert-large"]["speedup_vs_bert_large"] == 1.0 and models["albert-base-v2"]["paper"] == 5.6
+    ours = models["albert-base-v2"]["speedup_vs_bert_large"]
+    assert ours == pytest.approx(timed(models["bert-large"]) / timed(models["albert-base-v2"]), abs=0.006)
+    assert models["albert-base-v2"]["parameters"] < models["bert-large"]["parameters"]

@@ -210,6 +210,8 @@ def test_paper_scale_writes_recipes_that_pretrain_accepts(tmp_path, monkeypatch,
         commands = (out / "commands.sh").read_text()
         assert commands.count("torchrun --nproc-per-node $NPROC -m litebert.cli pretrain --config") == len(recipes)
         assert "litebert tokenizer" in commands and "--vocab-size 30000" in commands and "books_wiki.txt" in commands
+        assert commands.rstrip().endswith(f"litebert reproduce {experiment} --scale paper --out {out} --report-only "
+                                          "--seeds 2")  # the runs come back as a report
         by_name = {}
         for path in recipes:
             seen.clear()
@@ -363,3 +365,34 @@ def test_set_derives_heads_ffn_and_a_tied_embedding_or_refuses():
     by_name = {r.name: r for r in layers.rows}  # a layer count keeps each row's sharing: one group per layer
     assert scale_model(layers, by_name["E=128 not-shared"], cpu, 8000, {"num_hidden_layers": 6})["num_hidden_groups"] == 6
     assert scale_model(layers, by_name["E=128 all-shared"], cpu, 8000, {"num_hidden_layers": 6})["num_hidden_groups"] == 1
+
+
+def test_a_row_says_where_it_is_while_it_runs(tmp_path, monkeypatch, capsys):
+    """A row's child runs for minutes: its last log line is printed every HEARTBEAT_SECONDS."""
+    monkeypatch.setattr(R, "HEARTBEAT_SECONDS", 0.2)
+    monkeypatch.setattr(R, "VERB_COMMAND", [sys.executable, "-c",
+                                            "import time; print('step 5/10 loss 3.2', flush=True); time.sleep(1.0)"])
+    R.run_verb("pretrain", [], str(tmp_path / "row" / "pretrain.log"))
+    beats = [line for line in capsys.readouterr().out.splitlines() if "pretrain, " in line]
+    assert len(beats) >= 2 and all(line.endswith("step 5/10 loss 3.2") for line in beats[1:])
+
+
+@pytest.mark.slow
+def test_pretraining_and_finetuning_seeds_are_varied_separately(data_dir, tmp_path, capsys):
+    """--seeds 2 --finetune-seeds 2: each checkpoint is fine-tuned with the same two seeds, and the report says
+    how much of each task's spread comes from pretraining."""
+    results = run(tmp_path, "data", data_dir, "--downstream", "--seeds", "2", "--finetune-seeds", "2")
+    for entry in results["rows"].values():
+        scores = [r["downstream"]["novel_authorship"]["scores"] for r in entry["runs"].values()]
+        assert len(scores) == 2 and all(len(s) == 2 for s in scores)
+        assert set(entry["spread_sources"]["novel_authorship"]) >= {"pretraining_share", "finetuning_variance"}
+    assert "Where the downstream spread comes from" in (tmp_path / "report.md").read_text()
+    assert len(list(tmp_path.rglob("finetune_novel_authorship_seed12346/summary.json"))) == 4  # 2 rows x 2 seeds
+
+
+def test_a_row_on_both_sides_of_a_comparison_counts_its_variance_once():
+    """'L12 - L6 vs L24 - L12' is 2 L12 - L6 - L24: L12's variance enters with coefficient 2^2."""
+    l6, l12, l24 = stats.Cell(0.30, 0.02, 4), stats.Cell(0.33, 0.02, 4), stats.Cell(0.34, 0.02, 4)
+    g = stats.gap([(1, l12), (-1, l6), (-1, l24), (1, l12)])
+    assert g.value == pytest.approx(2 * 0.33 - 0.30 - 0.34)
+    assert g.se == pytest.approx((6 * 0.02 ** 2 / 4) ** 0.5)

@@ -29,9 +29,10 @@ class ReproduceConfig:
         "positional": True, "required": True, "help": f"one of: {', '.join(EXPERIMENTS)}"})
     out: str = field(default="", metadata={"required": True, "metavar": "DIR", "help": (
         "the grid's directory: data, one directory per row and seed, report.md, results.json, plots")})
-    scale: str = field(default="cpu", metadata={"choices": ("cpu", "paper", "tiny"), "help": (
-        "cpu: small models, minutes per row on 2 cores; paper: write the paper-size recipes and commands, "
-        "run nothing; tiny: seconds per row (tests)")})
+    scale: str = field(default="cpu", metadata={"choices": ("cpu", "gpu", "paper", "tiny"), "help": (
+        "cpu: small models, minutes per row on 2 cores; gpu: a table in about 8 minutes on one H100 with --seeds "
+        "3; paper: write the paper-size recipes and commands, run nothing (then --report-only over the "
+        "result.json files those runs leave in --out); tiny: seconds per row (tests)")})
     seeds: int = field(default=1, metadata={"help": "runs per row with seeds seed, seed+1, ...: cells are mean ± sd"})
     seed: int = field(default=12345, metadata={"help": "the first seed (data preparation always uses this one)"})
     budget_minutes: float | None = field(default=None, metadata={"help": (
@@ -46,6 +47,9 @@ class ReproduceConfig:
     set: list[str] = field(default_factory=list, metadata={"metavar": "KEY=VALUE", "help": (
         "override any recipe field: model.X (AlbertConfig), train.X (TrainConfig), pretrain.X, "
         "data.X (vocab_size, max_seq_length, dupe_factor, held_out_fraction, max_documents), finetune.X")})
+    finetune_seeds: int = field(default=1, metadata={"help": (
+        "fine-tuning runs per pretrained checkpoint and task (seeds --seed onwards, the same for every "
+        "pretraining seed): the report splits each task's spread between pretraining and fine-tuning seeds")})
     downstream: bool | None = field(default=None, metadata={"help": (
         "fine-tune every row on the bundled tasks with one fixed recipe (default: on at cpu, off at tiny)")})
     data_dir: str | None = field(default=None, metadata={"metavar": "DIR", "help": (
@@ -60,8 +64,9 @@ class ReproduceConfig:
         "default NPROC of commands.sh, else 8)")})
 
     def __post_init__(self) -> None:
-        if self.seeds < 1:
-            raise ConfigError(f"--seeds must be >= 1, got {self.seeds}")
+        if self.seeds < 1 or self.finetune_seeds < 1:
+            raise ConfigError(f"--seeds and --finetune-seeds must be >= 1, got {self.seeds} and "
+                              f"{self.finetune_seeds}")
         if self.budget_minutes is not None and self.budget_minutes <= 0:
             raise ConfigError(f"--budget-minutes must be > 0, got {self.budget_minutes}")
         if self.nproc_per_node < 1:

@@ -5,6 +5,7 @@ finished rows (their result.json) and runs none: running them is reproduce.py's.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -14,7 +15,19 @@ from litebert.corpus.dataset import PretrainDataset
 from litebert.files import save_figure
 from litebert.paper.experiments import DATA, SOURCE, Claim, scale_model
 from litebert.paper.grid import Grid, read_json
-from litebert.paper.stats import ALPHA, LEVEL, POWER, Cell, cell, detectable, gap, near_verdict, order_verdict, overall
+from litebert.paper.stats import (
+    ALPHA,
+    LEVEL,
+    POWER,
+    Cell,
+    cell,
+    detectable,
+    gap,
+    near_verdict,
+    order_verdict,
+    overall,
+    spread_sources,
+)
 
 METRICS = ("parameters", "steps", "mlm_acc", "mlm_loss", "sop_acc", "nsp_acc", "mlm_acc_late", "avg",
            "l2_oscillation", "angle_oscillation", "l2_last_ratio")
@@ -52,6 +65,10 @@ def collect(grid: Grid, state: Mapping[str, Any]) -> dict[str, Any]:
                 values = [r["downstream"][task]["score"] for r in runs.values() if task in r.get("downstream", {})]
                 if values:
                     stats[f"task:{task}"] = dataclasses.asdict(cell(values))
+                sources = spread_sources({s: r["downstream"][task].get("scores", []) for s, r in runs.items()
+                                          if task in r.get("downstream", {})})
+                if sources:
+                    entry.setdefault("spread_sources", {})[task] = sources
             entry["stats"] = stats
         rows[row.name] = entry
     out = {"experiment": grid.exp.name, "table": grid.exp.table, "title": grid.exp.title, "scale": grid.scale.name,
@@ -213,6 +230,15 @@ def report(grid: Grid, results: Mapping[str, Any], state: Mapping[str, Any], plo
                  ) if m else "not run"
         lines.append(f"| {name} | {shape} | " + " | ".join(_cell(entry.get("stats"), k) for k, _ in cols) + " |")
     lines.append("")
+    sources = [(name, task, s) for name, e in results["rows"].items()
+               for task, s in e.get("spread_sources", {}).items()]
+    if sources:
+        lines += ["Where the downstream spread comes from (one-way random effects over pretraining seeds, each "
+                  "fine-tuned with the same seeds):", ""]
+        lines += [f"- {name}, {task}: {s['pretraining_share']:.0%} from pretraining seeds (SD "
+                  f"{100 * math.sqrt(s['pretraining_variance']):.1f}), fine-tuning seeds SD "
+                  f"{100 * math.sqrt(s['finetuning_variance']):.1f}" for name, task, s in sources]
+        lines.append("")
     # the paper's
     if exp.columns:
         lines += [f"## The paper ({exp.table}, quoted from {SOURCE})", "",

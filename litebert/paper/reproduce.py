@@ -115,14 +115,32 @@ def run_verb(verb: str, args: list[str], log_path: str, nproc: int = 1) -> None:
     """`litebert VERB ARGS` in a child process (`nproc` of them under torchrun), its output in `log_path`; a
     failure names the log."""
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    started = time.time()
     with open(log_path, "a") as log:
-        code = subprocess.run(verb_command(nproc) + [verb, *args], stdout=log, stderr=subprocess.STDOUT).returncode
+        child = subprocess.Popen(verb_command(nproc) + [verb, *args], stdout=log, stderr=subprocess.STDOUT)
+        try:
+            while True:  # a row takes minutes to an hour: say where it is every HEARTBEAT_SECONDS
+                try:
+                    code = child.wait(timeout=HEARTBEAT_SECONDS)
+                    break
+                except subprocess.TimeoutExpired:
+                    print(f"      {verb}, {_minutes(time.time() - started)} in: {_last_line(log_path)}", flush=True)
+        except BaseException:
+            child.kill()
+            child.wait()
+            raise
     if code == -signal.SIGINT or code == 130:
         raise KeyboardInterrupt
     if code != 0:
-        with open(log_path, errors="replace") as f:
-            last = ([line.strip() for line in f if line.strip()] or ["(no output)"])[-1]
-        raise LitebertError(f"litebert {verb} exited with {code}: {last} (log: {log_path})")
+        raise LitebertError(f"litebert {verb} exited with {code}: {_last_line(log_path)} (log: {log_path})")
+
+
+HEARTBEAT_SECONDS = 60.0
+
+
+def _last_line(log_path: str) -> str:
+    with open(log_path, errors="replace") as f:
+        return ([line.strip() for line in f if line.strip()] or ["(no output)"])[-1][:200]
 
 
 def train_table(grid: Grid, out_dir: str, seed: int, steps: int | None = None, **extra) -> dict[str, Any]:
@@ -279,22 +297,34 @@ def finetune_recipe(grid: Grid, checkpoint: str, task: str, out_dir: str, seed: 
     return {"finetune": cfg, "train": train}
 
 
+def finetune_seeds(grid: Grid, seed: int) -> list[int]:
+    """The fine-tuning seeds of a checkpoint pretrained with `seed`: with --finetune-seeds N, the same N for
+    every pretraining seed (the grid's first seed onwards), so the report can split the spread between the two;
+    with one, the pretraining seed itself (as grids before the option)."""
+    n = grid.cfg.finetune_seeds
+    return [seed] if n == 1 else [grid.cfg.seed + k for k in range(n)]
+
+
 def downstream(grid: Grid, checkpoint: str, row_dir: str, seed: int) -> dict[str, Any]:
-    """Fine-tune on each bundled task with the scale's one recipe (`litebert finetune --config`); the best dev
-    score of the task's primary metric."""
+    """Fine-tune on each bundled task with the scale's one recipe (`litebert finetune --config`), once per
+    fine-tuning seed; the best dev score of the task's primary metric, averaged over those seeds."""
     out = {}
     for task in grid.scale.finetune["tasks"]:
-        ft_dir = os.path.join(row_dir, f"finetune_{task}")
-        summary = read_json(os.path.join(ft_dir, "summary.json"))
-        if summary is None:
-            recipe = write_recipe(os.path.join(row_dir, f"finetune_{task}.toml"),
-                                  finetune_recipe(grid, checkpoint, task, ft_dir, seed), "")
-            run_verb("finetune", ["--config", recipe], os.path.join(row_dir, f"finetune_{task}.log"),
-                     grid.cfg.nproc_per_node)
+        scores, metric, baseline = [], None, {}
+        for k, ft_seed in enumerate(finetune_seeds(grid, seed)):
+            name = f"finetune_{task}" if k == 0 else f"finetune_{task}_seed{ft_seed}"
+            ft_dir = os.path.join(row_dir, name)
             summary = read_json(os.path.join(ft_dir, "summary.json"))
-        metric = summary["primary_metric"]
-        baseline = summary.get("baseline") or {}
-        out[task] = {"metric": metric, "score": summary["best"].get(metric, float("nan")),
+            if summary is None:
+                recipe = write_recipe(os.path.join(row_dir, f"{name}.toml"),
+                                      finetune_recipe(grid, checkpoint, task, ft_dir, ft_seed), "")
+                run_verb("finetune", ["--config", recipe], os.path.join(row_dir, f"{name}.log"),
+                         grid.cfg.nproc_per_node)
+                summary = read_json(os.path.join(ft_dir, "summary.json"))
+            metric = summary["primary_metric"]
+            baseline = summary.get("baseline") or {}
+            scores.append(summary["best"].get(metric, float("nan")))
+        out[task] = {"metric": metric, "score": sum(scores) / len(scores), "scores": scores,
                      "baseline": baseline.get(metric) if isinstance(baseline.get(metric), (int, float)) else None}
     return out
 
@@ -340,6 +370,12 @@ def run_grid(grid: Grid, command: str | None = None) -> dict[str, Any]:
             print(f"      done in {_minutes(durations[-1])}: held-out MLM {result['mlm_acc']:.1%}, "
                   + ", ".join(f"{t.upper()} {result[f'{t}_acc']:.1%}" for t in grid.exp.held_out)
                   + (f", downstream avg {result['avg']:.1%}" if "avg" in result else ""), flush=True)
+    if grid.scale.name == "paper":  # the runs were made elsewhere by commands.sh: read the finished ones
+        steps = {r.name: int(grid.scale.train["max_steps"]) for r in grid.exp.rows}
+        for row in grid.exp.rows:
+            for seed in grid.seeds:
+                if not os.path.isfile(grid.result_path(row, seed)) and finished_elsewhere(grid, row, seed):
+                    run_row(grid, row, seed, steps[row.name])
     results = collect(grid, state)
     report_dir = grid.cfg.report_dir or grid.out
     os.makedirs(report_dir, exist_ok=True)
@@ -359,7 +395,8 @@ def grid_settings(grid: Grid) -> dict[str, Any]:
     c = grid.cfg
     return {"experiment": grid.exp.name, "scale": c.scale, "seed": c.seed, "corpus": c.corpus,
             "extra_corpus": list(c.extra_corpus), "set": sorted(c.set), "budget_minutes": c.budget_minutes,
-            "downstream": downstream_on(grid)}
+            "downstream": downstream_on(grid),
+            **({"finetune_seeds": c.finetune_seeds} if c.finetune_seeds != 1 else {})}
 
 
 def downstream_on(grid: Grid) -> bool:
@@ -423,8 +460,21 @@ def write_paper_recipes(grid: Grid) -> list[str]:
                 r = finetune_recipe(grid, ckpt, task, os.path.join(grid.row_dir(row, seed), f"finetune_{task}"), seed)
                 cmds.append(f"litebert finetune --model {q(ckpt)} --task {task} --data-dir {r['finetune']['data_dir']} "
                             f"--out-dir {q(r['train']['out_dir'])} --seed {seed}")
+    cmds += ["", "# 4. the report, from what the runs above left in this directory",
+             f"litebert reproduce {grid.exp.name} --scale paper --out {q(out)} --report-only"
+             + (f" --seeds {len(grid.seeds)}" if len(grid.seeds) > 1 else "")]
     write_text_atomically(os.path.join(out, "commands.sh"), "\n".join(cmds) + "\n")
     return written
+
+
+def finished_elsewhere(grid: Grid, row: Row, seed: int) -> bool:
+    """Whether commands.sh's runs of a row (its pretraining and, with downstream, every fine-tuning) are done,
+    so that run_row only reads them: at the paper scale nothing is trained here."""
+    d = grid.row_dir(row, seed)
+    needed = [os.path.join(d, "pretrain", "summary.json")]
+    if downstream_on(grid):
+        needed += [os.path.join(d, f"finetune_{task}", "summary.json") for task in grid.scale.finetune["tasks"]]
+    return all(os.path.isfile(p) for p in needed)
 
 
 # -- the verb --------------------------------------------------------------------------------------------------
@@ -451,7 +501,7 @@ def reproduce(cfg: ReproduceConfig, command: str | None = None) -> dict[str, Any
     grid = make_grid(cfg)
     for name in cfg.rows:
         grid.row(name)  # an unknown row is refused before anything runs
-    if cfg.scale == "paper":
+    if cfg.scale == "paper" and not cfg.report_only:
         written = write_paper_recipes(grid)
         print(f"{len(written)} recipes in {os.path.join(grid.out, 'recipes')}; the commands: "
               f"{os.path.join(grid.out, 'commands.sh')} (nothing was run)")

@@ -63,17 +63,25 @@ class Gap:
 
 
 def gap(terms: Sequence[tuple[int, Cell | float]]) -> Gap:
-    """sum(sign * term): cells contribute their means and squared standard errors, numbers are exact."""
-    value, var, denominator, known = 0.0, 0.0, 0.0, True
+    """sum(sign * term): cells contribute their means and squared standard errors, numbers are exact. A row on
+    both sides ("L12 - L6 vs L24 - L12") is one term with its coefficients summed, its variance counted once."""
+    value, coefficients, cells = 0.0, {}, {}
     for sign, term in terms:
-        if not isinstance(term, Cell):
+        if isinstance(term, Cell):
+            coefficients[id(term)] = coefficients.get(id(term), 0) + sign
+            cells[id(term)] = term
+        else:
             value += sign * term
+    var, denominator, known = 0.0, 0.0, True
+    for key, c in coefficients.items():
+        term = cells[key]
+        value += c * term.mean
+        if c == 0:
             continue
-        value += sign * term.mean
         if term.sd is None or term.n < 2:
             known = False
             continue
-        v = term.sd ** 2 / term.n
+        v = c * c * term.sd ** 2 / term.n
         var += v
         denominator += v * v / (term.n - 1)
     if not known:
