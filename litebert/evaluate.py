@@ -181,7 +181,7 @@ def predict_inputs(cfg: TaskConfig, pr: PredictConfig, given: set[str]) -> int:
                     pipe.validate(r.input)
                 except ConfigError as e:
                     raise ConfigError(f"{r.where}: {e}") from None
-            for r, output in zip(batch, pipe([r.input for r in batch])):
+            for r, output in zip(batch, pipe.outputs([r.input for r in batch])):
                 line = ({} if r.id is None else {"id": r.id}) | {"input": r.input, "output": output}
                 out.write(json.dumps(line, ensure_ascii=False) + "\n")
             out.flush()
