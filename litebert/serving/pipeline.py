@@ -168,6 +168,10 @@ class Pipeline:
         return (f"Pipeline(task={self.task!r}, model={self.directory!r}, backend={self.backend.name!r}, "
                 f"precision={self.precision!r})")
 
+    def check_options(self, options: dict[str, Any]) -> None:
+        """Raise ConfigError (one line) unless `options` are call options this task takes."""
+        task_options(self.task, self.options, options)
+
     def validate(self, raw: Any) -> None:
         """Raise ConfigError (one line) if `raw` is not one input of this task."""
         self.family.example(raw, 0)
