@@ -123,3 +123,29 @@ def test_question_answering_keywords_top_k_and_impossible_answers(models):
     same = litebert.pipeline(model=model, tokenizer=str(directory))(data)
     assert [a["answer"] for a in same] == [a["answer"] for a in best]
     assert np.allclose([a["score"] for a in same], [a["score"] for a in best], atol=1e-5)
+
+
+def test_predict_writes_csv_for_a_csv_out_and_points_split_files_to_data_dir(models, tmp_path, capsys):
+    import csv
+    import json
+
+    from litebert.cli import main as litebert_main
+
+    split = [{"id": r["id"], "text": r["text"], "label": r["label"]} for r in rows("novel_authorship", 3)]
+    (tmp_path / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in split), encoding="utf-8")
+    model = str(models["authorship"])
+    assert litebert_main(["predict", "--model", model, "--input", str(tmp_path / "test.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--data-dir" in err and "label" in err
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps({"id": r["id"], "text": r["text"]}) + "\n" for r in split),
+                                       encoding="utf-8")
+    assert litebert_main(["predict", "--model", model, "--input", str(tmp_path / "in.jsonl"), "--out",
+                          str(tmp_path / "preds.csv")]) == 0
+    with open(tmp_path / "preds.csv", newline="", encoding="utf-8") as f:
+        table = list(csv.DictReader(f))
+    expected = litebert.pipeline(model=model)([r["text"] for r in split])
+    assert [r["id"] for r in table] == [r["id"] for r in split]
+    assert [json.loads(r["output"])["label"] for r in table] == [e["label"] for e in expected]
+    assert [json.loads(r["input"]) for r in table] == [{"text": r["text"]} for r in split]
+    assert litebert_main(["predict", "--model", model, "--input", str(tmp_path / "in.jsonl"), "--out",
+                          str(tmp_path / "preds.csv")]) == 0  # its own CSV is replaceable
