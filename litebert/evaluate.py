@@ -12,6 +12,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tqdm.auto import tqdm
+
 from litebert import tasks as T
 from litebert.config import AlbertConfig
 from litebert.errors import ConfigError, DataError
@@ -19,7 +21,7 @@ from litebert.files import atomic_open, check_replaceable, write_json
 from litebert.runconfig import load_toml, parse_verb, verb_parser
 from litebert.runtime.device import check_device
 from litebert.runtime.precision import INFERENCE_PRECISIONS
-from litebert.serving.inputs import input_format, read_inputs
+from litebert.serving.inputs import OutputWriter, input_format, output_format, read_inputs, split_hint
 from litebert.serving.pipeline import pipeline
 from litebert.tasks.families import family_for_config, family_of
 from litebert.tasks.loading import TaskConfig, evaluate_checkpoint
@@ -136,7 +138,8 @@ def _is_predictions(path) -> bool:
     submission (a header "index\tprediction")."""
     with open(path, encoding="utf-8") as f:
         first = f.readline()
-    if first.rstrip("\r\n") == "index\tprediction":
+    if first.rstrip("\r\n") in ("index\tprediction", "id,input,output", "input,output", "id\tinput\toutput",
+                                  "input\toutput"):  # a GLUE submission; predict's CSV/TSV
         return True
     record = json.loads(first)
     return isinstance(record, dict) and ("prediction" in record or {"input", "output"} <= set(record))
@@ -158,7 +161,8 @@ def predict_inputs(cfg: TaskConfig, pr: PredictConfig, given: set[str]) -> int:
     pipe = pipeline(task, cfg.model, backend=pr.backend, precision=pr.precision, batch_size=cfg.eval_batch_size,
                     max_length=cfg.max_length, max_query_length=cfg.max_query_length,
                     doc_stride=cfg.doc_stride if "doc_stride" in given else None,  # else the pipeline's
-                    max_answer_length=cfg.max_answer_length or 30, device=pr.device, **options)
+                    device=pr.device, **options,
+                    **({"max_answer_length": cfg.max_answer_length} if "max_answer_length" in given else {}))
     chunk, stream = cfg.eval_batch_size, None
     if pr.text:
         if not all(t.strip() for t in pr.text):
@@ -168,22 +172,24 @@ def predict_inputs(cfg: TaskConfig, pr: PredictConfig, given: set[str]) -> int:
         fmt = input_format(pr.input)
         stream = open_text(Path(pr.input), newline="" if fmt in ("csv", "tsv") else "\n")
         records = read_inputs(stream, pr.input, fmt)
+        records = tqdm(records, desc="predict", unit=" inputs", file=sys.stderr, disable=None)  # quiet unless a tty
     else:
         chunk = 1 if sys.stdin.isatty() else chunk  # typed by hand: answer each line at once
         records = read_inputs(sys.stdin, "stdin")
     written = 0
     # --out is replaced when every input is done (atomic_open; a kill leaves the old file and .tmp-NAME)
     with stream or contextlib.nullcontext(), \
-            atomic_open(pr.out) if pr.out else contextlib.nullcontext(sys.stdout) as out:
+            atomic_open(pr.out, newline="" if output_format(pr.out) != "jsonl" else None) if pr.out \
+            else contextlib.nullcontext(sys.stdout) as out:
+        writer = OutputWriter(out, output_format(pr.out))
         while batch := list(itertools.islice(records, chunk)):
             for r in batch:
                 try:
                     pipe.validate(r.input)
                 except ConfigError as e:
-                    raise ConfigError(f"{r.where}: {e}") from None
-            for r, output in zip(batch, pipe([r.input for r in batch])):
-                line = ({} if r.id is None else {"id": r.id}) | {"input": r.input, "output": output}
-                out.write(json.dumps(line, ensure_ascii=False) + "\n")
+                    raise ConfigError(f"{r.where}: {e}{split_hint(r.input)}") from None
+            for r, output in zip(batch, pipe.outputs([r.input for r in batch])):
+                writer.write(r, output)
             out.flush()
             written += len(batch)
     if pr.out:

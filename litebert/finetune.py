@@ -227,6 +227,16 @@ def recipe_defaults(task_name: str) -> dict[str, Any]:
             "warmup_steps": recipe.warmup_steps, "weight_decay": 0.01}
 
 
+def recipe_help() -> str:
+    """The epilog's recipe table: what a task's run trains with unless --config or a flag says otherwise (the
+    "(default: ...)" shown beside the training options is the loop's own, used for tasks without a recipe)."""
+    rows = [f"  {name:<22}adamw  {r.lr:<7g}{r.batch_size:>6}{r.max_steps:>8}{r.warmup_steps:>8}"
+            for name, r in RECIPES.items()]
+    return ("training defaults come from the task's recipe (optimizer adamw, weight decay 0.01); the defaults\n"
+            "printed beside the training options apply only to a task without one:\n"
+            f"  {'task':<22}{'opt':<7}{'lr':<7}{'batch':>6}{'steps':>8}{'warmup':>8}\n" + "\n".join(rows))
+
+
 GRID_HELP = """grids of runs (litebert.sweep):
   --seeds 1 2 3            one run per seed, in --out-dir/<values>/ (resumable; grid.json, grid.md)
   --lr 1e-5 2e-5 ...       any numeric option given several values is swept: seeds x values
@@ -237,7 +247,7 @@ def parse_args(argv: list[str]) -> tuple[FinetuneConfig, TrainConfig]:
     """A single run's configs from its flags: defaults < the task's recipe < --config's TOML < flags."""
     parser = verb_parser("finetune", __doc__, {"task and model": FinetuneConfig,
                                                 "training (defaults: the task's ALBERT recipe)": TrainConfig},
-                         epilog=GRID_HELP)
+                         epilog=recipe_help() + "\n\n" + GRID_HELP)
     return parse_verb(parser, argv, defaults={TrainConfig: lambda configs: recipe_defaults(configs[0].task)})
 
 

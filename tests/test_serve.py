@@ -136,7 +136,9 @@ BAD_REQUESTS = [  # (method, path, body bytes or JSON-able, status, words in the
     ("POST", "/predict", b"[" * 1500, 400, "malformed JSON"),  # deeper than the JSON parser recurses
     ("POST", "/predict", [], 422, "JSON object"),
     ("POST", "/predict", {"input": "a"}, 422, "JSON object"),
-    ("POST", "/predict", {"inputs": "a", "parameters": {}}, 422, "unknown field(s) 'parameters'"),
+    ("POST", "/predict", {"inputs": "a", "options": {}}, 422, "unknown field(s) 'options'"),
+    ("POST", "/predict", {"inputs": "a", "parameters": {"top_k": 2}}, 422, "this model takes no parameters"),
+    ("POST", "/predict", {"inputs": "a", "parameters": [2]}, 422, "'parameters' must be a JSON object"),
     ("POST", "/predict", {"inputs": 7}, 422, "an input is a string"),
     ("POST", "/predict", {"inputs": None}, 422, "an input is a string"),
     ("POST", "/predict", {"inputs": {"text": "a"}}, 422, "an input is a string"),

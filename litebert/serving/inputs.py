@@ -80,3 +80,45 @@ def _table_inputs(lines: Iterable[str], source: str, fmt: str) -> Iterator[Recor
 def input_format(path: str) -> str:
     """The format of an --input file from its suffix (under any .gz): jsonl, csv, tsv, else text."""
     return {".jsonl": "jsonl", ".json": "jsonl", ".csv": "csv", ".tsv": "tsv"}.get(data_suffix(Path(path)), "text")
+
+
+# Keys of a task's own split files (train/dev/test.jsonl, a labelled table) that are no pipeline input's
+SPLIT_KEYS = ("label", "labels", "title", "answers", "tags", "gold", "target")
+
+
+def split_hint(value: Any) -> str:
+    """For an input refused that holds a task split's keys: the route that reads such a file."""
+    keys = sorted(set(value) & set(SPLIT_KEYS)) if isinstance(value, dict) else []
+    if not keys:
+        return ""
+    return (f"; it holds {', '.join(keys)}, as a task's split file does: predict the split with "
+            "`litebert predict --model DIR --task NAME --data-dir TASK_DIR --split test --out FILE`, or drop "
+            "those keys (a pipeline input is the text fields alone)")
+
+
+def output_format(path: str | None) -> str:
+    """What `predict --out` writes: CSV or TSV for a .csv/.tsv name (under any .gz), else JSON Lines."""
+    return {".csv": "csv", ".tsv": "tsv"}.get(data_suffix(Path(path)), "jsonl") if path else "jsonl"
+
+
+class OutputWriter:
+    """`predict`'s outputs, one row per input: JSON Lines {"id"?, "input", "output"}, or a table with the
+    columns id (when the inputs had ids), input and output, cells that are not strings as JSON."""
+
+    def __init__(self, out, fmt: str):
+        self.out, self.fmt, self.writer = out, fmt, None
+        if fmt in ("csv", "tsv"):
+            self.writer = csv.writer(out, delimiter="\t" if fmt == "tsv" else ",", lineterminator="\n")
+
+    def write(self, record: Record, output: Any) -> None:
+        if self.writer is None:
+            line = ({} if record.id is None else {"id": record.id}) | {"input": record.input, "output": output}
+            self.out.write(json.dumps(line, ensure_ascii=False) + "\n")
+            return
+        if self.header is None:
+            self.header = (["id"] if record.id is not None else []) + ["input", "output"]
+            self.writer.writerow(self.header)
+        cells = ([record.id] if "id" in self.header else []) + [record.input, output]
+        self.writer.writerow([c if isinstance(c, str) else json.dumps(c, ensure_ascii=False) for c in cells])
+
+    header: list[str] | None = None

@@ -10,6 +10,7 @@ from typing import Any, Callable
 import numpy as np
 
 from litebert.errors import ConfigError
+from litebert.serving.options import qa_answers, target_ids
 from litebert.tokenizer import SPIECE_UNDERLINE, Tokenizer
 
 LEGACY = object()  # top_k not given: transformers' single-dict output
@@ -31,9 +32,12 @@ def decode(tok: Tokenizer, ids, skip_special_tokens: bool = False) -> str:
 def present_fill_mask(pipe: Any, answer, example, options: dict) -> list:
     single = len(answer.positions) == 1
     rows = []
+    targets = None if options.get("targets") is None else np.array(target_ids(pipe.tokenizer, options["targets"]))
     for position, probs in zip(answer.positions, answer.probs):
         row = []
-        for token in np.argsort(-probs, kind="stable")[: options["top_k"]]:
+        best = np.argsort(-probs, kind="stable") if targets is None else \
+            targets[np.argsort(-probs[targets], kind="stable")]
+        for token in best[: options["top_k"]]:
             ids = list(answer.input_ids)
             ids[position] = int(token)
             row.append({"score": float(probs[token]), "token": int(token), "token_str": decode(pipe.tokenizer, [token]),
@@ -60,8 +64,11 @@ def present_choice(pipe: Any, answer, example, options: dict) -> Any:
                           lambda x: {"index": x.label, "option": example.options[x.label], "score": x.score})
 
 
-def present_span(pipe: Any, answer, example, options: dict) -> dict:
-    return {"score": answer.score, "start": answer.start, "end": answer.end, "answer": answer.answer}
+def present_span(pipe: Any, answer, example, options: dict) -> dict | list[dict]:
+    """transformers' question-answering: {score, start, end, answer}; a list of the top_k best when top_k > 1."""
+    spans = qa_answers(answer, options)
+    rows = [{"score": s.score, "start": s.start, "end": s.end, "answer": s.answer} for s in spans]
+    return rows[0] if options.get("top_k", 1) == 1 else rows
 
 
 def present_hidden(pipe: Any, answer, example, options: dict) -> list:

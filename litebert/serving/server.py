@@ -1,14 +1,21 @@
 """`litebert serve`: an HTTP JSON server for a model directory, with dynamic batching of concurrent requests.
 
-    GET  /health    {"status", "model", "task", "backend", "precision", "batching", ..., "queued_requests", "served"}
-    POST /predict   {"inputs": X} -> {"outputs": Y}
+    GET  /health        {"status", "model", "task", "backend", "precision", "batching", ..., "queued_requests",
+                        "served"}
+    POST /predict       {"inputs": X, "parameters": {...}} -> {"outputs": Y}
+    GET  /metrics       Prometheus text: requests and errors by status, latency, inputs per model call
+    GET  /openapi.json  the OpenAPI description; GET /docs shows it
 
 X is one input in the pipeline's shapes (a string; a pair; {"question": ..., "context": ...}; ...) or a JSON
 array of them. A JSON array is a list of inputs (as in transformers' pipelines), unless its elements are not
 inputs while the whole array is one (e.g. a single sentence pair); a list answers with a list, one input with
-one output. Errors answer {"error": "<one line>"}: 400 malformed JSON, 413 a body over --max-body-bytes, 422 an
-input the model cannot take (wrong type, empty, over --max-text-chars, more than --max-inputs), 404/405 unknown
-routes and methods, 500 a model failure, 503 while shutting down. After any of them the server keeps serving.
+one output. "parameters" are the task's call options (top_k, function_to_apply, aggregation_strategy, ...) as HF
+inference servers take them; --parameters sets their defaults. Errors answer {"error": "<one line>"}: 400
+malformed JSON, 413 a body over --max-body-bytes, 422 an input or parameter the model cannot take (wrong type,
+empty, over --max-text-chars, more than --max-inputs, an option the task lacks), 404/405 unknown routes and
+methods, 500 a model failure, 503 while shutting down (and for requests still running when
+--shutdown-timeout-s cancels them). After any of them the server keeps serving. A client that disconnects
+before its body is read is logged as such.
 
 Batching: handlers put their inputs on one queue; one worker takes the oldest request, gathers the requests
 behind it until --max-batch-size inputs or --max-wait-ms have passed, runs the model once in its own thread (the
@@ -33,14 +40,16 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from litebert.errors import ConfigError
 from litebert.runconfig import parse_verb, verb_parser
+from litebert.serving.metrics import CONTENT_TYPE, Metrics, Observed
+from litebert.serving.openapi import docs_page, openapi
 from litebert.serving.pipeline import pipeline
+from litebert.serving.requests import ClientGone, RequestError, one_line, parse_inputs, parse_parameters, read_body
 
 log = logging.getLogger("litebert.serve")
 
@@ -51,8 +60,10 @@ class Predictor(Protocol):
     task: str  # a transformers task name, e.g. "text-classification"
     name: str  # what /health calls the model
 
-    def __call__(self, inputs: list, batch_size: int) -> list:
-        """One JSON-serialisable output per input, in order."""
+    def __call__(self, inputs: list, batch_size: int, **options) -> list:
+        """One JSON-serialisable output per input, in order; options: a request's parameters (a pipeline also
+        has `outputs`, the same always as a list, which the server prefers, and `check_options`, which
+        validates parameters: without it, a request with parameters is a 422)."""
 
     def validate(self, raw_input: Any) -> None:
         """Raise ConfigError (one line) if `raw_input` is not one input of this task."""
@@ -84,6 +95,20 @@ class ServeConfig:
     shutdown_timeout_s: float = field(default=30.0, metadata={
         "help": "on SIGTERM, how long requests in flight may take before they are cancelled"})
     access_log: bool = field(default=False, metadata={"help": "log every request"})
+    parameters: str = field(default="", metadata={
+        "metavar": "JSON", "help": "default call options of the task, a JSON object, e.g. '{\"top_k\": 2}' "
+                                   "(a request's own \"parameters\" override them)"})
+
+    def default_parameters(self) -> dict:
+        if not self.parameters.strip():
+            return {}
+        try:
+            value = json.loads(self.parameters)
+        except ValueError as e:
+            raise ConfigError(f"--parameters is not JSON: {e}") from None
+        if not isinstance(value, dict):
+            raise ConfigError(f"--parameters must be a JSON object, e.g. '{{\"top_k\": 2}}', got {self.parameters}")
+        return value
 
     def check(self) -> ServeConfig:
         for name in ("max_batch_size", "max_body_bytes", "max_inputs", "max_text_chars"):
@@ -94,90 +119,8 @@ class ServeConfig:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"--port must be in 0..65535, got {self.port}")
+        self.default_parameters()
         return self
-
-
-# -- requests ------------------------------------------------------------------------------------------------
-
-class RequestError(Exception):
-    """A request the server refuses: an HTTP status and a one-line message for {"error": ...}."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-
-
-def one_line(text: object, limit: int = 300) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
-def _text_chars(value: Any) -> int:
-    """Characters of text in one input: its strings, however nested (dict keys are field names, not text).
-    A loop, not recursion: JSON nested nearly as deep as the parser allows must not overflow here."""
-    total, stack = 0, [value]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, str):
-            total += len(v)
-        elif isinstance(v, dict):
-            stack.extend(v.values())
-        elif isinstance(v, list):
-            stack.extend(v)
-    return total
-
-
-def _check_input(value: Any, validate: Callable[[Any], None], max_text_chars: int, where: str) -> Any:
-    chars = _text_chars(value)  # before validate: no tokenizing of a megabyte to refuse it
-    if chars > max_text_chars:
-        raise RequestError(422, f"{where} has {chars} characters of text; the limit is {max_text_chars}")
-    if isinstance(value, str) and not value.strip():
-        raise RequestError(422, f"{where} is empty")
-    try:
-        validate(value)
-    except (ValueError, TypeError) as e:  # ConfigError is a ValueError
-        raise RequestError(422, f"{where}: {one_line(e)}") from None
-    return value
-
-
-def parse_inputs(payload: Any, validate: Callable[[Any], None], max_inputs: int,
-                 max_text_chars: int) -> tuple[list, bool]:
-    """The body's inputs as a list, and whether the request sent one input (answered with one output)."""
-    if not isinstance(payload, dict) or "inputs" not in payload:
-        raise RequestError(422, 'the body must be a JSON object {"inputs": ...}')
-    unknown = sorted(set(payload) - {"inputs"})
-    if unknown:
-        raise RequestError(422, f"unknown field(s) {', '.join(map(repr, unknown))}; the body is {{\"inputs\": ...}}")
-    raw = payload["inputs"]
-    if not isinstance(raw, list):
-        return [_check_input(raw, validate, max_text_chars, "inputs")], True
-    if not raw:
-        raise RequestError(422, "'inputs' is an empty list")
-    try:
-        if len(raw) > max_inputs:
-            raise RequestError(422, f"{len(raw)} inputs in one request; the limit is {max_inputs}")
-        return [_check_input(x, validate, max_text_chars, f"inputs[{i}]") for i, x in enumerate(raw)], False
-    except RequestError as as_list:
-        try:  # not a list of inputs, but maybe one input whose own shape is a list (e.g. [question, choices])
-            return [_check_input(raw, validate, max_text_chars, "inputs")], True
-        except RequestError:
-            raise as_list from None
-
-
-async def read_body(request, limit: int) -> bytes:
-    """The request body, refused with 413 as soon as it is known to exceed `limit` (declared or streamed)."""
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        if not declared.isdigit():
-            raise RequestError(400, f"bad Content-Length {declared!r}")
-        if int(declared) > limit:
-            raise RequestError(413, f"body of {declared} bytes; the limit is {limit}")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise RequestError(413, f"body over {limit} bytes")
-    return bytes(body)
 
 
 # -- batching ------------------------------------------------------------------------------------------------
@@ -194,6 +137,11 @@ class ShuttingDown(Exception):
 class _Job:
     inputs: list
     future: asyncio.Future
+    params: dict = field(default_factory=dict)  # a batch holds requests of equal parameters only
+
+    @property
+    def key(self) -> str:
+        return json.dumps(self.params, sort_keys=True, default=str)
 
 
 _STOP = object()
@@ -203,8 +151,10 @@ class Batcher:
     """One queue, one worker, one model thread. `submit` from request handlers; `start`/`close` from the
     app's lifespan (in the event loop that serves the requests)."""
 
-    def __init__(self, predictor: Predictor, max_batch_size: int, max_wait_ms: float, batching: bool = True):
+    def __init__(self, predictor: Predictor, max_batch_size: int, max_wait_ms: float, batching: bool = True,
+                 metrics: Metrics | None = None):
         self.predictor = predictor
+        self.metrics = metrics
         self.max_batch_size = max_batch_size
         self.max_wait_s = max_wait_ms / 1000
         self.batching = batching
@@ -222,10 +172,10 @@ class Batcher:
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="litebert-model")
         self._worker = asyncio.create_task(self._work(), name="litebert-batcher")
 
-    async def submit(self, inputs: list) -> list:
+    async def submit(self, inputs: list, params: dict | None = None) -> list:
         if self.closing:
             raise ShuttingDown()
-        job = _Job(inputs, asyncio.get_running_loop().create_future())
+        job = _Job(inputs, asyncio.get_running_loop().create_future(), params or {})
         self._queue.put_nowait(job)
         return await job.future
 
@@ -265,7 +215,7 @@ class Batcher:
                         nxt = await asyncio.wait_for(self._queue.get(), remaining)
                     except TimeoutError:
                         break
-                if nxt is _STOP or n + len(nxt.inputs) > self.max_batch_size:
+                if nxt is _STOP or n + len(nxt.inputs) > self.max_batch_size or nxt.key != job.key:
                     carry = nxt  # first in line for the next batch
                     break
                 jobs.append(nxt)
@@ -286,7 +236,7 @@ class Batcher:
         inputs = [x for j in jobs for x in j.inputs]
         try:
             outputs = await asyncio.get_running_loop().run_in_executor(
-                self._executor, functools.partial(self._predict, inputs))
+                self._executor, functools.partial(self._predict, inputs, jobs[0].params))
         except Exception as e:
             if len(jobs) > 1:  # find the request that broke the batch: each on its own
                 for j in jobs:
@@ -304,9 +254,12 @@ class Batcher:
         self.served["requests"] += len(jobs)
         self.served["inputs"] += len(inputs)
 
-    def _predict(self, inputs: list) -> list:
+    def _predict(self, inputs: list, params: dict) -> list:
         self.served["model_calls"] += 1
-        outputs = self.predictor(inputs, batch_size=self.max_batch_size)
+        if self.metrics is not None:
+            self.metrics.batch(len(inputs))
+        run = getattr(self.predictor, "outputs", self.predictor)  # a pipeline's: a list even for one input
+        outputs = run(inputs, batch_size=self.max_batch_size, **params)
         if not isinstance(outputs, list) or len(outputs) != len(inputs):
             got = f"{len(outputs)} outputs" if isinstance(outputs, list) else type(outputs).__name__
             raise RuntimeError(f"the pipeline returned {got} for {len(inputs)} inputs")
@@ -325,9 +278,15 @@ async def _on_request_error(request, exc: RequestError):
 
 
 async def _on_http_error(request, exc):  # starlette's HTTPException: no route (404), wrong method (405)
-    message = {404: f"no route {request.url.path}; the routes are GET /health and POST /predict",
+    message = {404: f"no route {request.url.path}; the routes are GET /health, POST /predict, GET /metrics, "
+                    "GET /openapi.json and GET /docs",
                405: f"{request.method} not allowed on {request.url.path}"}.get(exc.status_code, exc.detail)
     return _error(exc.status_code, message, exc.headers)
+
+
+async def _on_client_gone(request, exc: ClientGone):
+    log.info("client disconnected before its %s %s body was read", request.method, request.url.path)
+    return _error(499, "client closed the request")  # nginx's status for it: nobody reads this answer
 
 
 async def _on_bug(request, exc: Exception):
@@ -346,11 +305,12 @@ def create_app(predictor: Predictor, cfg: ServeConfig):
     shutdown after the requests in flight (uvicorn waits for those first)."""
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
-    from starlette.responses import JSONResponse, Response
+    from starlette.responses import HTMLResponse, JSONResponse, Response
     from starlette.routing import Route
 
     cfg.check()
-    batcher = Batcher(predictor, cfg.max_batch_size, cfg.max_wait_ms, cfg.batching)
+    metrics = Metrics()
+    batcher = Batcher(predictor, cfg.max_batch_size, cfg.max_wait_ms, cfg.batching, metrics)
     info = {"model": getattr(predictor, "name", None) or cfg.model, "task": predictor.task,
             "backend": _name(getattr(predictor, "backend", None), cfg.backend),
             "precision": _name(getattr(predictor, "precision", None), cfg.precision)}
@@ -361,6 +321,17 @@ def create_app(predictor: Predictor, cfg: ServeConfig):
                              "max_wait_ms": cfg.max_wait_ms, "queued_requests": batcher.queued(),
                              "served": dict(batcher.served)})
 
+    spec = openapi(info, getattr(predictor, "options", None) or {}, cfg.max_inputs, cfg.max_body_bytes)
+
+    async def metrics_text(request) -> Response:
+        return Response(metrics.render(batcher.queued()), media_type=CONTENT_TYPE)
+
+    async def openapi_json(request) -> JSONResponse:
+        return JSONResponse(spec)
+
+    async def docs(request) -> HTMLResponse:
+        return HTMLResponse(docs_page(spec))
+
     async def predict(request) -> Response:
         body = await read_body(request, cfg.max_body_bytes)
         try:
@@ -368,8 +339,9 @@ def create_app(predictor: Predictor, cfg: ServeConfig):
         except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             raise RequestError(400, f"malformed JSON: {e}") from None
         inputs, single = parse_inputs(payload, predictor.validate, cfg.max_inputs, cfg.max_text_chars)
+        params = parse_parameters(payload, getattr(predictor, "check_options", None))
         try:
-            outputs = await batcher.submit(inputs)
+            outputs = await batcher.submit(inputs, params)
         except ShuttingDown:
             return _error(503, "the server is shutting down")
         except ModelError as e:
@@ -390,12 +362,15 @@ def create_app(predictor: Predictor, cfg: ServeConfig):
         finally:
             await batcher.close()
 
-    app = Starlette(routes=[Route("/health", health, methods=["GET"]), Route("/predict", predict, methods=["POST"])],
+    app = Starlette(routes=[Route("/health", health, methods=["GET"]), Route("/predict", predict, methods=["POST"]),
+                            Route("/metrics", metrics_text, methods=["GET"]),
+                            Route("/openapi.json", openapi_json, methods=["GET"]),
+                            Route("/docs", docs, methods=["GET"])],
                     exception_handlers={RequestError: _on_request_error, HTTPException: _on_http_error,
-                                        Exception: _on_bug},
+                                        ClientGone: _on_client_gone, Exception: _on_bug},
                     lifespan=lifespan)
-    app.state.batcher, app.state.info = batcher, info
-    return app
+    app.state.batcher, app.state.info, app.state.metrics = batcher, info, metrics
+    return Observed(app, metrics)
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -428,7 +403,7 @@ def serve(predictor: Predictor, cfg: ServeConfig) -> dict:
     url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
     info = app.state.info
     print(f"litebert serve: {info['model']} ({info['task']}, {info['backend']} {info['precision']}) on {url} "
-          f"(POST /predict, GET /health)", flush=True)
+          f"(POST /predict, GET /health, /metrics, /docs)", flush=True)
     server = uvicorn_server(app, cfg)
     # uvicorn re-raises the signal it caught once it has shut down gracefully; with SIGTERM's default action
     # that kills the process. A no-op handler while it serves makes a graceful stop an ordinary exit.
@@ -451,13 +426,17 @@ def cli(argv: list[str]) -> int:
 
     parser = verb_parser("serve", __doc__, {"server": ServeConfig}, epilog=(
         "example:\n  litebert serve --model out/novel_authorship/best --port 8000\n"
-        "  curl -s localhost:8000/predict -d '{\"inputs\": [\"a first text\", \"a second\"]}'"))
+        "  curl -s localhost:8000/predict -d '{\"inputs\": [\"a first text\", \"a second\"]}'\n"
+        "  curl -s localhost:8000/predict -d '{\"inputs\": \"a text\", \"parameters\": {\"top_k\": 2}}'\n"
+        "  litebert serve --model out/novel_authorship/best --parameters '{\"top_k\": null}'  # every label"))
     (cfg,) = parse_verb(parser, argv)
     cfg.check()  # before the model is loaded
 
-    pipe = pipeline(task=cfg.task, model=cfg.model, backend=cfg.backend, precision=cfg.precision, device=cfg.device)
+    pipe = pipeline(task=cfg.task, model=cfg.model, backend=cfg.backend, precision=cfg.precision, device=cfg.device,
+                    **cfg.default_parameters())
     serve(pipe, cfg)
     return 0
 
 
-__all__ = ["Predictor", "ServeConfig", "Batcher", "RequestError", "parse_inputs", "create_app", "serve", "cli"]
+__all__ = ["Predictor", "ServeConfig", "Batcher", "RequestError", "parse_inputs", "parse_parameters", "create_app",
+           "serve", "cli"]

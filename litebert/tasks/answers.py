@@ -30,6 +30,15 @@ class Span(NamedTuple):
     score: float  # p(start) * p(end) in its window; for no answer, p([CLS]) * p([CLS])
 
 
+class Spans(NamedTuple):
+    """A question's answers: the best (no answer where a calibrated threshold says so), every decoded span best
+    first (for top_k), and no answer with its probability (for handle_impossible_answer)."""
+
+    best: Span
+    spans: list[Span]
+    null: Span
+
+
 class TokenScores(NamedTuple):
     """One token of a tagged text (special tokens left out)."""
 

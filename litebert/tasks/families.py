@@ -38,7 +38,7 @@ from litebert.heads import (
     AlbertForSequenceClassification,
     AlbertForTokenClassification,
 )
-from litebert.tasks.answers import Span, TokenScores, ranked
+from litebert.tasks.answers import Span, Spans, TokenScores, ranked
 from litebert.tasks.features import (
     TextTagExample,
     covering,
@@ -141,19 +141,26 @@ def _nonblank(value: Any, what: str) -> str:
     return value
 
 
+def _text(value: Any, what: str) -> str:
+    """A text to classify or encode: any string, "" included ([CLS] [SEP] alone, as transformers reads it)."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{what} should be a string, got {type(value).__name__}")
+    return value
+
+
 def _text_example(raw: Any, index: int) -> TextExample:
-    """A string, a (text, text_pair) pair, or {"text": ..., "text_pair": ...} as transformers' pipelines take."""
+    """A string, a (text, text_pair) pair, or {"text": ..., "text_pair": ...} as transformers' pipelines take;
+    "" is a text, as there."""
     if isinstance(raw, str):
-        return TextExample(str(index), _nonblank(raw, "the text"))
+        return TextExample(str(index), raw)
     if isinstance(raw, dict) and "text" in raw:
         unknown = sorted(set(raw) - {"text", "text_pair"})
         if unknown:
             raise ConfigError(f"unexpected key(s) {unknown}: a text pair is {{'text', 'text_pair'}}")
         pair = raw.get("text_pair")
-        return TextExample(str(index), _nonblank(raw["text"], "text"),
-                           None if pair is None else _nonblank(pair, "text_pair"))
+        return TextExample(str(index), _text(raw["text"], "text"), None if pair is None else _text(pair, "text_pair"))
     if isinstance(raw, (list, tuple)) and len(raw) == 2 and all(isinstance(x, str) for x in raw):
-        return TextExample(str(index), _nonblank(raw[0], "the text"), _nonblank(raw[1], "the text pair"))
+        return TextExample(str(index), raw[0], raw[1])
     raise ConfigError(f"expected a string, a pair of strings or {{'text', 'text_pair'}}, got {type(raw).__name__}")
 
 
@@ -359,10 +366,10 @@ class ExtractiveQA(Family):
         out = []
         for ex in examples:
             p = decoded[ex.id]
-            if threshold is not None and p.null_diff > float(threshold) or not p.text:
-                out.append(Span("", 0, 0, p.null_probability))
-            else:
-                out.append(Span(p.text, p.start, p.end, p.probability))
+            null = Span("", 0, 0, p.null_probability)
+            best = null if threshold is not None and p.null_diff > float(threshold) or not p.text else \
+                Span(p.text, p.start, p.end, p.probability)
+            out.append(Spans(best, [Span(*s) for s in p.spans], null))
         return out
 
 
@@ -412,8 +419,7 @@ class TokenTagging(Family):
         elif not isinstance(raw, str):
             raise ConfigError(f"expected a string or a list of words (non-empty, without spaces), got "
                               f"{_describe(raw)}")
-        text = _nonblank(raw, "the text")
-        return TextTagExample(str(index), text.split(), text=text)
+        return TextTagExample(str(index), raw.split(), text=raw)  # "" has no entities, as in transformers
 
     def answers(self, examples, features, scores, labels, settings, calibration=None):
         return [[TokenScores(t, f.input_ids[t], *f.offsets[t], f.word_ids[t], s[t])

@@ -238,6 +238,7 @@ class QAPrediction:
     end: int = 0
     probability: float = 0.0  # p(start) * p(end) in the best span's window (softmax over its context and [CLS])
     null_probability: float = 1.0  # p([CLS]) * p([CLS]) in the window giving the null score
+    spans: tuple = ()  # the nbest spans as (text, start, end, probability), best first (pipelines' top_k)
 
 
 def decode_squad(examples: Sequence[QAExample], features: Sequence[QAFeature], start_logits: Sequence,
@@ -281,7 +282,8 @@ def decode_squad(examples: Sequence[QAExample], features: Sequence[QAFeature], s
         best_text, best_score = nbest[0] if nbest else ("", -math.inf)
         char_start, char_end, probability = spans.get(best_text, (0, 0, 0.0))
         predictions[ex.id] = QAPrediction(best_text, float(null - best_score), nbest, char_start, char_end,
-                                          probability, null_probability)
+                                          probability, null_probability,
+                                          tuple((text, *spans[text]) for text, _ in nbest))
     return predictions
 
 
