@@ -73,10 +73,26 @@ class PredictConfig:
         check_device(self.device)
 
 
+def given(parser, args) -> set[str]:
+    """The TaskConfig fields the user set, by a flag or in --config's [finetune] table (the others are defaults)."""
+    table = load_toml(args.config, parser.get_default("_tables")).get("finetune", {}) if args.config else {}
+    return set(vars(args)) | set(table)
+
+
+def check_task_given(cfg: TaskConfig, given: set[str]) -> None:
+    """A split is read as its task's files: without --task, TaskConfig's default (the demo's task) would read
+    another task's data with the wrong reader and fail with a misleading message."""
+    if cfg.data_dir and "task" not in given:
+        raise ConfigError(f"--task is required with --data-dir: the task whose files {cfg.data_dir} holds (one of "
+                          "the registered tasks, or 'table' with --text-columns)")
+
+
 def cli_evaluate(argv: list[str]) -> int:
     parser = verb_parser("evaluate", "Score a fine-tuned checkpoint (--model) on a split of its task.",
                          {"task and model": TaskConfig, "evaluation": EvaluateConfig}, other_tables=("train",))
-    cfg, ev, _ = parse_verb(parser, argv)
+    args = parser.parse_args(argv)
+    cfg, ev, _ = parse_verb(parser, args)
+    check_task_given(cfg, given(parser, args))
     check_replaceable(ev.out, _is_metrics, "a metrics file of litebert evaluate", cfg.overwrite)
     scored, task, examples = evaluate_checkpoint(cfg.model, cfg, ev.split, ev.device)
     metrics = scored.metrics
@@ -104,8 +120,8 @@ def cli_predict(argv: list[str]) -> int:
     cfg, pr, _ = parse_verb(parser, args)
     check_replaceable(pr.out, _is_predictions, "a predictions file of litebert predict", cfg.overwrite)
     if not cfg.data_dir:
-        table = load_toml(args.config, parser.get_default("_tables")).get("finetune", {}) if args.config else {}
-        return predict_inputs(cfg, pr, set(vars(args)) | set(table))
+        return predict_inputs(cfg, pr, given(parser, args))
+    check_task_given(cfg, given(parser, args))
     if pr.text or pr.input:
         raise ConfigError("--text/--input are raw inputs for the checkpoint's task; --data-dir predicts a split of "
                           "a task from its files: give one or the other")

@@ -151,10 +151,13 @@ def prepare(cfg: FinetuneConfig) -> Prepared:
                     family.featurize(eval_examples, tok, labels, settings))
 
 
-def _write_best(directory: str, model, tokenizer, scored: Scored, primary: str, eval_split: str) -> None:
-    """Fill `directory` as a best/ checkpoint: the model and tokenizer, the score it won with (which a resumed
-    run must beat) and what the family calibrated on `eval_split`, so evaluating it later applies the same."""
-    model.save_pretrained(directory)
+def _write_best(directory: str, model, tokenizer, scored: Scored, primary: str, eval_split: str,
+                card: dict[str, Any]) -> None:
+    """Fill `directory` as a best/ checkpoint: the model and tokenizer (its model card with the scores), the
+    score it won with (which a resumed run must beat) and what the family calibrated on `eval_split`, so
+    evaluating it later applies the same."""
+    metrics = {f"{eval_split} {k}": v for k, v in scored.metrics.items() if isinstance(v, (int, float))}
+    model.save_pretrained(directory, card={**card, "metrics": metrics})
     tokenizer.save_pretrained(str(directory))
     write_json(os.path.join(directory, BEST_SCORE_NAME), {"primary_metric": primary, "metrics": scored.metrics})
     if scored.calibration:
@@ -192,6 +195,11 @@ def finetune(cfg: FinetuneConfig, train_cfg: TrainConfig) -> dict[str, Any]:
         restore_replaced(best_dir)
     best = previous_best(best_dir, primary, train_cfg.resume)
     earlier = read_summary(train_cfg.out_dir) if train_cfg.resume else {}
+    card = {"base_model": None if cfg.from_scratch else cfg.model, "summary": (
+        f"Fine-tuned on {run.task.name} ({len(run.train_examples)} training examples) with litebert: "
+        f"{train_cfg.optimizer} at lr {train_cfg.lr}, batch {train_cfg.batch_size}, up to {train_cfg.max_steps} "
+        f"steps, seed {train_cfg.seed}" + (", from random initialisation" if cfg.from_scratch else "")
+        + f"; this is the checkpoint with the best {cfg.eval_split} {primary}.")}
 
     def evaluate(m) -> dict[str, float]:
         scores = model_scores(m, run.family, run.eval_features, cfg.eval_batch_size, run.tokenizer.pad_id)
@@ -201,7 +209,7 @@ def finetune(cfg: FinetuneConfig, train_cfg: TrainConfig) -> dict[str, Any]:
         improved = value > best["metric"]
         if improved:  # replaced whole or not at all: a kill mid-write keeps the previous best
             write_dir_atomically(best_dir, lambda tmp: _write_best(tmp, m, run.tokenizer, scored, primary,
-                                                                   cfg.eval_split))
+                                                                   cfg.eval_split, card))
             best.update(metric=value, metrics=scored.metrics)
         return {k: v for k, v in scored.metrics.items() if isinstance(v, (int, float))}
 

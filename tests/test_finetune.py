@@ -102,6 +102,9 @@ def test_finetuned_checkpoint_equals_transformers(pretrained, tmp_path, case):
             torch.testing.assert_close(getattr(a, name), getattr(b, name), atol=1e-5, rtol=0)
     if case == "classification":  # the label names travel with the checkpoint
         assert theirs.config.id2label[0] == ours.config.id2label[0] == "Charles Dickens"
+    card = (best / "README.md").read_text()  # its model card: how it was trained and what it scored
+    primary = summary["primary_metric"]
+    assert f"| dev {primary} | {summary['best'][primary]:.4g} |" in card and "Fine-tuned on " in card
 
 
 def test_evaluate_and_predict_cli(pretrained, tmp_path, capsys):
@@ -267,3 +270,11 @@ def test_the_script_behind_the_readme_table_runs_both_inits_and_scores_test_once
             (run,) = r[init]
             assert metric in run["dev"] and metric in run["test"]
     assert "| wordnet_qa | f1 | test |" in done.stdout and "| novel_authorship | accuracy | dev |" in done.stdout
+
+
+def test_evaluating_a_split_without_its_task_is_refused_by_name(tmp_path, capsys):
+    """Without --task, evaluate would read another task's files as the demo's task and fail misleadingly."""
+    for verb in ("evaluate", "predict"):
+        assert litebert_main([verb, "--model", str(tmp_path), "--data-dir", str(TASKS / "novel_authorship"),
+                              "--out", str(tmp_path / "out.json")]) == 2
+        assert "--task is required with --data-dir" in capsys.readouterr().err

@@ -27,6 +27,7 @@ from litebert.corpus.masking import mask_tokens
 from litebert.corpus.pairs import InstanceOptions, check_options, create_instances
 from litebert.errors import ConfigError, DataError
 from litebert.files import fsync_path, write_json
+from litebert.progress import progress_bar
 from litebert.runconfig import parse_verb, verb_parser
 from litebert.tokenizer import Tokenizer
 
@@ -277,8 +278,6 @@ def prepare(inputs: list[str] | None, out_dir: str, tokenizer_dir: str, options:
     The new dataset replaces an old one in `out_dir` only once it is complete (`_staged_dataset`); files there
     that look like a dataset but are not one of prepare's are replaced only with overwrite=True.
     """
-    from tqdm import tqdm
-
     opt = dataclasses.replace(options or InstanceOptions(), **knobs)
     check_options(opt, shard_size)
     paths = resolve_inputs(inputs)
@@ -292,8 +291,7 @@ def prepare(inputs: list[str] | None, out_dir: str, tokenizer_dir: str, options:
         writer = _ShardWriter(staging, shard_size, token_dtype, opt.static_masking)
         stats = collections.Counter()
         total = None if any(p.endswith(".gz") for p in paths) else sum(os.path.getsize(p) for p in paths)
-        # disable=None: tqdm stays quiet when stderr is no terminal (a log file, CI)
-        bar = tqdm(total=total, unit="B", unit_scale=True, desc="prepare", disable=None if progress else True)
+        bar = progress_bar(total, "prepare", progress, unit="B", unit_scale=True)  # a log gets a line every 30 s
         t0 = time.time()
         chunks = enumerate(chunks_of_documents(iter_documents(paths, paragraphs, text_field, stats, bar), chunk_chars))
 

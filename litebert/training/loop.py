@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from litebert.errors import ConfigError, LitebertError
+from litebert.progress import progress_bar
 from litebert.runconfig import dump_toml
 from litebert.runtime.device import resolve_device
 from litebert.runtime.gemm import backend as gemm_backend
@@ -188,8 +189,6 @@ def train(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, eval
                uninterrupted run would.
     Under torchrun each process calls this with the same arguments; the process group is set up here.
     """
-    from tqdm.auto import tqdm
-
     env = setup_distributed(cfg.device, cfg.dist_timeout_minutes)
     run = None
     try:
@@ -202,8 +201,9 @@ def train(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, eval
         if evaluate is not None:
             result.start_eval, result.eval = _owed_evaluations(run, evaluate, evaluate_start)
             stop = _count_evaluation(run, early_stopping, result.eval, _resumed_step_due(run))  # made or read back
-        bar_off = None if env.is_main and cfg.progress else True  # None: tqdm stays quiet when stderr is no terminal
-        with tqdm(total=cfg.max_steps, initial=progress.step, disable=bar_off, dynamic_ncols=True, desc="train") as bar:
+        # a bar on a terminal, a line every 30 s in a log (rank 0 only)
+        with progress_bar(cfg.max_steps, "train", env.is_main and cfg.progress, initial=progress.step,
+                          unit="steps") as bar:
             while progress.step < cfg.max_steps and not stop:
                 progress.step += 1
                 step, last = progress.step, progress.step == cfg.max_steps
