@@ -227,12 +227,13 @@ class EnsembleConfig:
         "help": "fine-tuned model directories (a run's best/), or run directories with --average-last"})
     from_grid: str = field(default="", metadata={
         "help": "a grid directory (litebert finetune --seeds ...): its best runs on dev are the candidates"})
-    top: int = field(default=8, metadata={"help": "--from-grid: how many runs, best dev score first"})
+    top: int = field(default=8, metadata={"range": "[1, inf)",
+        "help": "--from-grid: how many runs, best dev score first"})
     select: bool = field(default=True, metadata={
         "help": "choose members greedily on dev (--no-select: every candidate, equal weights)"})
     split: str = field(default="test", metadata={
         "help": "split scored once after selection, and predicted ('none': no split)"})
-    average_last: int = field(default=0, metadata={
+    average_last: int = field(default=0, metadata={"range": "[0, inf)",
         "help": "each member: the weight average of its run's last K checkpoints (0: the models as given)"})
     out: str = field(default="", metadata={"help": "directory for ensemble.json, calibration.json and predictions"})
 

@@ -58,12 +58,13 @@ class FinetuneConfig(TaskConfig):
     eval_split: str = field(default="dev", metadata={"help": "split scored during training and kept best on"})
     from_scratch: bool = field(default=False, metadata={
         "help": "random initialisation with --model's architecture: the baseline pretraining must beat"})
-    max_train_examples: int | None = field(default=None, metadata={"help": "use only the first N training examples"})
-    dropout: float | None = field(default=None, metadata={
+    max_train_examples: int | None = field(default=None, metadata={"range": "[1, inf)",
+        "help": "use only the first N training examples"})
+    dropout: float | None = field(default=None, metadata={"range": "[0, 1)",
         "help": "hidden, attention and classifier dropout while fine-tuning (default: the model's, and 0.1 before "
                 "the classifier as in transformers; ALBERT v2 pretrains without dropout, and a small model fine-tuned "
                 "on a few thousand examples may want 0.1; 0 turns all three off)"})
-    early_stopping_patience: int = field(default=0, metadata={
+    early_stopping_patience: int = field(default=0, metadata={"range": "[0, inf)",
         "help": "stop after N evaluations (--eval-every) without a better dev score; best/ keeps the best "
                 "(0: train all --max-steps)"})
 
@@ -218,13 +219,18 @@ def finetune(cfg: FinetuneConfig, train_cfg: TrainConfig) -> dict[str, Any]:
     return summary
 
 
-def recipe_defaults(task_name: str) -> dict[str, Any]:
-    """The task's recipe as TrainConfig values: beneath --config's [train] table and the flags."""
+def recipe_defaults(task_name: str, max_steps: int | None = None) -> dict[str, Any]:
+    """The task's recipe as TrainConfig values: beneath --config's [train] table and the flags. A `max_steps`
+    given by the user (and no warmup) keeps the recipe's share of warmup steps, not its count, so that a shorter
+    run still warms up and then decays (the recipe's 60 warmup steps in a run of 20 would end before its peak)."""
     recipe = RECIPES.get(task_name)
     if recipe is None:
         return {}
+    warmup = recipe.warmup_steps
+    if max_steps is not None and max_steps > 0:
+        warmup = round(recipe.warmup_steps * min(max_steps, recipe.max_steps) / recipe.max_steps)
     return {"optimizer": "adamw", "lr": recipe.lr, "batch_size": recipe.batch_size, "max_steps": recipe.max_steps,
-            "warmup_steps": recipe.warmup_steps, "weight_decay": 0.01}
+            "warmup_steps": warmup, "weight_decay": 0.01}
 
 
 GRID_HELP = """grids of runs (litebert.sweep):
@@ -238,7 +244,9 @@ def parse_args(argv: list[str]) -> tuple[FinetuneConfig, TrainConfig]:
     parser = verb_parser("finetune", __doc__, {"task and model": FinetuneConfig,
                                                 "training (defaults: the task's ALBERT recipe)": TrainConfig},
                          epilog=GRID_HELP)
-    return parse_verb(parser, argv, defaults={TrainConfig: lambda configs: recipe_defaults(configs[0].task)})
+    args = parser.parse_args(argv)
+    steps = getattr(args, "max_steps", None) if not hasattr(args, "warmup_steps") else None
+    return parse_verb(parser, args, defaults={TrainConfig: lambda configs: recipe_defaults(configs[0].task, steps)})
 
 
 def cli(argv: list[str]) -> int:

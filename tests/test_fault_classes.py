@@ -1,0 +1,125 @@
+"""Issue 33: one guard per class of failure, and a harness that tries every verb with every class.
+
+The classes (docs/faults.md, "Classes of bad input"): numeric options outside their meaning, non-finite outputs,
+line-oriented input (row i = line i), training data a model cannot learn from, resuming with other settings,
+a full disk in any library's writer. Each part below runs the verbs on generated bad inputs of one class and
+asserts the class's invariant: a one-line refusal (exit 2) or a counted skip, rows aligned, no NaN in any
+output, no earlier result changed by a refused run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pkgutil
+import typing
+
+import pytest
+
+import litebert
+from litebert.cli import main as litebert_main
+from litebert.errors import ConfigError
+from litebert.runconfig import _unwrap_optional, parse_range, resolve_config
+from litebert.training.loop import TrainConfig
+
+
+def one_line(argv, capsys) -> str:
+    """Run a verb that must be refused with one line (exit 2); return the line."""
+    code = litebert_main(argv)
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    return err.strip()
+
+
+# ============================================================================ options outside their meaning
+
+# Config classes whose fields another issue owns (issue 35 part 2: the server); their ranges are still open.
+RANGES_OPEN = {"ServeConfig"}
+
+
+def config_classes() -> list[type]:
+    """Every dataclass in litebert whose fields carry help text: the verbs' option classes."""
+    found = {}
+    for info in pkgutil.walk_packages(litebert.__path__, "litebert."):
+        module = importlib.import_module(info.name)
+        for obj in vars(module).values():
+            if isinstance(obj, type) and dataclasses.is_dataclass(obj) and obj.__module__ == info.name \
+                    and any("help" in f.metadata for f in dataclasses.fields(obj)):
+                found[obj.__qualname__] = obj
+    return list(found.values())
+
+
+def numeric_fields(cls: type):
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        kind, _ = _unwrap_optional(hints[f.name])
+        if typing.get_origin(kind) is list:
+            kind = (typing.get_args(kind) or (None,))[0]
+        if kind in (int, float):
+            yield f
+
+
+def test_every_numeric_option_declares_its_valid_range():
+    classes = config_classes()
+    assert len(classes) >= 15, [c.__name__ for c in classes]
+    missing = [f"{cls.__name__}.{f.name}" for cls in classes if cls.__name__ not in RANGES_OPEN
+               for f in numeric_fields(cls) if "range" not in f.metadata]
+    assert not missing, f"numeric options without a declared range: {missing}"
+    for cls in classes:  # every declared range parses, and every default is inside it
+        for f in numeric_fields(cls):
+            if "range" in f.metadata:
+                parse_range(f.metadata["range"])
+                default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+                resolve_config(cls, {}, {f.name: default}) if default is not None else None
+
+
+BAD_FLAGS = [  # (argv, what the one line must say); each refused before any file is read
+    (["finetune", "--beta1", "1.5"], "--beta1 must be in [0, 1), got 1.5"),
+    (["finetune", "--beta2", "nan"], "--beta2 must be in [0, 1), got nan"),
+    (["finetune", "--lr", "inf"], "--lr must be in [0, inf), got inf"),
+    (["finetune", "--doc-stride", "0"], "--doc-stride must be in [1, inf), got 0"),
+    (["finetune", "--max-train-examples", "-3"], "--max-train-examples must be in [1, inf), got -3"),
+    (["finetune", "--dropout", "1.0"], "--dropout must be in [0, 1), got 1.0"),
+    (["finetune", "--warmup-steps", "50", "--max-steps", "10"], "--warmup-steps 50 must be below --max-steps 10"),
+    (["finetune", "--task", "wordnet_qa", "--max-length", "64"], "--max-query-length 64 + 3 special tokens"),
+    (["evaluate", "--eval-batch-size", "0"], "--eval-batch-size must be in [1, inf), got 0"),
+    (["predict", "--top-k", "0"], "--top-k must be in [1, inf), got 0"),
+    (["export", "--verify-samples", "0"], "--verify-samples must be in [1, inf), got 0"),
+    (["export", "--min-agreement", "1.5"], "--min-agreement must be in [0, 1], got 1.5"),
+    (["pretrain", "--held-out", "-1"], "--held-out must be in [0, inf), got -1"),
+    (["prepare", "--masked-lm-prob", "2"], "--masked-lm-prob must be in [0, 1], got 2.0"),
+    (["prepare", "--max-seq-length", "2"], "--max-seq-length must be in [5, inf), got 2"),
+    (["tokenizer", "--vocab-size", "3"], "--vocab-size must be in [6, inf), got 3"),
+    (["embed", "--scale", "0"], "--scale must be in (0, inf), got 0.0"),
+    (["ensemble", "--top", "0"], "--top must be in [1, inf), got 0"),
+    (["analyze", "--max-sentences", "0"], "--max-sentences must be in [1, inf), got 0"),
+    (["reproduce", "--seeds", "0"], "--seeds must be in [1, inf), got 0"),
+    (["extend-vocab", "--max-pieces", "0"], "--max-pieces must be in [1, inf), got 0"),
+    (["demo", "--seed", "-1"], "--seed must be in [0, 4294967295], got -1"),
+]
+
+
+@pytest.mark.parametrize("argv,words", BAD_FLAGS, ids=[" ".join(a) for a, _ in BAD_FLAGS])
+def test_a_numeric_flag_outside_its_range_is_one_line_before_any_work(argv, words, capsys, tmp_path,
+                                                                     monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    line = one_line(argv, capsys)
+    assert words in line, line
+    assert list(tmp_path.iterdir()) == [], "a refused run wrote something"
+
+
+def test_the_same_ranges_hold_for_values_read_from_toml(tmp_path, capsys):
+    toml = tmp_path / "r.toml"
+    toml.write_text("[train]\nbeta1 = 1.5\n")
+    line = one_line(["finetune", "--config", str(toml)], capsys)
+    assert "[train]: beta1 must be in [0, 1), got 1.5" in line
+    with pytest.raises(ConfigError, match="warmup_steps must be in"):
+        resolve_config(TrainConfig, {"warmup_steps": -1})
+
+
+def test_a_recipe_warmup_is_scaled_to_a_shorter_run_not_refused():
+    from litebert.finetune import parse_args
+    _, train = parse_args(["--task", "novel_authorship", "--max-steps", "20"])
+    assert 0 < train.warmup_steps < 20  # the recipe's share of warmup (60 of 600), not its 60 steps
+    _, train = parse_args(["--task", "novel_authorship"])
+    assert (train.max_steps, train.warmup_steps) == (600, 60)
