@@ -41,9 +41,10 @@ from litebert.tasks.loading import (
     read_split,
     resolve_task,
 )
+from litebert.training.checkpoint import list_checkpoints
 from litebert.training.data import ShuffledData
 from litebert.training.distributed import is_main_process
-from litebert.training.loop import TrainConfig, TrainResult, train
+from litebert.training.loop import CONFIG_NAME, TrainConfig, TrainResult, train
 from litebert.training.state import EarlyStopping
 from litebert.weights import resolve_model_dir
 
@@ -88,12 +89,20 @@ def load_model(cfg: FinetuneConfig, family: Family, labels: list[str] | None, mo
 
 def check_out_dir(cfg: FinetuneConfig, train_cfg: TrainConfig) -> None:
     """A fresh run (no --resume) into a directory holding an earlier run's best/ or summary.json would replace
-    them at its first evaluation: refused unless --overwrite. (Checkpoints are the loop's to refuse.)"""
+    them at its first evaluation: refused unless --overwrite. (Checkpoints are the loop's to refuse.) A --resume
+    into a directory with a best/ and no checkpoint would start afresh and adopt that best/: refused unless the
+    run that made it recorded the same settings."""
     out = train_cfg.out_dir
     earlier = [name for name in ("best", "summary.json") if os.path.exists(os.path.join(out, name))]
     if earlier and not train_cfg.resume and not cfg.overwrite:
         raise ConfigError(f"{out} holds an earlier run's {' and '.join(earlier)}: pass --resume to continue it, "
                           "--overwrite to replace it, or choose another --out-dir")
+    if train_cfg.resume and "best" in earlier and not list_checkpoints(out) and not cfg.overwrite:
+        # Nothing to resume: a new run would start here and take the old best/ (and its score) as its own.
+        if not os.path.isfile(os.path.join(out, CONFIG_NAME)):
+            raise ConfigError(f"{out} holds a best/ but no checkpoint or train_config.toml to resume: it is not "
+                              "a run this --resume can continue; use --overwrite to replace it, or another --out-dir")
+        sweep.refuse_other_settings(out, cfg, train_cfg, "a best/")
 
 
 def read_summary(out_dir: str) -> dict[str, Any]:

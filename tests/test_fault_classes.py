@@ -11,16 +11,21 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
+import os
 import pkgutil
 import typing
+from pathlib import Path
 
 import pytest
 
 import litebert
+from litebert import sweep
 from litebert.cli import main as litebert_main
 from litebert.errors import ConfigError
-from litebert.runconfig import _unwrap_optional, parse_range, resolve_config
-from litebert.training.loop import TrainConfig
+from litebert.finetune import FinetuneConfig, check_out_dir
+from litebert.runconfig import _unwrap_optional, dump_toml, parse_range, resolve_config
+from litebert.training.loop import CONFIG_NAME, TrainConfig
 
 
 def one_line(argv, capsys) -> str:
@@ -123,3 +128,65 @@ def test_a_recipe_warmup_is_scaled_to_a_shorter_run_not_refused():
     assert 0 < train.warmup_steps < 20  # the recipe's share of warmup (60 of 600), not its 60 steps
     _, train = parse_args(["--task", "novel_authorship"])
     assert (train.max_steps, train.warmup_steps) == (600, 60)
+
+
+# ================================================================================ resuming with other settings
+
+def _grid_dir(tmp_path, lr=1e-3, seeds=(1,)):
+    """A grid whose every run finished (train_config.toml and summary.json as `litebert finetune` leaves them)."""
+    cfg = FinetuneConfig(model="m", data_dir="d", task="table", text_columns=["text"])
+    train_cfg = TrainConfig(out_dir=str(tmp_path / "grid"), progress=False, lr=lr)
+    runs = sweep.grid_runs(cfg, train_cfg, {}, list(seeds))
+    for run in runs:
+        os.makedirs(run.train_cfg.out_dir)
+        Path(run.train_cfg.out_dir, CONFIG_NAME).write_text(
+            dump_toml({"train": run.train_cfg, "finetune": dataclasses.asdict(run.cfg)}))
+        Path(run.train_cfg.out_dir, "summary.json").write_text(json.dumps({"primary_metric": "accuracy"}))
+    return cfg, train_cfg
+
+
+def test_a_finished_grid_rerun_with_other_settings_is_refused_by_name(tmp_path):
+    cfg, train_cfg = _grid_dir(tmp_path)
+    trained = []
+    train = lambda c, t: trained.append(t) or {}  # noqa: E731
+    run = sweep.grid_runs(cfg, train_cfg, {}, [1])[0]
+    assert sweep.run_once(run, train)[1] == "kept"  # the same settings: kept
+    for change, words in [(dict(lr=2e-3), "--lr 0.002 (was 0.001)"), (dict(max_steps=7), "--max-steps 7 (was 1000)")]:
+        other = sweep.grid_runs(cfg, dataclasses.replace(train_cfg, **change), {}, [1])[0]
+        with pytest.raises(ConfigError, match="made with other settings") as e:
+            sweep.run_once(other, train)
+        assert words in str(e.value)
+    other = sweep.grid_runs(dataclasses.replace(cfg, max_length=16), train_cfg, {}, [1])[0]
+    with pytest.raises(ConfigError, match=r"--max-length 16 \(was none\)"):
+        sweep.run_once(other, train)
+    # what does not decide the result (where it runs, how often it logs or saves) does not matter
+    same = sweep.grid_runs(cfg, dataclasses.replace(train_cfg, log_every=1, keep_last=9, device="cpu"), {}, [1])[0]
+    assert sweep.run_once(same, train)[1] == "kept" and trained == []
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--seeds", "1", "1"], "--seeds gives 1 more than once"),
+    (["--seeds", "1", "--lr", "1e-3", "1e-3"], "--lr gives 1e-3 more than once"),
+])
+def test_a_seed_or_swept_value_given_twice_is_refused(argv, words):
+    with pytest.raises(ConfigError, match=words):
+        sweep.split_argv(argv, sweep.sweepable_fields(FinetuneConfig, TrainConfig))
+    cfg = FinetuneConfig(model="m", data_dir="d")
+    with pytest.raises(ConfigError, match="more than once"):  # 1e-3 and 0.001 are one run
+        sweep.grid_runs(cfg, TrainConfig(progress=False), {"lr": [1e-3, 0.001]}, [1])
+
+
+def test_resume_into_a_directory_holding_only_a_best_is_refused(tmp_path):
+    out = tmp_path / "run"
+    (out / "best").mkdir(parents=True)
+    cfg = FinetuneConfig(model="m", data_dir="d", task="table", text_columns=["text"])
+    train_cfg = TrainConfig(out_dir=str(out), resume=True, progress=False)
+    with pytest.raises(ConfigError, match="holds a best/ but no checkpoint"):
+        check_out_dir(cfg, train_cfg)
+    (out / CONFIG_NAME).write_text(dump_toml({"train": dataclasses.replace(train_cfg, lr=0.5),
+                                              "finetune": dataclasses.asdict(cfg)}))
+    with pytest.raises(ConfigError, match=r"--lr 0.0001 \(was 0.5\)"):
+        check_out_dir(cfg, train_cfg)
+    (out / CONFIG_NAME).write_text(dump_toml({"train": train_cfg, "finetune": dataclasses.asdict(cfg)}))
+    check_out_dir(cfg, train_cfg)  # the same run, killed before its first checkpoint: resumed
+    check_out_dir(dataclasses.replace(cfg, overwrite=True), dataclasses.replace(train_cfg, lr=0.5))
