@@ -14,18 +14,24 @@ import importlib
 import json
 import os
 import pkgutil
+import shutil
 import typing
 from pathlib import Path
 
 import pytest
+import test_faults
 
 import litebert
 from litebert import sweep
 from litebert.cli import main as litebert_main
-from litebert.errors import ConfigError
+from litebert.errors import ConfigError, NonFiniteError
 from litebert.finetune import FinetuneConfig, check_out_dir
 from litebert.runconfig import _unwrap_optional, dump_toml, parse_range, resolve_config
 from litebert.training.loop import CONFIG_NAME, TrainConfig
+
+# test_faults' module fixtures, built once for this module too: a tokenizer, a tiny model, a finished 4-step run
+root, tok_dir, model_dir, finished_run = (test_faults.root, test_faults.tok_dir, test_faults.model_dir,
+                                          test_faults.finished_run)
 
 
 def one_line(argv, capsys) -> str:
@@ -190,3 +196,49 @@ def test_resume_into_a_directory_holding_only_a_best_is_refused(tmp_path):
     (out / CONFIG_NAME).write_text(dump_toml({"train": train_cfg, "finetune": dataclasses.asdict(cfg)}))
     check_out_dir(cfg, train_cfg)  # the same run, killed before its first checkpoint: resumed
     check_out_dir(dataclasses.replace(cfg, overwrite=True), dataclasses.replace(train_cfg, lr=0.5))
+
+
+# ====================================================================================== non-finite outputs
+
+def overflowing(best: Path, dst: Path) -> Path:
+    """A copy of a fine-tuned model whose weights are finite but whose outputs overflow to inf/NaN."""
+    from safetensors.torch import load_file, save_file
+    shutil.copytree(best, dst)
+    state = load_file(dst / "model.safetensors")
+    state["albert.embeddings.word_embeddings.weight"].fill_(3e38)
+    save_file(state, dst / "model.safetensors", metadata={"format": "pt"})
+    return dst
+
+
+@pytest.fixture(scope="module")
+def nan_best(finished_run, tmp_path_factory) -> Path:
+    return overflowing(finished_run[1] / "best", tmp_path_factory.mktemp("nan") / "best")
+
+
+def test_predict_on_raw_text_refuses_nan_outputs_instead_of_writing_them(nan_best, finished_run, capsys, tmp_path):
+    out = tmp_path / "p.jsonl"
+    line = one_line(["predict", "--model", str(nan_best), "--text", "the sea was calm", "--out", str(out)], capsys)
+    assert "NaN or infinite for 1 of 1 inputs" in line and str(nan_best) in line
+    assert not out.exists() or "NaN" not in out.read_text()
+    from litebert.serving.pipeline import pipeline  # the library's pipeline (and serve, which calls it) too
+    with pytest.raises(NonFiniteError):
+        pipeline("text-classification", str(nan_best))(["a", "b"])
+
+
+def test_an_ensemble_refuses_a_member_with_nan_outputs_by_name(nan_best, finished_run, capsys, tmp_path):
+    data, run, _ = finished_run
+    line = one_line(["ensemble", "--models", str(run / "best"), str(nan_best), "--task", "table", "--data-dir",
+                     str(data), "--text-columns", "text", "--max-length", "32", "--split", "none", "--out",
+                     str(tmp_path / "ens")], capsys)
+    assert "NaN or infinite" in line and str(nan_best) in line
+    assert not (tmp_path / "ens" / "ensemble.json").exists()
+
+
+def test_evaluate_and_predict_on_a_split_refuse_nan_outputs(nan_best, finished_run, capsys, tmp_path):
+    data = finished_run[0]
+    common = ["--model", str(nan_best), "--task", "table", "--data-dir", str(data), "--text-columns", "text",
+              "--max-length", "32"]
+    assert "NaN or infinite" in one_line(["evaluate", *common, "--split", "dev"], capsys)
+    out = tmp_path / "pred.jsonl"
+    assert "NaN or infinite" in one_line(["predict", *common, "--split", "dev", "--out", str(out)], capsys)
+    assert not out.exists()

@@ -14,12 +14,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from litebert.config import AlbertConfig
-from litebert.errors import CheckpointError, ConfigError, NonFiniteError
+from litebert.errors import CheckpointError, ConfigError
 from litebert.files import read_json_object
 from litebert.runtime.device import resolve_device
 from litebert.tasks.ensembles import check_members
 from litebert.tasks.families import Family, FeatureSettings, Scored, family_of, read_calibration
-from litebert.tasks.inference import model_scores
+from litebert.tasks.inference import check_finite_scores, model_scores
 from litebert.tasks.records import Examples
 from litebert.tasks.registry import TASKS, Task, read_task
 from litebert.tokenizer import SPIECE_FILE, Tokenizer
@@ -174,15 +174,6 @@ def load_tokenizer(cfg: TaskConfig, model_dir: str, config: AlbertConfig):
             raise ConfigError(f"--tokenizer {cfg.tokenizer} has {tok.vocab_size} pieces but {cfg.model} was "
                               f"trained with a vocabulary of {config.vocab_size}: it is not the model's tokenizer")
     return tok
-
-
-def check_finite_scores(scores, source: str) -> None:
-    """NonFiniteError when a model's outputs hold NaN or infinity: every metric computed from them would be
-    wrong (argmax of NaN is 0) without a word."""
-    bad = sum(1 for s in scores if s is not None and not np.isfinite(s).all())
-    if bad:
-        raise NonFiniteError(f"{source}: the model's outputs are NaN or infinite for {bad} of {len(scores)} "
-                             "inputs; its weights are damaged, or training diverged")
 
 
 def _read_json(path: str) -> dict[str, Any]:
