@@ -10,6 +10,7 @@ output, no earlier result changed by a refused run.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import importlib
 import json
 import os
@@ -20,11 +21,13 @@ from pathlib import Path
 
 import pytest
 import test_faults
+from test_faults import debris
 
 import litebert
-from litebert import sweep
+from litebert import files, sweep
 from litebert.cli import main as litebert_main
 from litebert.errors import ConfigError, NonFiniteError
+from litebert.files import atomic_open, write_dir_atomically
 from litebert.finetune import FinetuneConfig, check_out_dir
 from litebert.runconfig import _unwrap_optional, dump_toml, parse_range, resolve_config
 from litebert.training.loop import CONFIG_NAME, TrainConfig
@@ -242,3 +245,81 @@ def test_evaluate_and_predict_on_a_split_refuse_nan_outputs(nan_best, finished_r
     out = tmp_path / "pred.jsonl"
     assert "NaN or infinite" in one_line(["predict", *common, "--split", "dev", "--out", str(out)], capsys)
     assert not out.exists()
+
+
+# ================================================================================================ a full disk
+
+def _library_errors():
+    """What each library that writes for litebert raises on a full disk (messages as they give them)."""
+    from safetensors import SafetensorError
+    return {
+        "torch.save": RuntimeError("[enforce fail at inline_container.cc:778] . PytorchStreamWriter failed writing "
+                                   "file data/0: file write failed"),
+        "safetensors": SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, '
+                                       'message: "No space left on device" })'),
+        "tokenizers": Exception("No space left on device (os error 28)"),
+        "numpy": OSError("4096 requested and 1024 written"),
+        "sentencepiece": OSError("Permission denied: \"x.model\": No space left on device Error #28"),
+        "os": OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)),
+    }
+
+
+@pytest.mark.parametrize("library", list(_library_errors()))
+def test_a_full_disk_in_any_library_is_one_oserror_naming_the_destination(library, tmp_path):
+    error = _library_errors()[library]
+    final = tmp_path / "result"
+    write_dir_atomically(final, lambda d: (d / "old.bin").write_bytes(b"x" * 100))
+
+    def fill(directory):
+        (directory / "part.bin").write_bytes(b"y" * 10)
+        raise error
+
+    with pytest.raises(OSError) as e:
+        write_dir_atomically(final, fill)
+    assert e.value.errno == errno.ENOSPC and str(final) in str(e.value), e.value
+    assert "bytes free there" in str(e.value) and "100 needed as before" in str(e.value), e.value
+    assert "nothing replaced" in str(e.value)
+    assert [p.name for p in final.iterdir()] == ["old.bin"] and not debris(tmp_path)
+    with pytest.raises(OSError) as e:  # a single file too
+        with atomic_open(tmp_path / "one.json") as f:
+            f.write("{}")
+            raise error
+    assert e.value.errno == errno.ENOSPC and str(tmp_path / "one.json") in str(e.value)
+    assert not (tmp_path / "one.json").exists()
+
+
+def test_a_bug_that_is_not_a_full_disk_keeps_its_own_exception(tmp_path):
+    with pytest.raises(KeyError):
+        write_dir_atomically(tmp_path / "r", lambda d: {}["missing"])
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        write_dir_atomically(tmp_path / "r", lambda d: (_ for _ in ()).throw(RuntimeError("shape mismatch")))
+
+
+def test_a_copy_onto_a_full_disk_names_the_destination_not_the_source(tmp_path, monkeypatch):
+    src, dst = tmp_path / "src.bin", tmp_path / "out" / "dst.bin"
+    src.write_bytes(b"z" * 10)
+    dst.parent.mkdir()
+
+    def full(a, b, *args, **kwargs):  # as shutil's sendfile copy raises it: the source first
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(a), None, str(b))
+
+    monkeypatch.setattr(shutil, "copyfile", full)
+    with pytest.raises(OSError) as e:
+        files.copy_file(src, dst)
+    assert e.value.filename == str(dst) and "bytes free there" in str(e.value)
+
+
+def test_a_full_disk_while_a_verb_writes_is_one_line_and_the_old_result_stays(finished_run, monkeypatch, capsys,
+                                                                              tmp_path):
+    """embed writes its .npy through atomic_open: numpy's own way of failing is one line naming --out."""
+    import numpy as np
+    model = finished_run[1] / "best"
+    sentences = tmp_path / "s.txt"
+    sentences.write_text("one sentence.\nanother one.\n")
+    out = tmp_path / "e.npy"
+    assert litebert_main(["embed", "--model", str(model), "--input", str(sentences), "--out", str(out)]) == 0
+    before = out.read_bytes()
+    capsys.readouterr()
+    monkeypatch.setattr(np, "save", lambda *a, **k: (_ for _ in ()).throw(OSError("4096 requested and 0 written")))
+    line = one_line(["embed", "--model", str(model), "--input", str(sentences), "--out", str(out)], capsys)
+    assert "No space left on device" in line and str(out) in line and out.read_bytes() == before
