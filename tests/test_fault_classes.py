@@ -323,3 +323,22 @@ def test_a_full_disk_while_a_verb_writes_is_one_line_and_the_old_result_stays(fi
     monkeypatch.setattr(np, "save", lambda *a, **k: (_ for _ in ()).throw(OSError("4096 requested and 0 written")))
     line = one_line(["embed", "--model", str(model), "--input", str(sentences), "--out", str(out)], capsys)
     assert "No space left on device" in line and str(out) in line and out.read_bytes() == before
+
+
+# ================================================================== training data a model cannot learn from
+
+@pytest.mark.parametrize("rows,words", [
+    ([("the sea was calm", "a")] * 8, "every training example of task table has the label 'a'"),
+    ([("the sea was calm", "a"), ("   ", "b")] * 4, "every training text of class(es) ['b'] is empty or blank"),
+], ids=["one class", "a class of blank texts"])
+def test_training_data_that_cannot_be_learned_from_is_refused_before_training(rows, words, model_dir, capsys,
+                                                                             tmp_path):
+    data = tmp_path / "task"
+    data.mkdir()
+    for split in ("train", "dev"):
+        (data / f"{split}.jsonl").write_text("".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in rows))
+    out = tmp_path / "run"
+    line = one_line(["finetune", "--model", str(model_dir), "--task", "table", "--data-dir", str(data),
+                     "--text-columns", "text", "--max-length", "32", "--max-steps", "2", "--out-dir", str(out),
+                     "--no-progress"], capsys)
+    assert words in line and not out.exists()
