@@ -48,7 +48,7 @@ from litebert.runtime.device import resolve_device
 from litebert.sentence import OBJECTIVES, POOLING, SentenceEncoder, pool
 from litebert.tasks.metrics import spearman
 from litebert.tasks.readers import read_table
-from litebert.tasks.records import open_text
+from litebert.tasks.records import read_rows
 from litebert.tokenizer import Tokenizer
 from litebert.training.checkpoint import fingerprint
 from litebert.training.data import ShuffledData
@@ -264,8 +264,7 @@ def cli(argv: list[str]) -> int:
         pairs, labels = read_pairs(files.evaluate, cfg, cfg.max_eval_examples)
         print(json.dumps(evaluate_pairs(model, tokenizer, pairs, labels, model.pooling, batch_size, cfg.max_length)))
         return 0
-    with open_text(Path(files.input)) as f:
-        sentences = [line.rstrip("\r\n") for line in f if line.strip()]
+    sentences = read_rows(Path(files.input), "sentence")  # row i of the .npy is line i
     if not sentences:
         raise DataError(f"{files.input}: no sentences")
     vectors = embed(model, tokenizer, sentences, model.pooling, batch_size, cfg.max_length)

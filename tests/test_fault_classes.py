@@ -342,3 +342,20 @@ def test_training_data_that_cannot_be_learned_from_is_refused_before_training(ro
                      "--text-columns", "text", "--max-length", "32", "--max-steps", "2", "--out-dir", str(out),
                      "--no-progress"], capsys)
     assert words in line and not out.exists()
+
+
+# ======================================================================== line-oriented input: row i = line i
+
+@pytest.mark.parametrize("text,lines", [("one.\n\ntwo.\n", "line 2"), ("one.\n  \ntwo.\n\n", "line 2, 4")],
+                         ids=["blank", "blank and spaces"])
+def test_embed_refuses_blank_lines_by_number_so_rows_stay_aligned(text, lines, finished_run, capsys, tmp_path):
+    sentences, out = tmp_path / "s.txt", tmp_path / "e.npy"
+    sentences.write_text(text)
+    line = one_line(["embed", "--model", str(finished_run[1] / "best"), "--input", str(sentences), "--out",
+                     str(out)], capsys)
+    assert f"blank sentence(s) at {lines}" in line and not out.exists()
+    sentences.write_text(text.replace("\n\n", "\n").replace("  \n", "three.\n"))
+    assert litebert_main(["embed", "--model", str(finished_run[1] / "best"), "--input", str(sentences), "--out",
+                          str(out)]) == 0
+    import numpy as np
+    assert np.load(out).shape[0] == len(sentences.read_text().splitlines())
