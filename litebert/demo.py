@@ -225,7 +225,8 @@ class DemoConfig:
     out: str = field(default="out/demo", metadata={
         "help": "run directory (a previous demo run there is replaced; anything else is refused)", "metavar": "DIR"})
     quick: bool = field(default=False, metadata={"help": "a smoke run of every stage (about four minutes on 2 cores)"})
-    seed: int = field(default=12345, metadata={"help": "seed of data preparation, pretraining and fine-tuning"})
+    seed: int = field(default=12345, metadata={"range": "[0, 4294967295]",
+        "help": "seed of data preparation, pretraining and fine-tuning"})
 
 
 def main(argv: list[str]) -> int:

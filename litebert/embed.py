@@ -48,7 +48,7 @@ from litebert.runtime.device import resolve_device
 from litebert.sentence import OBJECTIVES, POOLING, SentenceEncoder, pool
 from litebert.tasks.metrics import spearman
 from litebert.tasks.readers import read_table
-from litebert.tasks.records import open_text
+from litebert.tasks.records import read_rows
 from litebert.tokenizer import Tokenizer
 from litebert.training.checkpoint import fingerprint
 from litebert.training.data import ShuffledData
@@ -142,14 +142,18 @@ class SentenceConfig:
         "choices": OBJECTIVES})
     pooling: str | None = field(default=None, metadata={
         "help": "mean or cls (default: the model's sentence_config.json, else mean)", "choices": (*POOLING, None)})
-    scale: float = field(default=20.0, metadata={"help": "contrastive: cosine scale (1 / temperature)"})
-    max_length: int = field(default=128, metadata={"help": "tokens per sentence, [CLS] and [SEP] included"})
+    scale: float = field(default=20.0, metadata={"range": "(0, inf)",
+        "help": "contrastive: cosine scale (1 / temperature)"})
+    max_length: int = field(default=128, metadata={"range": "[4, inf)",
+        "help": "tokens per sentence, [CLS] and [SEP] included"})
     text_columns: list[str] = field(default_factory=lambda: ["sentence1", "sentence2"], metadata={
         "help": "the two text columns of the pairs files"})
     label_column: str = field(default="label", metadata={"help": "the label / score column ('' for none)"})
-    max_train_examples: int | None = field(default=None, metadata={"help": "use only the first N training pairs"})
-    max_eval_examples: int | None = field(default=None, metadata={"help": "score only the first N eval pairs"})
-    eval_batch_size: int = field(default=64, metadata={"help": "sentences per embedding forward"})
+    max_train_examples: int | None = field(default=None, metadata={"range": "[1, inf)",
+        "help": "use only the first N training pairs"})
+    max_eval_examples: int | None = field(default=None, metadata={"range": "[1, inf)",
+        "help": "score only the first N eval pairs"})
+    eval_batch_size: int = field(default=64, metadata={"range": "[1, inf)", "help": "sentences per embedding forward"})
 
 
 def read_pairs(path: str, cfg: SentenceConfig, limit: int | None = None
@@ -260,8 +264,7 @@ def cli(argv: list[str]) -> int:
         pairs, labels = read_pairs(files.evaluate, cfg, cfg.max_eval_examples)
         print(json.dumps(evaluate_pairs(model, tokenizer, pairs, labels, model.pooling, batch_size, cfg.max_length)))
         return 0
-    with open_text(Path(files.input)) as f:
-        sentences = [line.rstrip("\r\n") for line in f if line.strip()]
+    sentences = read_rows(Path(files.input), "sentence")  # row i of the .npy is line i
     if not sentences:
         raise DataError(f"{files.input}: no sentences")
     vectors = embed(model, tokenizer, sentences, model.pooling, batch_size, cfg.max_length)

@@ -42,7 +42,7 @@ from litebert.runconfig import parse_verb, verb_parser
 from litebert.sweep import read_grid
 from litebert.tasks.ensembles import ENSEMBLE_FILE, average_scores, is_ensemble, read_ensemble
 from litebert.tasks.families import Family, family_for_config, read_calibration
-from litebert.tasks.inference import model_scores
+from litebert.tasks.inference import check_finite_scores, model_scores
 from litebert.tasks.loading import Split, read_task_split
 from litebert.tokenizer import Tokenizer
 from litebert.training.checkpoint import list_checkpoints
@@ -82,8 +82,11 @@ def load_member(directory: str):
 
 
 def member_scores(directory: str, split: Split, batch_size: int) -> list[np.ndarray]:
-    """One member's family scores on the split (the model is loaded, used and let go)."""
-    return model_scores(load_member(directory), split.family, split.features, batch_size, split.pad_id)
+    """One member's family scores on the split (the model is loaded, used and let go); a member whose outputs
+    are NaN or infinite is refused by name, not scored (as chance) nor averaged in."""
+    scores = model_scores(load_member(directory), split.family, split.features, batch_size, split.pad_id)
+    check_finite_scores(scores, directory)
+    return scores
 
 
 def greedy_select(candidates: Mapping[str, Sequence[np.ndarray]],
@@ -227,12 +230,13 @@ class EnsembleConfig:
         "help": "fine-tuned model directories (a run's best/), or run directories with --average-last"})
     from_grid: str = field(default="", metadata={
         "help": "a grid directory (litebert finetune --seeds ...): its best runs on dev are the candidates"})
-    top: int = field(default=8, metadata={"help": "--from-grid: how many runs, best dev score first"})
+    top: int = field(default=8, metadata={"range": "[1, inf)",
+        "help": "--from-grid: how many runs, best dev score first"})
     select: bool = field(default=True, metadata={
         "help": "choose members greedily on dev (--no-select: every candidate, equal weights)"})
     split: str = field(default="test", metadata={
         "help": "split scored once after selection, and predicted ('none': no split)"})
-    average_last: int = field(default=0, metadata={
+    average_last: int = field(default=0, metadata={"range": "[0, inf)",
         "help": "each member: the weight average of its run's last K checkpoints (0: the models as given)"})
     out: str = field(default="", metadata={"help": "directory for ensemble.json, calibration.json and predictions"})
 

@@ -64,7 +64,7 @@ class PredictConfig:
     precision: str = field(default="fp32", metadata={
         "choices": INFERENCE_PRECISIONS,
         "help": "torch: fp32, bf16, int8 or auto (bf16 where measured faster here); onnxruntime: fp32 or int8"})
-    top_k: int | None = field(default=None, metadata={
+    top_k: int | None = field(default=None, metadata={"range": "[1, inf)",
         "help": "fill-mask, text-classification, multiple-choice: answers per input"})
     aggregation_strategy: str | None = field(default=None, metadata={
         "help": "token-classification: none, simple, first, average, max"})

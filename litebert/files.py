@@ -7,6 +7,7 @@ intact (the new one is staged beside it, fsync'ed, then renamed into place).
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import json
 import os
@@ -35,6 +36,10 @@ def naming(error: OSError, path: str | os.PathLike, staging: Path | None = None,
     if error.errno is None:
         return error
     filename = error.filename
+    if error.errno in _FULL_ERRNOS:
+        if error.filename2 is not None:  # shutil's copy names its source first
+            filename = error.filename2
+        note = f" ({_space(path)}){note}"
     if filename is None:
         filename = os.fspath(path)
     elif staging is not None and str(filename).startswith(str(staging)):
@@ -44,6 +49,40 @@ def naming(error: OSError, path: str | os.PathLike, staging: Path | None = None,
     named = type(error)(error.errno, f"{error.strerror}{note}", filename)
     named.__traceback__ = error.__traceback__
     return named
+
+
+_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+# How the libraries that write for us say "disk full" without an OSError: torch.save (RuntimeError "file write
+# failed"), safetensors (SafetensorError "IoError(Os { code: 28, kind: StorageFull ..."), tokenizers (Exception
+# "No space left on device (os error 28)"), numpy's tofile (OSError without errno: "N requested and M written"),
+# sentencepiece (OSError or RuntimeError "... No space left on device").
+_FULL_WORDS = ("no space left on device", "storagefull", "os error 28", "code: 28", "file write failed",
+               "disk quota exceeded")
+
+
+def disk_full(error: BaseException, path: str | os.PathLike, note: str = "") -> OSError | None:
+    """An OSError(ENOSPC) naming `path` (the destination) and the free bytes there, for any library's way of
+    saying the disk is full; None when `error` is something else (it is then raised as it is)."""
+    if isinstance(error, OSError) and error.errno is not None:
+        return naming(error, path, note=note) if error.errno in _FULL_ERRNOS else None
+    text = str(error).lower()
+    numpy_short = isinstance(error, OSError) and " requested and " in text
+    if not (numpy_short or any(words in text for words in _FULL_WORDS)):
+        return None
+    named = OSError(errno.ENOSPC, f"No space left on device ({_space(path)}){note}", os.fspath(path))
+    named.__traceback__ = error.__traceback__
+    return named
+
+
+def _space(path: str | os.PathLike) -> str:
+    """The free bytes where `path` is written, and what the result it replaces takes: the room a rerun needs."""
+    path = Path(path)
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    size = path.stat().st_size if path.is_file() else \
+        sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
+    return f"{shutil.disk_usage(parent).free} bytes free there" + (f", {size} needed as before" if size else "")
 
 
 @contextlib.contextmanager
@@ -72,8 +111,11 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", **kwargs: Any) -> Iter
         os.replace(tmp, path)
     except BaseException as e:
         tmp.unlink(missing_ok=True)
-        if isinstance(e, OSError):
+        if isinstance(e, OSError) and e.errno is not None:
             raise naming(e, path) from None
+        full = disk_full(e, path)
+        if full is not None:
+            raise full from None
         raise
 
 
@@ -194,9 +236,12 @@ def _staged(final: Path, fill: Callable[[Path], None]) -> Path:
         fsync_path(tmp)
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(e, OSError):
-            note = f" (nothing replaced: {final} is as it was)" if final.exists() else " (nothing written)"
+        note = f" (nothing replaced: {final} is as it was)" if final.exists() else " (nothing written)"
+        if isinstance(e, OSError) and e.errno is not None:
             raise naming(e, final, tmp, note) from None
+        full = disk_full(e, final, note)
+        if full is not None:
+            raise full from None
         raise
     return tmp
 
@@ -309,4 +354,8 @@ def same_path(a: str | os.PathLike, b: str | os.PathLike) -> bool:
 def copy_file(src: str | os.PathLike, dst: str | os.PathLike) -> None:
     """shutil.copyfile, except that a file copied onto itself is left as it is (shutil raises SameFileError)."""
     if not same_path(src, dst):
-        shutil.copyfile(src, dst)
+        try:
+            shutil.copyfile(src, dst)
+        except OSError as e:  # a full disk: name the destination that is full, not the source
+            full = disk_full(e, dst)
+            raise (full or e) from None

@@ -41,9 +41,10 @@ from litebert.tasks.loading import (
     read_split,
     resolve_task,
 )
+from litebert.training.checkpoint import list_checkpoints
 from litebert.training.data import ShuffledData
 from litebert.training.distributed import is_main_process
-from litebert.training.loop import TrainConfig, TrainResult, train
+from litebert.training.loop import CONFIG_NAME, TrainConfig, TrainResult, train
 from litebert.training.state import EarlyStopping
 from litebert.weights import resolve_model_dir
 
@@ -58,12 +59,13 @@ class FinetuneConfig(TaskConfig):
     eval_split: str = field(default="dev", metadata={"help": "split scored during training and kept best on"})
     from_scratch: bool = field(default=False, metadata={
         "help": "random initialisation with --model's architecture: the baseline pretraining must beat"})
-    max_train_examples: int | None = field(default=None, metadata={"help": "use only the first N training examples"})
-    dropout: float | None = field(default=None, metadata={
+    max_train_examples: int | None = field(default=None, metadata={"range": "[1, inf)",
+        "help": "use only the first N training examples"})
+    dropout: float | None = field(default=None, metadata={"range": "[0, 1)",
         "help": "hidden, attention and classifier dropout while fine-tuning (default: the model's, and 0.1 before "
                 "the classifier as in transformers; ALBERT v2 pretrains without dropout, and a small model fine-tuned "
                 "on a few thousand examples may want 0.1; 0 turns all three off)"})
-    early_stopping_patience: int = field(default=0, metadata={
+    early_stopping_patience: int = field(default=0, metadata={"range": "[0, inf)",
         "help": "stop after N evaluations (--eval-every) without a better dev score; best/ keeps the best "
                 "(0: train all --max-steps)"})
 
@@ -87,12 +89,20 @@ def load_model(cfg: FinetuneConfig, family: Family, labels: list[str] | None, mo
 
 def check_out_dir(cfg: FinetuneConfig, train_cfg: TrainConfig) -> None:
     """A fresh run (no --resume) into a directory holding an earlier run's best/ or summary.json would replace
-    them at its first evaluation: refused unless --overwrite. (Checkpoints are the loop's to refuse.)"""
+    them at its first evaluation: refused unless --overwrite. (Checkpoints are the loop's to refuse.) A --resume
+    into a directory with a best/ and no checkpoint would start afresh and adopt that best/: refused unless the
+    run that made it recorded the same settings."""
     out = train_cfg.out_dir
     earlier = [name for name in ("best", "summary.json") if os.path.exists(os.path.join(out, name))]
     if earlier and not train_cfg.resume and not cfg.overwrite:
         raise ConfigError(f"{out} holds an earlier run's {' and '.join(earlier)}: pass --resume to continue it, "
                           "--overwrite to replace it, or choose another --out-dir")
+    if train_cfg.resume and "best" in earlier and not list_checkpoints(out) and not cfg.overwrite:
+        # Nothing to resume: a new run would start here and take the old best/ (and its score) as its own.
+        if not os.path.isfile(os.path.join(out, CONFIG_NAME)):
+            raise ConfigError(f"{out} holds a best/ but no checkpoint or train_config.toml to resume: it is not "
+                              "a run this --resume can continue; use --overwrite to replace it, or another --out-dir")
+        sweep.refuse_other_settings(out, cfg, train_cfg, "a best/")
 
 
 def read_summary(out_dir: str) -> dict[str, Any]:
@@ -142,6 +152,7 @@ def prepare(cfg: FinetuneConfig) -> Prepared:
     if not train_examples:
         raise DataError(f"{cfg.data_dir}: no training examples for task {task.name}")
     labels = family.labels(task, train_examples)
+    check_learnable(task, train_examples, labels, cfg.data_dir)
     eval_examples = read_split(task, cfg, cfg.eval_split, labels, cfg.max_eval_examples)
     if not eval_examples:
         raise DataError(f"{cfg.data_dir}: no usable {cfg.eval_split} examples for task {task.name} "
@@ -149,6 +160,21 @@ def prepare(cfg: FinetuneConfig) -> Prepared:
     return Prepared(task, family, model_dir, tok, settings, labels, train_examples, eval_examples,
                     family.featurize(train_examples, tok, labels, settings),
                     family.featurize(eval_examples, tok, labels, settings))
+
+
+def check_learnable(task, examples, labels: list[str] | None, where: str) -> None:
+    """DataError for training data a classifier cannot learn from: one class (a 1-label head that scores
+    "accuracy 1.0"), or a class whose every text is empty or blank (nothing tells it apart)."""
+    if task.kind != "classification" or labels is None:
+        return
+    if len(labels) < 2:
+        raise DataError(f"{where}: every training example of task {task.name} has the label {labels[0]!r}: a "
+                        "classifier needs at least two classes to learn from")
+    texted = {ex.label for ex in examples if (ex.text_a or "").strip() or (ex.text_b or "").strip()}
+    blank = [label for label in labels if label not in texted]
+    if blank:
+        raise DataError(f"{where}: every training text of class(es) {blank} is empty or blank: nothing tells them "
+                        "apart from the others; fill or remove those rows")
 
 
 def _write_best(directory: str, model, tokenizer, scored: Scored, primary: str, eval_split: str,
@@ -226,13 +252,18 @@ def finetune(cfg: FinetuneConfig, train_cfg: TrainConfig) -> dict[str, Any]:
     return summary
 
 
-def recipe_defaults(task_name: str) -> dict[str, Any]:
-    """The task's recipe as TrainConfig values: beneath --config's [train] table and the flags."""
+def recipe_defaults(task_name: str, max_steps: int | None = None) -> dict[str, Any]:
+    """The task's recipe as TrainConfig values: beneath --config's [train] table and the flags. A `max_steps`
+    given by the user (and no warmup) keeps the recipe's share of warmup steps, not its count, so that a shorter
+    run still warms up and then decays (the recipe's 60 warmup steps in a run of 20 would end before its peak)."""
     recipe = RECIPES.get(task_name)
     if recipe is None:
         return {}
+    warmup = recipe.warmup_steps
+    if max_steps is not None and max_steps > 0:
+        warmup = round(recipe.warmup_steps * min(max_steps, recipe.max_steps) / recipe.max_steps)
     return {"optimizer": "adamw", "lr": recipe.lr, "batch_size": recipe.batch_size, "max_steps": recipe.max_steps,
-            "warmup_steps": recipe.warmup_steps, "weight_decay": 0.01}
+            "warmup_steps": warmup, "weight_decay": 0.01}
 
 
 def recipe_help() -> str:
@@ -256,7 +287,9 @@ def parse_args(argv: list[str]) -> tuple[FinetuneConfig, TrainConfig]:
     parser = verb_parser("finetune", __doc__, {"task and model": FinetuneConfig,
                                                 "training (defaults: the task's ALBERT recipe)": TrainConfig},
                          epilog=recipe_help() + "\n\n" + GRID_HELP)
-    return parse_verb(parser, argv, defaults={TrainConfig: lambda configs: recipe_defaults(configs[0].task)})
+    args = parser.parse_args(argv)
+    steps = getattr(args, "max_steps", None) if not hasattr(args, "warmup_steps") else None
+    return parse_verb(parser, args, defaults={TrainConfig: lambda configs: recipe_defaults(configs[0].task, steps)})
 
 
 def cli(argv: list[str]) -> int:

@@ -56,14 +56,14 @@ class PretrainConfig:
     objective: str = field(default="auto", metadata={
         "help": "auto (from the data: sop, nsp or mlm alone) or mlm (ignore sentence labels)",
         "choices": ("auto", "mlm")})
-    held_out: int = field(default=1000, metadata={
+    held_out: int = field(default=1000, metadata={"range": "[0, inf)",
         "help": "examples at the end of the data (its last documents) kept out of training for evaluation"})
     held_out_from: str | None = field(default=None, metadata={
         "help": "count --held-out in this other prepared directory (the same corpus at another sequence length, "
                 "the data of the run --init-from continues) and hold out the same documents here"})
     eval_data: list[str] = field(default_factory=list, metadata={
         "help": "more prepared directories to evaluate on (e.g. NSP pairs of held-out text, for the SOP/NSP table)"})
-    eval_batch_size: int = field(default=64, metadata={"help": "examples per evaluation forward"})
+    eval_batch_size: int = field(default=64, metadata={"range": "[1, inf)", "help": "examples per evaluation forward"})
 
     def __post_init__(self) -> None:
         if self.held_out < 1:

@@ -9,7 +9,10 @@ every verb: each config class reads one TOML table (its `toml_section`, else the
 Field metadata understood here: "help"; "choices"; "metavar"; "repeatable" (a list field given as a repeated
 flag); "positional" (a list field that is also the
 verb's positional arguments, e.g. `litebert prepare corpus/*.txt`); "required" (must be given, as a flag or in
-the TOML; checked by `parse_verb`).
+the TOML; checked by `parse_verb`); "range" (an interval such as "[0, 1)", "(0, inf)" or "[1, 65535]": every
+numeric field declares the values it means something for, and `resolve_config` refuses any other value, from a
+flag or a TOML file, in one line naming the flag before any work). Options that must agree with each other are
+checked by the class's `__post_init__`.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import tomllib
 import typing
 from collections.abc import Callable, Mapping
@@ -104,14 +108,50 @@ def resolve_config(cls: type, table: Mapping[str, Any] | None = None,
         if key not in hints:
             raise ConfigError(f"{source}: unknown key {key!r} for {cls.__name__} (known: {', '.join(hints)})")
         values[key] = _check_type(value, hints[key], f"{source}: {key}")
+    flags: set[str] = set()
     if isinstance(overrides, argparse.Namespace):
+        flags = {k for k in vars(overrides) if k in hints}
         values.update({k: v for k, v in vars(overrides).items() if k in hints})
     else:
         for key, value in (overrides or {}).items():
             if key not in hints:
                 raise ConfigError(f"unknown {cls.__name__} field {key!r}")
             values[key] = value
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key, value in values.items():
+        check_range(fields[key], value, flag_name(key) if key in flags else f"{source}: {key}")
     return cls(**values)
+
+
+def flag_name(field_name: str) -> str:
+    return "--" + field_name.replace("_", "-")
+
+
+def parse_range(spec: str) -> tuple[float, float, bool, bool]:
+    """'[0, 1)' -> (0, 1, lower included, upper included); 'inf' bounds are allowed."""
+    m = _RANGE.fullmatch(spec.strip())
+    if not m:
+        raise TypeError(f"not an interval: {spec!r} (write it as [lo, hi], (lo, hi), [lo, hi) or (lo, hi])")
+    return float(m.group(2)), float(m.group(3)), m.group(1) == "[", m.group(4) == "]"
+
+
+_RANGE = re.compile(r"([\[(])\s*(-?inf|[-+0-9.e]+)\s*,\s*(-?inf|[-+0-9.e]+)\s*([\])])")
+
+
+def in_range(value: float, spec: str) -> bool:
+    lo, hi, lo_in, hi_in = parse_range(spec)
+    return (lo <= value if lo_in else lo < value) and (value <= hi if hi_in else value < hi)  # NaN: False
+
+
+def check_range(f: dataclasses.Field, value: Any, name: str) -> None:
+    """A value outside the field's declared "range" is a ConfigError naming it: `--beta1 must be in [0, 1), got
+    1.5`. None (an optional field left to its default) passes; each element of a list is checked."""
+    spec = f.metadata.get("range")
+    if spec is None or value is None:
+        return
+    for v in value if isinstance(value, list) else [value]:
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and not in_range(v, spec):
+            raise ConfigError(f"{name} must be in {spec}, got {v!r}")
 
 
 def resolve_configs(classes: tuple[type, ...], table: Mapping[str, Any] | None,

@@ -9,7 +9,9 @@ Any numeric option of `litebert finetune` (TrainConfig or FinetuneConfig: --lr, 
 --dropout, --warmup-steps, ...) given several values is swept; --seeds gives the seeds. Each point of the grid is
 an ordinary run directory, `<out-dir>/<field>=<value>_..._seed=<seed>`, holding what `litebert finetune` writes
 (best/, summary.json, metrics). The grid is resumable as a whole: a run with a summary.json is finished and not
-redone, a run with checkpoints resumes from its latest (`--resume`), any other starts afresh.
+redone, a run with checkpoints resumes from its latest (`--resume`), any other starts afresh. A run directory
+made with other settings (its train_config.toml: any option that decides the result, `DECIDING`) is refused by
+name rather than kept or resumed; a seed or a swept value given twice is refused.
 
 The summary (printed, and grid.json + grid.md in the grid directory) gives, per configuration, the best dev
 score's mean, sample standard deviation, min and max over seeds. A run whose best dev score does not beat the
@@ -36,7 +38,8 @@ import numpy as np
 
 from litebert.errors import ConfigError
 from litebert.files import write_json, write_text_atomically
-from litebert.training.loop import NonFiniteLossError, TrainConfig
+from litebert.runconfig import flag_name, load_toml
+from litebert.training.loop import CONFIG_NAME, NonFiniteLossError, TrainConfig
 
 # What a grid runs, given by the verb that drives it (litebert.finetune): one run, and one checkpoint scored.
 TrainRun = Callable[[Any, TrainConfig], dict]  # (task config, train config) -> the run's summary.json
@@ -96,6 +99,11 @@ def split_argv(argv: Sequence[str], fields: Mapping[str, type]) -> GridArgs | No
         return None
     if "--seeds" in argv and not seeds:
         raise ConfigError("--seeds needs at least one seed")
+    for name, values in [("seeds", seeds), *axes.items()]:
+        twice = sorted({v for v in values if values.count(v) > 1})
+        if twice:  # one run counted twice in the spread over seeds
+            raise ConfigError(f"--{name.replace('_', '-')} gives {', '.join(twice)} more than once: each value is "
+                              "one run")
     return GridArgs(base, axes, seeds, score_test)
 
 
@@ -141,12 +149,53 @@ def grid_runs(cfg: Any, train_cfg: TrainConfig, axes: Mapping[str, Sequence[Any]
             run.train_cfg = dataclasses.replace(run.train_cfg, out_dir=os.path.join(train_cfg.out_dir, run.name),
                                                 resume=True)
             runs.append(run)
+    twice = sorted({run.name for run in runs if [r.name for r in runs].count(run.name) > 1})
+    if twice:  # 1e-5 and 0.00001, or seeds given twice: one run counted twice
+        raise ConfigError(f"the grid names run(s) {', '.join(twice)} more than once: give each value once")
     return runs
 
 
+# Options that do not change what a run learns or how it is scored: a run made with others is still this run.
+NOT_DECIDING = frozenset({"out_dir", "resume", "progress", "log_every", "keep_last", "save_every", "device",
+                          "dist_timeout_minutes", "compile", "tf32", "gradient_checkpointing",
+                          "find_unused_parameters", "overwrite", "eval_batch_size"})
+
+
+def settings_differ(out_dir: str, cfg: Any, train_cfg: TrainConfig) -> list[str]:
+    """The options that decide a run's result (`cfg`'s and train_cfg's, less NOT_DECIDING) whose values differ
+    from those recorded in out_dir/train_config.toml, as `--lr 0.001 (was 0.002)`; [] when none is recorded."""
+    path = os.path.join(out_dir, CONFIG_NAME)
+    if not os.path.isfile(path):
+        return []
+    recorded = load_toml(path)
+    differ = []
+    for section, obj in (("finetune", cfg), ("train", train_cfg)):
+        old = recorded.get(section, {})
+        for key, value in dataclasses.asdict(obj).items():
+            was = old.get(key)  # None is written as a comment: absent
+            if key not in NOT_DECIDING and _differs(was, value):
+                differ.append(f"{flag_name(key)} {value} (was {'none' if was is None else was})")
+    return differ
+
+
+def _differs(was: Any, now: Any) -> bool:
+    if isinstance(was, (int, float)) and isinstance(now, (int, float)) and not isinstance(now, bool):
+        return not math.isclose(was, now, rel_tol=1e-12)
+    return (list(was) if isinstance(was, tuple) else was) != (list(now) if isinstance(now, tuple) else now)
+
+
+def refuse_other_settings(out_dir: str, cfg: Any, train_cfg: TrainConfig, what: str) -> None:
+    differ = settings_differ(out_dir, cfg, train_cfg)
+    if differ:
+        raise ConfigError(f"{out_dir} holds {what} made with other settings: {'; '.join(differ)}. Give the same "
+                          "options, or another --out-dir")
+
+
 def run_once(run: Run, train: TrainRun) -> tuple[dict[str, Any], str]:
-    """The run's summary, training it unless it finished before; and what happened ("trained", "kept")."""
+    """The run's summary, training it unless it finished before; and what happened ("trained", "kept"). A run
+    directory made with other settings is refused by name (`settings_differ`), not kept or resumed."""
     out = run.train_cfg.out_dir
+    refuse_other_settings(out, run.cfg, run.train_cfg, "a grid run")
     for name in ("summary.json", FAILED_NAME):
         path = os.path.join(out, name)
         if os.path.isfile(path):

@@ -281,8 +281,9 @@ class ExtendVocabConfig:
                                                       "metavar": "FILE"})
     corpus: list[str] = field(default_factory=list, metadata={
         "help": "domain text files to learn new pieces from", "metavar": "FILE"})
-    max_pieces: int = field(default=1000, metadata={"help": "at most this many learned pieces, >= 1"})
-    domain_vocab_size: int = field(default=8000, metadata={
+    max_pieces: int = field(default=1000, metadata={"range": "[1, inf)",
+        "help": "at most this many learned pieces, >= 1"})
+    domain_vocab_size: int = field(default=8000, metadata={"range": "[6, inf)",
         "help": "vocabulary of the SentencePiece model trained on the corpus"})
     overwrite: bool = field(default=False, metadata={"help": "replace --out if it exists and is not empty"})
 

@@ -393,7 +393,7 @@ def test_a_full_disk_while_best_is_written_leaves_the_previous_best(finished_run
 
     monkeypatch.setattr(ft, "write_json", full_disk_at_the_score)
     with pytest.raises(OSError) as error:
-        ft.finetune(*finetune_configs(model_dir, data, run, resume=True, max_steps=2, eval_every=2, save_every=2))
+        ft.finetune(*finetune_configs(model_dir, data, run, resume=True))  # the settings best/ was made with
     assert error.value.errno == errno.ENOSPC and error.value.filename.endswith("best")
     assert tree(run / "best") == before and debris(run) == []
 

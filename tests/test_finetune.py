@@ -162,7 +162,7 @@ def test_dropout_override_reaches_every_dropout_and_bad_values_are_one_line(pret
     assert litebert_main(["finetune", "--model", str(pretrained / "model"), "--task", "wordnet_qa", "--data-dir",
                           str(TASKS / "wordnet_qa"), "--max-train-examples", "8", "--dropout", "1.5"]) == 2
     err = capsys.readouterr().err.strip()
-    assert "hidden_dropout_prob must be in [0, 1), got 1.5" in err and len(err.splitlines()) == 1
+    assert "--dropout must be in [0, 1), got 1.5" in err and len(err.splitlines()) == 1
 
 
 @pytest.mark.slow

@@ -29,18 +29,22 @@ PAIR_TASKS = ("sop", "nsp", "none")
 class InstanceOptions:
     """The knobs of instance creation; stored in meta.json (pretraining masks with its masking knobs)."""
 
-    max_seq_length: int = field(default=128, metadata={"help": "tokens per example, [CLS] and [SEP]s included"})
-    short_seq_prob: float = field(default=0.1, metadata={
+    max_seq_length: int = field(default=128, metadata={"range": "[5, inf)",
+        "help": "tokens per example, [CLS] and [SEP]s included"})
+    short_seq_prob: float = field(default=0.1, metadata={"range": "[0, 1]",
         "help": "probability that a document's chunks aim at a random shorter length, as ALBERT's recipe"})
     pair_task: str = field(default="sop", metadata={"help": "sop (ALBERT), nsp (BERT) or none",
                                                     "choices": PAIR_TASKS})
-    dupe_factor: int = field(default=1, metadata={"help": "copies of the corpus, each cut differently"})
+    dupe_factor: int = field(default=1, metadata={"range": "[1, inf)",
+        "help": "copies of the corpus, each cut differently"})
     static_masking: bool = field(default=False, metadata={"help": "mask once here instead of at batch time"})
-    masked_lm_prob: float = field(default=0.15, metadata={"help": "fraction of the tokens to mask"})
-    max_predictions_per_seq: int = field(default=20, metadata={"help": "at most this many masked tokens per example"})
-    max_ngram: int = field(default=3, metadata={
+    masked_lm_prob: float = field(default=0.15, metadata={"range": "[0, 1]", "help": "fraction of the tokens to mask"})
+    max_predictions_per_seq: int = field(default=20, metadata={"range": "[0, inf)",
+        "help": "at most this many masked tokens per example"})
+    max_ngram: int = field(default=3, metadata={"range": "[1, inf)",
         "help": "longest masked span, in whole words (a span of n words is picked with probability ~ 1/n)"})
-    seed: int = field(default=12345, metadata={"help": "seed of every random choice (cuts, order swaps, masks)"})
+    seed: int = field(default=12345, metadata={"range": "[0, 4294967295]",
+        "help": "seed of every random choice (cuts, order swaps, masks)"})
 
 
 def trim_segments_randomly(a: np.ndarray, b: np.ndarray | None, max_tokens: int, rng: np.random.Generator):

@@ -46,10 +46,10 @@ class PrepareConfig:
                                                    "metavar": "DIR"})
     tokenizer: str = field(default="out/tokenizer", metadata={
         "help": "directory with spiece.model (litebert tokenizer)", "metavar": "DIR"})
-    num_workers: int = field(default_factory=lambda: min(2, os.cpu_count() or 1), metadata={
+    num_workers: int = field(default_factory=lambda: min(2, os.cpu_count() or 1), metadata={"range": "[1, inf)",
         "help": "worker processes (1: tokenize in this process)"})
-    shard_size: int = field(default=100_000, metadata={"help": "examples per shard"})
-    chunk_chars: int = field(default=1 << 20, metadata={
+    shard_size: int = field(default=100_000, metadata={"range": "[1, inf)", "help": "examples per shard"})
+    chunk_chars: int = field(default=1 << 20, metadata={"range": "[1, inf)",
         "help": "characters of documents per unit of work (bounds each worker's memory)"})
     paragraphs: bool = field(default=False, metadata={
         "help": "text lines are paragraphs: split them into sentences"})

@@ -202,12 +202,12 @@ class TokenizerConfig:
     out: str = field(default="out/tokenizer", metadata={
         "help": "output directory (spiece.model + HF tokenizer files); with --encode, the tokenizer to use",
         "metavar": "DIR"})
-    vocab_size: int | None = field(default=None, metadata={
+    vocab_size: int | None = field(default=None, metadata={"range": "[6, inf)",
         "help": "pieces in the vocabulary (default: 30000 as ALBERT; 4000 for the bundled corpus)"})
     cased: bool = field(default=False, metadata={"help": "keep case (do_lower_case=False)"})
     keep_accents: bool = field(default=False, metadata={"help": "keep accents (no NFKD accent stripping)"})
     keep_space: bool = field(default=False, metadata={"help": "do not collapse whitespace (remove_space=False)"})
-    input_sentence_size: int | None = field(default=None, metadata={
+    input_sentence_size: int | None = field(default=None, metadata={"range": "[1, inf)",
         "help": "sentences sampled for training (default: ALBERT's 10000000)"})
     encode: str | None = field(default=None, metadata={
         "help": "encode TEXT with the tokenizer in --out instead of training", "metavar": "TEXT"})

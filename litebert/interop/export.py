@@ -322,14 +322,14 @@ class ExportConfig:
     quantize: str = field(default="none", metadata={
         "help": "int8: also write model.int8.onnx (ONNX Runtime dynamic int8, embeddings per-row int8), "
                 "always checked against PyTorch fp32", "choices": QUANTIZATIONS})
-    min_agreement: float = field(default=0.99, metadata={
+    min_agreement: float = field(default=0.99, metadata={"range": "[0, 1]",
         "help": "the share of predictions the int8 model must leave unchanged, else it is not kept",
         "metavar": "FRACTION"})
     force: bool = field(default=False, metadata={"help": "keep the int8 model below --min-agreement"})
     verify_text: str = field(default="", metadata={
         "help": "check int8 on these inputs: a text file, one input per line, a tab before a sentence pair "
                 "(default: random token ids)", "metavar": "FILE"})
-    verify_samples: int = field(default=256, metadata={
+    verify_samples: int = field(default=256, metadata={"range": "[1, inf)",
         "help": "how many inputs check int8 (random ones, or the first lines of --verify-text)", "metavar": "N"})
     int8_weights: str = field(default="auto", metadata={
         "help": "int8 weight scales: per-tensor (ORT's), per-column (closer to fp32; as fast on CPUs with "

@@ -93,8 +93,9 @@ class AnalyzeConfig:
         "positional": True, "required": True, "help": "model directories (litebert or HF) to compare"})
     text: str | None = field(default=None, metadata={
         "help": "a text file, one sentence per line (default: the bundled corpus)", "metavar": "FILE"})
-    max_sentences: int = field(default=64, metadata={"help": "sentences of the text fed to every model"})
-    max_length: int | None = field(default=None, metadata={
+    max_sentences: int = field(default=64, metadata={"range": "[1, inf)",
+        "help": "sentences of the text fed to every model"})
+    max_length: int | None = field(default=None, metadata={"range": "[4, inf)",
         "help": "tokens per sentence (default: each model's max_position_embeddings)"})
     out: str = field(default="transitions.png", metadata={
         "help": "where to write the plot (a .json goes beside)", "metavar": "FILE"})

@@ -33,9 +33,11 @@ class ReproduceConfig:
         "cpu: small models, minutes per row on 2 cores; gpu: a table in about 8 minutes on one H100 with --seeds "
         "3; paper: write the paper-size recipes and commands, run nothing (then --report-only over the "
         "result.json files those runs leave in --out); tiny: seconds per row (tests)")})
-    seeds: int = field(default=1, metadata={"help": "runs per row with seeds seed, seed+1, ...: cells are mean ± sd"})
-    seed: int = field(default=12345, metadata={"help": "the first seed (data preparation always uses this one)"})
-    budget_minutes: float | None = field(default=None, metadata={"help": (
+    seeds: int = field(default=1, metadata={"range": "[1, inf)",
+        "help": "runs per row with seeds seed, seed+1, ...: cells are mean ± sd"})
+    seed: int = field(default=12345, metadata={"range": "[0, 4294967295]",
+        "help": "the first seed (data preparation always uses this one)"})
+    budget_minutes: float | None = field(default=None, metadata={"range": "(0, inf)", "help": (
         "same-time: wall-clock minutes per row (default: the scale's); other experiments: set the step budget "
         "of every row to what the first row does in this many minutes")})
     rows: list[str] = field(default_factory=list, metadata={"help": "rerun only these rows, from scratch"})
@@ -47,7 +49,7 @@ class ReproduceConfig:
     set: list[str] = field(default_factory=list, metadata={"metavar": "KEY=VALUE", "help": (
         "override any recipe field: model.X (AlbertConfig), train.X (TrainConfig), pretrain.X, "
         "data.X (vocab_size, max_seq_length, dupe_factor, held_out_fraction, max_documents), finetune.X")})
-    finetune_seeds: int = field(default=1, metadata={"help": (
+    finetune_seeds: int = field(default=1, metadata={"range": "[1, inf)", "help": (
         "fine-tuning runs per pretrained checkpoint and task (seeds --seed onwards, the same for every "
         "pretraining seed): the report splits each task's spread between pretraining and fine-tuning seeds")})
     downstream: bool | None = field(default=None, metadata={"help": (
@@ -58,7 +60,7 @@ class ReproduceConfig:
     report_dir: str | None = field(default=None, metadata={"metavar": "DIR", "help": (
         "where report.md, results.json and the plots go (default: --out)")})
     report_only: bool = field(default=False, metadata={"help": "write the report from the finished rows, run nothing"})
-    nproc_per_node: int = field(default=1, metadata={"help": (
+    nproc_per_node: int = field(default=1, metadata={"range": "[1, inf)", "help": (
         "train each row (pretraining and fine-tuning) with this many processes under torchrun; the grid itself "
         "runs in one process, so start it with `litebert reproduce`, not under torchrun (paper scale: the "
         "default NPROC of commands.sh, else 8)")})

@@ -74,7 +74,7 @@ from litebert.serving.presenters import (
 )
 from litebert.tasks.ensembles import average_scores, check_members, is_ensemble, read_ensemble
 from litebert.tasks.families import Family, FeatureSettings, family_for_config, read_calibration
-from litebert.tasks.inference import batched_scores
+from litebert.tasks.inference import batched_scores, check_finite_scores
 from litebert.tasks.untrained import Encoder, MaskedLanguageModel
 from litebert.tokenizer import Tokenizer
 from litebert.weights import resolve_model_dir
@@ -207,6 +207,8 @@ class Pipeline:
         features = family.featurize(examples, self.tokenizer, self.labels, settings)
         members = [batched_scores(backend, family, features, batch_size or self.batch_size,
                                   self.tokenizer.pad_id) for backend in self.backends]
+        for member in members:  # NaN scores would become "score": NaN answers (not JSON) or a wrong label
+            check_finite_scores(member, self.directory)
         scores = members[0] if len(members) == 1 else average_scores(members, self.weights)
         answers = family.answers(examples, features, scores, self.labels, settings, self.calibration)
         outputs = [self.spec.present(self, a, ex, opts) for a, ex in zip(answers, examples)]

@@ -8,6 +8,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 import torch
 
+from litebert.errors import NonFiniteError
 from litebert.tasks.families import Family
 from litebert.tasks.features import collate
 
@@ -33,6 +34,16 @@ def batched_scores(run: Callable[[dict[str, torch.Tensor]], Any], family: Family
         for i, row in zip(index, family.scores(run(collate(chunk, pad_id)), chunk)):
             scores[i] = row
     return scores
+
+
+def check_finite_scores(scores: Sequence[np.ndarray | None], source: str) -> None:
+    """NonFiniteError when a model's outputs hold NaN or infinity: every metric or answer computed from them would
+    be wrong (argmax of NaN is 0; "score": NaN is not even JSON) without a word. The one check between scores
+    and answers: evaluate, fine-tuning's evaluation, ensemble members, pipelines (predict, serve)."""
+    bad = sum(1 for s in scores if s is not None and not np.isfinite(s).all())
+    if bad:
+        raise NonFiniteError(f"{source}: the model's outputs are NaN or infinite for {bad} of {len(scores)} "
+                             "inputs; its weights are damaged, or training diverged")
 
 
 # A batch is cut short when padding it to its next (longest) feature would add more than this share of padding

@@ -14,12 +14,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from litebert.config import AlbertConfig
-from litebert.errors import CheckpointError, ConfigError, NonFiniteError
+from litebert.errors import CheckpointError, ConfigError
 from litebert.files import read_json_object
 from litebert.runtime.device import resolve_device
 from litebert.tasks.ensembles import check_members
 from litebert.tasks.families import Family, FeatureSettings, Scored, family_of, read_calibration
-from litebert.tasks.inference import model_scores
+from litebert.tasks.inference import check_finite_scores, model_scores
 from litebert.tasks.records import Examples
 from litebert.tasks.registry import TASKS, Task, read_task
 from litebert.tokenizer import SPIECE_FILE, Tokenizer
@@ -70,10 +70,12 @@ class TaskConfig:
         "help": f"a registered task ({', '.join(TASKS)}) or 'table' (any CSV/TSV/JSONL, see --text-columns)"})
     data_dir: str = field(default="", metadata={"help": "the task's directory (train/dev/test files as distributed)"})
     tokenizer: str | None = field(default=None, metadata={"help": "tokenizer directory (default: --model's)"})
-    max_length: int | None = field(default=None, metadata={"help": "max tokens per input (default: the recipe's)"})
-    doc_stride: int = field(default=128, metadata={"help": "QA: tokens between the starts of context windows"})
-    max_query_length: int = field(default=64, metadata={"help": "QA: question tokens kept"})
-    max_answer_length: int | None = field(default=None, metadata={
+    max_length: int | None = field(default=None, metadata={"range": "[4, inf)",
+        "help": "max tokens per input (default: the recipe's)"})
+    doc_stride: int = field(default=128, metadata={"range": "[1, inf)",
+        "help": "QA: tokens between the starts of context windows"})
+    max_query_length: int = field(default=64, metadata={"range": "[1, inf)", "help": "QA: question tokens kept"})
+    max_answer_length: int | None = field(default=None, metadata={"range": "[1, inf)",
         "help": "QA: longest answer span, in tokens (default: the task's; 30 as in SQuAD, 8 for wordnet_qa)"})
     text_columns: list[str] = field(default_factory=list, metadata={"help": "table task: one or two text columns"})
     label_column: str = field(default="label", metadata={"help": "table task: the label column"})
@@ -85,8 +87,9 @@ class TaskConfig:
     dev_file: str = field(default="dev.jsonl", metadata={"help": "table task: dev file in data_dir"})
     test_file: str = field(default="test.jsonl", metadata={
         "help": "table task: test file in data_dir, for evaluate/predict (may lack the label column)"})
-    max_eval_examples: int | None = field(default=None, metadata={"help": "score only the first N eval examples"})
-    eval_batch_size: int = field(default=64, metadata={"help": "examples per evaluation forward"})
+    max_eval_examples: int | None = field(default=None, metadata={"range": "[1, inf)",
+        "help": "score only the first N eval examples"})
+    eval_batch_size: int = field(default=64, metadata={"range": "[1, inf)", "help": "examples per evaluation forward"})
     overwrite: bool = field(default=False, metadata={
         "help": "finetune: start afresh in an --out-dir that holds an earlier run's best/ or summary.json, "
                 "replacing them (without it such a directory is refused unless --resume); evaluate, predict: "
@@ -97,6 +100,12 @@ class TaskConfig:
         # Refused here, before any work: otherwise the first evaluation fails with range()'s own message.
         if self.eval_batch_size < 1:
             raise ConfigError(f"invalid {type(self).__name__}: eval_batch_size must be >= 1, got {self.eval_batch_size}")
+        task = TASKS.get(self.task)
+        if task is not None and task.kind == "qa" and self.max_length is not None \
+                and self.max_query_length + 3 >= self.max_length:  # [CLS] q [SEP] context [SEP]
+            raise ConfigError(f"--max-query-length {self.max_query_length} + 3 special tokens leaves no room for "
+                              f"context in --max-length {self.max_length}: lower --max-query-length or raise "
+                              "--max-length")
 
 
 def resolve_task(cfg: TaskConfig) -> Task:
@@ -165,15 +174,6 @@ def load_tokenizer(cfg: TaskConfig, model_dir: str, config: AlbertConfig):
             raise ConfigError(f"--tokenizer {cfg.tokenizer} has {tok.vocab_size} pieces but {cfg.model} was "
                               f"trained with a vocabulary of {config.vocab_size}: it is not the model's tokenizer")
     return tok
-
-
-def check_finite_scores(scores, source: str) -> None:
-    """NonFiniteError when a model's outputs hold NaN or infinity: every metric computed from them would be
-    wrong (argmax of NaN is 0) without a word."""
-    bad = sum(1 for s in scores if s is not None and not np.isfinite(s).all())
-    if bad:
-        raise NonFiniteError(f"{source}: the model's outputs are NaN or infinite for {bad} of {len(scores)} "
-                             "inputs; its weights are damaged, or training diverged")
 
 
 def _read_json(path: str) -> dict[str, Any]:

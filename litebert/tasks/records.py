@@ -153,6 +153,23 @@ def open_text(path: Path, newline: str | None = "\n"):
         raise DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
 
 
+def read_rows(path: Path, what: str = "line") -> list[str]:
+    """The lines of a line-oriented input (one input per line, its output row i is line i), without their line
+    ends. A blank line would shift every row after it if skipped, and has no output if kept: it is refused with
+    its line number (DataError), as are the others, so the user sees them all at once. Blank lines at the end
+    of the file shift nothing and are left out."""
+    with open_text(path) as f:
+        rows = [line.rstrip("\r\n") for line in f]
+    while rows and not rows[-1].strip():
+        rows.pop()
+    blank = [i for i, row in enumerate(rows, 1) if not row.strip()]
+    if blank:
+        shown = ", ".join(map(str, blank[:5])) + (f" and {len(blank) - 5} more" if len(blank) > 5 else "")
+        raise DataError(f"{path}: blank {what}(s) at line {shown}: each line is one input and row i of the output "
+                        "is line i; remove them (nothing was written)")
+    return rows
+
+
 class _Decoded:
     """A text file read line by line (or whole), whose decode errors name it: a UnicodeDecodeError says
     neither which file nor where."""

@@ -85,20 +85,26 @@ class TrainConfig:
 
     toml_section = "train"  # every training verb's recipe has a [train] table
 
-    lr: float = field(default=1e-4, metadata=_help("peak learning rate (ALBERT pretraining: 0.00176 at batch 4096)"))
-    batch_size: int = field(default=32, metadata=_help("global batch size: examples per optimizer step, all ranks"))
+    lr: float = field(default=1e-4, metadata=_help(
+        "peak learning rate (ALBERT pretraining: 0.00176 at batch 4096)", range="[0, inf)"))
+    batch_size: int = field(default=32, metadata=_help(
+        "global batch size: examples per optimizer step, all ranks", range="[1, inf)"))
     micro_batch_size: int | None = field(default=None, metadata=_help(
         "examples per forward pass and rank; batch_size / (micro_batch_size * world_size) micro-batches are "
-        "accumulated per step (default: batch_size / world_size, no accumulation)"))
-    max_steps: int = field(default=1000, metadata=_help("optimizer steps; the lr decays to 0 at this step"))
-    warmup_steps: int = field(default=0, metadata=_help("linear warmup steps (ALBERT: 3125)"))
-    lr_decay_power: float = field(default=1.0, metadata=_help("power of the polynomial decay (1 = linear)"))
+        "accumulated per step (default: batch_size / world_size, no accumulation)", range="[1, inf)"))
+    max_steps: int = field(default=1000, metadata=_help(
+        "optimizer steps; the lr decays to 0 at this step", range="[1, inf)"))
+    warmup_steps: int = field(default=0, metadata=_help("linear warmup steps (ALBERT: 3125)", range="[0, inf)"))
+    lr_decay_power: float = field(default=1.0, metadata=_help(
+        "power of the polynomial decay (1 = linear)", range="[0, inf)"))
     optimizer: str = field(default="lamb", metadata=_help("optimizer", choices=("lamb", "adamw")))
-    weight_decay: float = field(default=0.01, metadata=_help("decoupled weight decay (not on LayerNorm or biases)"))
-    beta1: float = field(default=0.9, metadata=_help("first-moment decay"))
-    beta2: float = field(default=0.999, metadata=_help("second-moment decay"))
-    eps: float = field(default=1e-6, metadata=_help("optimizer epsilon"))
-    clip_norm: float = field(default=1.0, metadata=_help("clip gradients to this global norm; 0 disables"))
+    weight_decay: float = field(default=0.01, metadata=_help(
+        "decoupled weight decay (not on LayerNorm or biases)", range="[0, inf)"))
+    beta1: float = field(default=0.9, metadata=_help("first-moment decay", range="[0, 1)"))
+    beta2: float = field(default=0.999, metadata=_help("second-moment decay", range="[0, 1)"))
+    eps: float = field(default=1e-6, metadata=_help("optimizer epsilon", range="(0, inf)"))
+    clip_norm: float = field(default=1.0, metadata=_help(
+        "clip gradients to this global norm; 0 disables", range="[0, inf)"))
     precision: str = field(default="fp32", metadata=_help(
         "fp32, bf16 autocast (weights, gradients and optimizer state stay fp32), or auto: bf16 where this CPU/GPU "
         "has bf16 kernels and a timed step of this run measures it faster, else fp32 (the choice and the rates go "
@@ -115,12 +121,15 @@ class TrainConfig:
         "CUDA only: TF32 float32 matmuls (Ampere and later; fp32 accumulation); never changes CPU math"))
     dist_timeout_minutes: float = field(default=60.0, metadata=_help(
         "torchrun: how long a rank waits in a collective (e.g. while rank 0 evaluates and saves) before the "
-        "run fails"))
-    seed: int = field(default=12345, metadata=_help("seed for python/numpy/torch RNGs (dropout), offset by rank"))
-    log_every: int = field(default=10, metadata=_help("write loss, lr and tokens/s to metrics.jsonl every N steps"))
-    eval_every: int = field(default=0, metadata=_help("evaluate every N steps (0: only at the end)"))
-    save_every: int = field(default=0, metadata=_help("checkpoint every N steps (0: only at the end)"))
-    keep_last: int = field(default=3, metadata=_help("keep the newest N checkpoints (0: keep all)"))
+        "run fails", range="(0, inf)"))
+    seed: int = field(default=12345, metadata=_help(
+        "seed for python/numpy/torch RNGs (dropout), offset by rank", range="[0, 4294967295]"))
+    log_every: int = field(default=10, metadata=_help(
+        "write loss, lr and tokens/s to metrics.jsonl every N steps", range="[1, inf)"))
+    eval_every: int = field(default=0, metadata=_help("evaluate every N steps (0: only at the end)", range="[0, inf)"))
+    save_every: int = field(default=0, metadata=_help(
+        "checkpoint every N steps (0: only at the end)", range="[0, inf)"))
+    keep_last: int = field(default=3, metadata=_help("keep the newest N checkpoints (0: keep all)", range="[0, inf)"))
     out_dir: str = field(default="out/run", metadata=_help("run directory: checkpoints, metrics, plot, config"))
     resume: bool = field(default=False, metadata=_help("continue from the latest complete checkpoint in out_dir"))
     progress: bool = field(default=True, metadata=_help("show a progress bar (rank 0, when stderr is a terminal)"))
@@ -142,6 +151,10 @@ class TrainConfig:
         need(self.lr >= 0 and self.clip_norm >= 0 and self.weight_decay >= 0, "lr, clip_norm and weight_decay "
              "must be >= 0")
         need(self.dist_timeout_minutes > 0, "dist_timeout_minutes must be positive")
+        # A warmup as long as the run peaks at its last step and never decays: the options must agree.
+        if self.warmup_steps >= self.max_steps and self.warmup_steps > 0:
+            raise ConfigError(f"--warmup-steps {self.warmup_steps} must be below --max-steps {self.max_steps}: the "
+                              "learning rate would peak at the last step and never decay")
         need(math.isfinite(self.lr_decay_power) and self.lr_decay_power >= 0,  # < 0: 0 ** power at the last step
              f"lr_decay_power must be a finite number >= 0, got {self.lr_decay_power}")
         resolve_device(self.device)  # a bad --device is refused here, before a run reads or writes anything

@@ -1,0 +1,361 @@
+"""Issue 33: one guard per class of failure, and a harness that tries every verb with every class.
+
+The classes (docs/faults.md, "Classes of bad input"): numeric options outside their meaning, non-finite outputs,
+line-oriented input (row i = line i), training data a model cannot learn from, resuming with other settings,
+a full disk in any library's writer. Each part below runs the verbs on generated bad inputs of one class and
+asserts the class's invariant: a one-line refusal (exit 2) or a counted skip, rows aligned, no NaN in any
+output, no earlier result changed by a refused run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import importlib
+import json
+import os
+import pkgutil
+import shutil
+import typing
+from pathlib import Path
+
+import pytest
+import test_faults
+from test_faults import debris
+
+import litebert
+from litebert import files, sweep
+from litebert.cli import main as litebert_main
+from litebert.errors import ConfigError, NonFiniteError
+from litebert.files import atomic_open, write_dir_atomically
+from litebert.finetune import FinetuneConfig, check_out_dir
+from litebert.runconfig import _unwrap_optional, dump_toml, parse_range, resolve_config
+from litebert.training.loop import CONFIG_NAME, TrainConfig
+
+# test_faults' module fixtures, built once for this module too: a tokenizer, a tiny model, a finished 4-step run
+root, tok_dir, model_dir, finished_run = (test_faults.root, test_faults.tok_dir, test_faults.model_dir,
+                                          test_faults.finished_run)
+
+
+def one_line(argv, capsys) -> str:
+    """Run a verb that must be refused with one line (exit 2); return the line."""
+    code = litebert_main(argv)
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    return err.strip()
+
+
+# ============================================================================ options outside their meaning
+
+# Config classes whose fields another issue owns (issue 35 part 2: the server); their ranges are still open.
+RANGES_OPEN = {"ServeConfig"}
+
+
+def config_classes() -> list[type]:
+    """Every dataclass in litebert whose fields carry help text: the verbs' option classes."""
+    found = {}
+    for info in pkgutil.walk_packages(litebert.__path__, "litebert."):
+        module = importlib.import_module(info.name)
+        for obj in vars(module).values():
+            if isinstance(obj, type) and dataclasses.is_dataclass(obj) and obj.__module__ == info.name \
+                    and any("help" in f.metadata for f in dataclasses.fields(obj)):
+                found[obj.__qualname__] = obj
+    return list(found.values())
+
+
+def numeric_fields(cls: type):
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        kind, _ = _unwrap_optional(hints[f.name])
+        if typing.get_origin(kind) is list:
+            kind = (typing.get_args(kind) or (None,))[0]
+        if kind in (int, float):
+            yield f
+
+
+def test_every_numeric_option_declares_its_valid_range():
+    classes = config_classes()
+    assert len(classes) >= 15, [c.__name__ for c in classes]
+    missing = [f"{cls.__name__}.{f.name}" for cls in classes if cls.__name__ not in RANGES_OPEN
+               for f in numeric_fields(cls) if "range" not in f.metadata]
+    assert not missing, f"numeric options without a declared range: {missing}"
+    for cls in classes:  # every declared range parses, and every default is inside it
+        for f in numeric_fields(cls):
+            if "range" in f.metadata:
+                parse_range(f.metadata["range"])
+                default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+                resolve_config(cls, {}, {f.name: default}) if default is not None else None
+
+
+BAD_FLAGS = [  # (argv, what the one line must say); each refused before any file is read
+    (["finetune", "--beta1", "1.5"], "--beta1 must be in [0, 1), got 1.5"),
+    (["finetune", "--beta2", "nan"], "--beta2 must be in [0, 1), got nan"),
+    (["finetune", "--lr", "inf"], "--lr must be in [0, inf), got inf"),
+    (["finetune", "--doc-stride", "0"], "--doc-stride must be in [1, inf), got 0"),
+    (["finetune", "--max-train-examples", "-3"], "--max-train-examples must be in [1, inf), got -3"),
+    (["finetune", "--dropout", "1.0"], "--dropout must be in [0, 1), got 1.0"),
+    (["finetune", "--warmup-steps", "50", "--max-steps", "10"], "--warmup-steps 50 must be below --max-steps 10"),
+    (["finetune", "--task", "wordnet_qa", "--max-length", "64"], "--max-query-length 64 + 3 special tokens"),
+    (["evaluate", "--eval-batch-size", "0"], "--eval-batch-size must be in [1, inf), got 0"),
+    (["predict", "--top-k", "0"], "--top-k must be in [1, inf), got 0"),
+    (["export", "--verify-samples", "0"], "--verify-samples must be in [1, inf), got 0"),
+    (["export", "--min-agreement", "1.5"], "--min-agreement must be in [0, 1], got 1.5"),
+    (["pretrain", "--held-out", "-1"], "--held-out must be in [0, inf), got -1"),
+    (["prepare", "--masked-lm-prob", "2"], "--masked-lm-prob must be in [0, 1], got 2.0"),
+    (["prepare", "--max-seq-length", "2"], "--max-seq-length must be in [5, inf), got 2"),
+    (["tokenizer", "--vocab-size", "3"], "--vocab-size must be in [6, inf), got 3"),
+    (["embed", "--scale", "0"], "--scale must be in (0, inf), got 0.0"),
+    (["ensemble", "--top", "0"], "--top must be in [1, inf), got 0"),
+    (["analyze", "--max-sentences", "0"], "--max-sentences must be in [1, inf), got 0"),
+    (["reproduce", "--seeds", "0"], "--seeds must be in [1, inf), got 0"),
+    (["extend-vocab", "--max-pieces", "0"], "--max-pieces must be in [1, inf), got 0"),
+    (["demo", "--seed", "-1"], "--seed must be in [0, 4294967295], got -1"),
+]
+
+
+@pytest.mark.parametrize("argv,words", BAD_FLAGS, ids=[" ".join(a) for a, _ in BAD_FLAGS])
+def test_a_numeric_flag_outside_its_range_is_one_line_before_any_work(argv, words, capsys, tmp_path,
+                                                                     monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    line = one_line(argv, capsys)
+    assert words in line, line
+    assert list(tmp_path.iterdir()) == [], "a refused run wrote something"
+
+
+def test_the_same_ranges_hold_for_values_read_from_toml(tmp_path, capsys):
+    toml = tmp_path / "r.toml"
+    toml.write_text("[train]\nbeta1 = 1.5\n")
+    line = one_line(["finetune", "--config", str(toml)], capsys)
+    assert "[train]: beta1 must be in [0, 1), got 1.5" in line
+    with pytest.raises(ConfigError, match="warmup_steps must be in"):
+        resolve_config(TrainConfig, {"warmup_steps": -1})
+
+
+def test_a_recipe_warmup_is_scaled_to_a_shorter_run_not_refused():
+    from litebert.finetune import parse_args
+    _, train = parse_args(["--task", "novel_authorship", "--max-steps", "20"])
+    assert 0 < train.warmup_steps < 20  # the recipe's share of warmup (60 of 600), not its 60 steps
+    _, train = parse_args(["--task", "novel_authorship"])
+    assert (train.max_steps, train.warmup_steps) == (600, 60)
+
+
+# ================================================================================ resuming with other settings
+
+def _grid_dir(tmp_path, lr=1e-3, seeds=(1,)):
+    """A grid whose every run finished (train_config.toml and summary.json as `litebert finetune` leaves them)."""
+    cfg = FinetuneConfig(model="m", data_dir="d", task="table", text_columns=["text"])
+    train_cfg = TrainConfig(out_dir=str(tmp_path / "grid"), progress=False, lr=lr)
+    runs = sweep.grid_runs(cfg, train_cfg, {}, list(seeds))
+    for run in runs:
+        os.makedirs(run.train_cfg.out_dir)
+        Path(run.train_cfg.out_dir, CONFIG_NAME).write_text(
+            dump_toml({"train": run.train_cfg, "finetune": dataclasses.asdict(run.cfg)}))
+        Path(run.train_cfg.out_dir, "summary.json").write_text(json.dumps({"primary_metric": "accuracy"}))
+    return cfg, train_cfg
+
+
+def test_a_finished_grid_rerun_with_other_settings_is_refused_by_name(tmp_path):
+    cfg, train_cfg = _grid_dir(tmp_path)
+    trained = []
+    train = lambda c, t: trained.append(t) or {}  # noqa: E731
+    run = sweep.grid_runs(cfg, train_cfg, {}, [1])[0]
+    assert sweep.run_once(run, train)[1] == "kept"  # the same settings: kept
+    for change, words in [(dict(lr=2e-3), "--lr 0.002 (was 0.001)"), (dict(max_steps=7), "--max-steps 7 (was 1000)")]:
+        other = sweep.grid_runs(cfg, dataclasses.replace(train_cfg, **change), {}, [1])[0]
+        with pytest.raises(ConfigError, match="made with other settings") as e:
+            sweep.run_once(other, train)
+        assert words in str(e.value)
+    other = sweep.grid_runs(dataclasses.replace(cfg, max_length=16), train_cfg, {}, [1])[0]
+    with pytest.raises(ConfigError, match=r"--max-length 16 \(was none\)"):
+        sweep.run_once(other, train)
+    # what does not decide the result (where it runs, how often it logs or saves) does not matter
+    same = sweep.grid_runs(cfg, dataclasses.replace(train_cfg, log_every=1, keep_last=9, device="cpu"), {}, [1])[0]
+    assert sweep.run_once(same, train)[1] == "kept" and trained == []
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--seeds", "1", "1"], "--seeds gives 1 more than once"),
+    (["--seeds", "1", "--lr", "1e-3", "1e-3"], "--lr gives 1e-3 more than once"),
+])
+def test_a_seed_or_swept_value_given_twice_is_refused(argv, words):
+    with pytest.raises(ConfigError, match=words):
+        sweep.split_argv(argv, sweep.sweepable_fields(FinetuneConfig, TrainConfig))
+    cfg = FinetuneConfig(model="m", data_dir="d")
+    with pytest.raises(ConfigError, match="more than once"):  # 1e-3 and 0.001 are one run
+        sweep.grid_runs(cfg, TrainConfig(progress=False), {"lr": [1e-3, 0.001]}, [1])
+
+
+def test_resume_into_a_directory_holding_only_a_best_is_refused(tmp_path):
+    out = tmp_path / "run"
+    (out / "best").mkdir(parents=True)
+    cfg = FinetuneConfig(model="m", data_dir="d", task="table", text_columns=["text"])
+    train_cfg = TrainConfig(out_dir=str(out), resume=True, progress=False)
+    with pytest.raises(ConfigError, match="holds a best/ but no checkpoint"):
+        check_out_dir(cfg, train_cfg)
+    (out / CONFIG_NAME).write_text(dump_toml({"train": dataclasses.replace(train_cfg, lr=0.5),
+                                              "finetune": dataclasses.asdict(cfg)}))
+    with pytest.raises(ConfigError, match=r"--lr 0.0001 \(was 0.5\)"):
+        check_out_dir(cfg, train_cfg)
+    (out / CONFIG_NAME).write_text(dump_toml({"train": train_cfg, "finetune": dataclasses.asdict(cfg)}))
+    check_out_dir(cfg, train_cfg)  # the same run, killed before its first checkpoint: resumed
+    check_out_dir(dataclasses.replace(cfg, overwrite=True), dataclasses.replace(train_cfg, lr=0.5))
+
+
+# ====================================================================================== non-finite outputs
+
+def overflowing(best: Path, dst: Path) -> Path:
+    """A copy of a fine-tuned model whose weights are finite but whose outputs overflow to inf/NaN."""
+    from safetensors.torch import load_file, save_file
+    shutil.copytree(best, dst)
+    state = load_file(dst / "model.safetensors")
+    state["albert.embeddings.word_embeddings.weight"].fill_(3e38)
+    save_file(state, dst / "model.safetensors", metadata={"format": "pt"})
+    return dst
+
+
+@pytest.fixture(scope="module")
+def nan_best(finished_run, tmp_path_factory) -> Path:
+    return overflowing(finished_run[1] / "best", tmp_path_factory.mktemp("nan") / "best")
+
+
+def test_predict_on_raw_text_refuses_nan_outputs_instead_of_writing_them(nan_best, finished_run, capsys, tmp_path):
+    out = tmp_path / "p.jsonl"
+    line = one_line(["predict", "--model", str(nan_best), "--text", "the sea was calm", "--out", str(out)], capsys)
+    assert "NaN or infinite for 1 of 1 inputs" in line and str(nan_best) in line
+    assert not out.exists() or "NaN" not in out.read_text()
+    from litebert.serving.pipeline import pipeline  # the library's pipeline (and serve, which calls it) too
+    with pytest.raises(NonFiniteError):
+        pipeline("text-classification", str(nan_best))(["a", "b"])
+
+
+def test_an_ensemble_refuses_a_member_with_nan_outputs_by_name(nan_best, finished_run, capsys, tmp_path):
+    data, run, _ = finished_run
+    line = one_line(["ensemble", "--models", str(run / "best"), str(nan_best), "--task", "table", "--data-dir",
+                     str(data), "--text-columns", "text", "--max-length", "32", "--split", "none", "--out",
+                     str(tmp_path / "ens")], capsys)
+    assert "NaN or infinite" in line and str(nan_best) in line
+    assert not (tmp_path / "ens" / "ensemble.json").exists()
+
+
+def test_evaluate_and_predict_on_a_split_refuse_nan_outputs(nan_best, finished_run, capsys, tmp_path):
+    data = finished_run[0]
+    common = ["--model", str(nan_best), "--task", "table", "--data-dir", str(data), "--text-columns", "text",
+              "--max-length", "32"]
+    assert "NaN or infinite" in one_line(["evaluate", *common, "--split", "dev"], capsys)
+    out = tmp_path / "pred.jsonl"
+    assert "NaN or infinite" in one_line(["predict", *common, "--split", "dev", "--out", str(out)], capsys)
+    assert not out.exists()
+
+
+# ================================================================================================ a full disk
+
+def _library_errors():
+    """What each library that writes for litebert raises on a full disk (messages as they give them)."""
+    from safetensors import SafetensorError
+    return {
+        "torch.save": RuntimeError("[enforce fail at inline_container.cc:778] . PytorchStreamWriter failed writing "
+                                   "file data/0: file write failed"),
+        "safetensors": SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, '
+                                       'message: "No space left on device" })'),
+        "tokenizers": Exception("No space left on device (os error 28)"),
+        "numpy": OSError("4096 requested and 1024 written"),
+        "sentencepiece": OSError("Permission denied: \"x.model\": No space left on device Error #28"),
+        "os": OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)),
+    }
+
+
+@pytest.mark.parametrize("library", list(_library_errors()))
+def test_a_full_disk_in_any_library_is_one_oserror_naming_the_destination(library, tmp_path):
+    error = _library_errors()[library]
+    final = tmp_path / "result"
+    write_dir_atomically(final, lambda d: (d / "old.bin").write_bytes(b"x" * 100))
+
+    def fill(directory):
+        (directory / "part.bin").write_bytes(b"y" * 10)
+        raise error
+
+    with pytest.raises(OSError) as e:
+        write_dir_atomically(final, fill)
+    assert e.value.errno == errno.ENOSPC and str(final) in str(e.value), e.value
+    assert "bytes free there" in str(e.value) and "100 needed as before" in str(e.value), e.value
+    assert "nothing replaced" in str(e.value)
+    assert [p.name for p in final.iterdir()] == ["old.bin"] and not debris(tmp_path)
+    with pytest.raises(OSError) as e:  # a single file too
+        with atomic_open(tmp_path / "one.json") as f:
+            f.write("{}")
+            raise error
+    assert e.value.errno == errno.ENOSPC and str(tmp_path / "one.json") in str(e.value)
+    assert not (tmp_path / "one.json").exists()
+
+
+def test_a_bug_that_is_not_a_full_disk_keeps_its_own_exception(tmp_path):
+    with pytest.raises(KeyError):
+        write_dir_atomically(tmp_path / "r", lambda d: {}["missing"])
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        write_dir_atomically(tmp_path / "r", lambda d: (_ for _ in ()).throw(RuntimeError("shape mismatch")))
+
+
+def test_a_copy_onto_a_full_disk_names_the_destination_not_the_source(tmp_path, monkeypatch):
+    src, dst = tmp_path / "src.bin", tmp_path / "out" / "dst.bin"
+    src.write_bytes(b"z" * 10)
+    dst.parent.mkdir()
+
+    def full(a, b, *args, **kwargs):  # as shutil's sendfile copy raises it: the source first
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(a), None, str(b))
+
+    monkeypatch.setattr(shutil, "copyfile", full)
+    with pytest.raises(OSError) as e:
+        files.copy_file(src, dst)
+    assert e.value.filename == str(dst) and "bytes free there" in str(e.value)
+
+
+def test_a_full_disk_while_a_verb_writes_is_one_line_and_the_old_result_stays(finished_run, monkeypatch, capsys,
+                                                                              tmp_path):
+    """embed writes its .npy through atomic_open: numpy's own way of failing is one line naming --out."""
+    import numpy as np
+    model = finished_run[1] / "best"
+    sentences = tmp_path / "s.txt"
+    sentences.write_text("one sentence.\nanother one.\n")
+    out = tmp_path / "e.npy"
+    assert litebert_main(["embed", "--model", str(model), "--input", str(sentences), "--out", str(out)]) == 0
+    before = out.read_bytes()
+    capsys.readouterr()
+    monkeypatch.setattr(np, "save", lambda *a, **k: (_ for _ in ()).throw(OSError("4096 requested and 0 written")))
+    line = one_line(["embed", "--model", str(model), "--input", str(sentences), "--out", str(out)], capsys)
+    assert "No space left on device" in line and str(out) in line and out.read_bytes() == before
+
+
+# ================================================================== training data a model cannot learn from
+
+@pytest.mark.parametrize("rows,words", [
+    ([("the sea was calm", "a")] * 8, "every training example of task table has the label 'a'"),
+    ([("the sea was calm", "a"), ("   ", "b")] * 4, "every training text of class(es) ['b'] is empty or blank"),
+], ids=["one class", "a class of blank texts"])
+def test_training_data_that_cannot_be_learned_from_is_refused_before_training(rows, words, model_dir, capsys,
+                                                                             tmp_path):
+    data = tmp_path / "task"
+    data.mkdir()
+    for split in ("train", "dev"):
+        (data / f"{split}.jsonl").write_text("".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in rows))
+    out = tmp_path / "run"
+    line = one_line(["finetune", "--model", str(model_dir), "--task", "table", "--data-dir", str(data),
+                     "--text-columns", "text", "--max-length", "32", "--max-steps", "2", "--out-dir", str(out),
+                     "--no-progress"], capsys)
+    assert words in line and not out.exists()
+
+
+# ======================================================================== line-oriented input: row i = line i
+
+@pytest.mark.parametrize("text,lines", [("one.\n\ntwo.\n", "line 2"), ("one.\n  \ntwo.\n\nthree.\n\n", "line 2, 4")],
+                         ids=["blank", "blank and spaces"])
+def test_embed_refuses_blank_lines_by_number_so_rows_stay_aligned(text, lines, finished_run, capsys, tmp_path):
+    sentences, out = tmp_path / "s.txt", tmp_path / "e.npy"
+    sentences.write_text(text)
+    line = one_line(["embed", "--model", str(finished_run[1] / "best"), "--input", str(sentences), "--out",
+                     str(out)], capsys)
+    assert f"blank sentence(s) at {lines}" in line and not out.exists()
+    sentences.write_text(text.replace("\n\n", "\n").replace("  \n", "four.\n") + "\n\n")  # trailing: fine
+    assert litebert_main(["embed", "--model", str(finished_run[1] / "best"), "--input", str(sentences), "--out",
+                          str(out)]) == 0
+    import numpy as np
+    assert np.load(out).shape[0] == len(sentences.read_text().strip().splitlines())
