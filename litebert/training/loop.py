@@ -41,7 +41,14 @@ from litebert.errors import ConfigError, LitebertError
 from litebert.runconfig import dump_toml
 from litebert.runtime.device import resolve_device
 from litebert.runtime.gemm import backend as gemm_backend
-from litebert.runtime.precision import TRAINING_PRECISIONS, PrecisionChoice, autocast, choose_precision
+from litebert.runtime.precision import (
+    TRAINING_PRECISIONS,
+    PrecisionChoice,
+    autocast,
+    choose_precision,
+    device_name,
+    fp32_kernels,
+)
 from litebert.training import checkpoint as ckpt
 from litebert.training.data import BatchFn, ShuffledData, as_batch_fn, count_tokens, shuffled_batches
 from litebert.training.distributed import (
@@ -418,7 +425,8 @@ def _start(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, env
     precision = cfg.precision
     if precision == "auto":
         choice = _auto_precision(model, batch_fn, env, state.progress.step)
-        chosen = {**choice.record(), "gemm_backend": gemm_backend().name}
+        chosen = {**choice.record(), "device": device_name(env.device), "fp32_kernels": fp32_kernels(env.device),
+                  **({"gemm_backend": gemm_backend().name} if env.device.type == "cpu" else {})}
         precision, configs = choice.precision, {**(configs or {}), "precision": chosen}
     metrics = MetricsLog(out, writes=env.is_main)
     if env.is_main:
@@ -460,7 +468,7 @@ def _auto_precision(model: nn.Module, batch_fn: BatchFn, env: Dist, step: int) -
         choice = dataclasses.replace(choice, unit="tokens", rates={  # seconds are per micro-batch
             p: round(count_tokens(batch) / s, 1) for p, s in choice.seconds.items()})
     if env.is_main:
-        print(f"litebert: {choice}; fp32 GEMMs on {gemm_backend().name}", flush=True)
+        print(f"litebert: {choice}", flush=True)
     return choice
 
 
