@@ -109,7 +109,10 @@ class TrainConfig:
         "fp32, bf16 autocast (weights, gradients and optimizer state stay fp32), or auto: bf16 where this CPU/GPU "
         "has bf16 kernels and a timed step of this run measures it faster, else fp32 (the choice and the rates go "
         "to train_config.toml [precision])", choices=TRAINING_PRECISIONS))
-    compile: bool = field(default=False, metadata=_help("torch.compile the model"))
+    compile: bool = field(default=False, metadata=_help(
+        "torch.compile the training step's model (one graph: tens of seconds to compile, again for each new batch "
+        "shape; pays on long GPU runs at fixed shapes, rarely on a CPU). Compiled, the MLM loss reads every "
+        "position's logits (static shapes) instead of the ~15%% labelled ones eager mode selects"))
     find_unused_parameters: bool = field(default=False, metadata=_help(
         "DDP only: allow trainable parameters outside the loss in a model of your own (litebert's verbs freeze "
         "what their objective leaves out, so they never need it)"))
