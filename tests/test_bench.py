@@ -2,6 +2,7 @@
 every ratio is the ratio of the figures printed beside it, so a bench that rots or misreports fails here."""
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -103,11 +104,18 @@ def test_int8_gemm_bound_follows_from_the_times_it_prints():
             summed[side] += gemm["per_forward"] * gemm[f"{side}_ms"]
     for side, ms in summed.items():  # the per-forward GEMM time is the layer's GEMMs times the layer count
         assert r["gemm_ms_per_forward"][side] == pytest.approx(ms, rel=0.002)
+    # The bound forward / (rest + int8 GEMMs) from the printed times, each printed to 4 significant digits: where
+    # the GEMMs are most of the forward and int8 is fast (a VNNI/AMX CPU), `rest` is a small difference of
+    # rounded numbers and the bound a large ratio, so it is checked against every value the printed inputs allow.
+    def allowed(v):
+        half = 0.5 * 10 ** (math.floor(math.log10(abs(v))) - 3) if v else 0.0
+        return (v - half, v, v + half)
+
     forward, fp32 = r["forward_fp32_ms"], r["gemm_ms_per_forward"]["torch_fp32"]
-    rest = max(forward - fp32, 0.0)
     for side in ("ort_int8", "torch_int8"):
-        bound = forward / (rest + r["gemm_ms_per_forward"][side])
-        assert r["int8_bound_vs_litebert_fp32"][side] == pytest.approx(bound, abs=0.006)
+        bounds = [f / (max(f - g, 0.0) + i) for f in allowed(forward) for g in allowed(fp32)
+                  for i in allowed(r["gemm_ms_per_forward"][side])]
+        assert min(bounds) - 0.006 <= r["int8_bound_vs_litebert_fp32"][side] <= max(bounds) + 0.006, (side, bounds)
     assert 0 < r["gemm_share_of_fp32_forward"] and r["machine"]["cpu"]
 
 
