@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 pytest.importorskip("transformers")
 BENCH = Path(__file__).resolve().parents[1] / "bench"
@@ -188,3 +189,32 @@ def test_small_calls_reports_encoding_and_gelu_ratios_of_its_timings():
     assert g["sigmoid_form"]["max_abs_error_vs_fp64"] < 1e-6 and g["fused"]["max_abs_error_vs_fp64"] < 1e-6
     p = r["pipeline"]
     assert p["32_per_call_vs_one_per_call"] == ratio_of(timed(p["one_per_call"]), timed(p["32_per_call"]))
+
+
+@pytest.mark.parametrize("script", ["train_step.py", "inference.py", "memory.py"])
+def test_the_step_inference_and_memory_benches_take_a_cuda_device(script):
+    """--device cuda (CUDA-synchronised timing, MFU against a cuBLAS burst of the same run, the card named) is
+    offered by each; on a machine without a GPU it is refused in one line before anything is built."""
+    usage = run_bench(script, "--help")
+    assert "--device {cpu,cuda}" in usage and "--tf32" in usage
+    if not torch.cuda.is_available():
+        done = subprocess.run([sys.executable, str(BENCH / script), "--quick", "--device", "cuda"],
+                              capture_output=True, text=True, timeout=120, cwd=BENCH.parent)
+        assert done.returncode != 0 and "no CUDA GPU is available" in done.stderr.strip().splitlines()[-1]
+
+
+def test_the_train_step_bench_on_the_cpu_still_prints_its_json():
+    (r,) = records("train_step.py", "--quick", "--device", "cpu", "--precisions", "fp32", "--repeats", "1",
+                   "--warmup", "0")
+    assert r["litebert"]["mfu"] > 0 and "gpu" not in r["machine"] and r["litebert"]["gemm"] != "cuBLAS bf16"
+
+
+@pytest.mark.gpu
+def test_the_benches_on_a_gpu_name_the_card_and_divide_by_its_measured_ceiling():
+    for r in records("train_step.py", "--quick", "--device", "cuda", "--precisions", "bf16,fp32"):
+        assert r["machine"]["gpu"] and set(r["ceiling_gflops_by_backend"]) == {"cublas"}
+        assert 0 < r["litebert"]["mfu"] < 1 and r["litebert"]["gemm"].startswith("cuBLAS")
+    for r in records("inference.py", "--quick", "--device", "cuda", "--precisions", "bf16"):
+        assert r["machine"]["gpu"] and 0 < r["litebert"]["mfu"] < 1 and "onnxruntime" not in r
+    for r in records("memory.py", "--quick", "--device", "cuda", "--precisions", "bf16"):
+        assert r["litebert"]["peak_delta_mib"] > 0 and r["machine"]["gpu"]
