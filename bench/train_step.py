@@ -184,7 +184,8 @@ def main() -> None:
                 result[side] = stats(times[side] if side in times else once[side], B * T, "tokens")
                 side_precision = side.removeprefix("litebert_") if (side in extra or side in once) and \
                     side != "litebert_compiled" else runs
-                result[side].update(precision=side_precision, gemm=gemm_used(side_precision, side.split("_")[0]))
+                runner = "torch" if side == "litebert_compiled" else side.split("_")[0]  # compiled: F.linear's
+                result[side].update(precision=side_precision, gemm=gemm_used(side_precision, runner))
             for side in once:
                 result[side]["timed_once"] = "no bf16 kernels on this CPU: one step, no warm-up"
             result["speedup"] = ratio(times, "litebert", "transformers")
