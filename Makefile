@@ -7,10 +7,10 @@ STAMP := $(VENV)/.installed
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -e ".[dev]"
+	$(VENV)/bin/pip install --quiet -c constraints.txt -e ".[dev]"
 	touch $(STAMP)
 
 demo: $(STAMP)  ## the main job: tokenizer, data, pretraining, fine-tuning on the bundled corpus, with a summary

@@ -36,6 +36,10 @@ def base_parser(doc: str) -> argparse.ArgumentParser:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny preset, one short shape, 2 repeats")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                        help="where both sides run; on cuda every timed call is bracketed by torch.cuda.synchronize "
+                             "and the card is named in the output. Default: %(default)s")
+    parser.add_argument("--tf32", action="store_true", help="cuda: fp32 matmuls in TF32 (both sides)")
     parser.add_argument("--malloc", default="glibc", choices=["glibc", "retain"],
                         help="glibc: the C library's defaults, what either library gets when imported; retain: "
                              "freed memory kept in the process, for both sides (what `litebert` commands do: "
@@ -44,12 +48,18 @@ def base_parser(doc: str) -> argparse.ArgumentParser:
 
 
 MALLOC = "glibc"
+DEVICE = torch.device("cpu")  # where both sides run (--device)
 
 
 def configure(args: argparse.Namespace) -> None:
-    """Threads and the allocator policy, process-wide, before anything is built."""
-    global MALLOC
+    """Threads, the device and the allocator policy, process-wide, before anything is built."""
+    global MALLOC, DEVICE
     torch.set_num_threads(args.threads)
+    DEVICE = torch.device(getattr(args, "device", "cpu"))
+    if DEVICE.type == "cuda":
+        if not torch.cuda.is_available():
+            raise SystemExit(f"--device cuda: no CUDA GPU is available to this torch ({torch.__version__})")
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = bool(args.tf32)
     if args.malloc == "retain":
         from litebert.runtime.allocator import retain_freed_memory
         if not retain_freed_memory():
@@ -64,7 +74,11 @@ def machine() -> dict:
     and the load average (other processes on a shared machine move every absolute figure)."""
     from litebert.runtime import cpu, gemm
     load = os.getloadavg()
-    return {"cpu": cpu.cpu_model(), "isa": cpu.isa(), "bf16_kernels": cpu.bf16_supported(),
+    gpu = {} if DEVICE.type != "cuda" else {
+        "device": "cuda", "gpu": torch.cuda.get_device_name(DEVICE), "cuda": torch.version.cuda,
+        "tf32": torch.backends.cuda.matmul.allow_tf32, "gpu_memory_GiB": round(
+            torch.cuda.get_device_properties(DEVICE).total_memory / 2**30, 1)}
+    return {**gpu, "cpu": cpu.cpu_model(), "isa": cpu.isa(), "bf16_kernels": cpu.bf16_supported(),
             "litebert_gemm": gemm.backend().record(), "threads": torch.get_num_threads(),
             "torch": torch.__version__, "python": platform.python_version(), "malloc": MALLOC,
             "loadavg_1min": round(load[0], 2), "loadavg_5_15min": [round(load[1], 2), round(load[2], 2)]}
@@ -75,6 +89,9 @@ def gemm_used(precision: str, side: str) -> str:
     torch's F.linear): fp32 on litebert.runtime.gemm's choice or torch's default (MKL); bf16 autocast on oneDNN where
     the CPU has bf16 kernels, else torch's reference fallback."""
     from litebert.runtime import cpu, gemm
+    if DEVICE.type == "cuda":
+        return "cuBLAS bf16" if precision == "bf16" else \
+            f"cuBLAS fp32 ({'TF32' if torch.backends.cuda.matmul.allow_tf32 else 'IEEE'})"
     if precision == "fp32":
         return gemm.backend().name if side == "litebert" else "mkl"
     return "onednn" if cpu.bf16_supported() else "torch reference (no bf16 kernels)"
@@ -104,7 +121,7 @@ def load_pair(directory: str, class_name: str, attn_implementation: str = "sdpa"
     transformers.utils.logging.disable_progress_bar()
     ours = getattr(litebert.model, class_name).from_pretrained(directory)
     theirs = getattr(transformers, class_name).from_pretrained(directory, attn_implementation=attn_implementation)
-    return ours, theirs
+    return ours.to(DEVICE), theirs.to(DEVICE)
 
 
 def pretraining_batch(config: AlbertConfig, B: int, T: int, seed: int, mask_prob: float = 0.15) -> dict:
@@ -155,10 +172,57 @@ def interleaved(sides: dict[str, Callable[[], object]], warmup: int, repeats: in
     times: dict[str, list[float]] = {name: [] for name in names}
     for r in range(repeats):
         for name in (names if r % 2 == 0 else names[::-1]):
+            synchronize()  # on a GPU a call returns once its kernels are queued: time them, and only them
             start = time.perf_counter()
             sides[name]()
+            synchronize()
             times[name].append(time.perf_counter() - start)
     return times
+
+
+def synchronize() -> None:
+    """Wait for the GPU's queued kernels (--device cuda); nothing on the CPU."""
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize(DEVICE)
+
+
+def to_device(batch: dict) -> dict:
+    return {k: v.to(DEVICE) for k, v in batch.items()}
+
+
+class CudaGemmProbe:
+    """The GPU's matmul ceiling for a precision: a burst of n x n x n GEMMs on cuBLAS (bf16, or fp32 as TF32 or
+    IEEE per --tf32), timed as one more interleaved side, so MFU divides by what the card did in the same run.
+    The same interface as train_step.GemmProbe (best, seconds, ceilings)."""
+
+    def __init__(self, precision: str, n: int = 8192, seconds: float = 0.1):
+        dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+        g = torch.Generator(DEVICE).manual_seed(0)
+        a, b = (torch.randn(n, n, device=DEVICE, dtype=dtype, generator=g) for _ in range(2))
+        self.flops = 2 * n ** 3
+        fn = lambda: a @ b  # noqa: E731
+        for _ in range(3):
+            fn()
+        synchronize()
+        start = time.perf_counter()
+        fn()
+        synchronize()
+        calls = max(1, round(seconds / max(time.perf_counter() - start, 1e-6)))
+        self.best = {"cublas": (fn, calls)}
+        self.seconds: dict[str, list[float]] = {"cublas": []}
+
+    def __call__(self) -> None:
+        fn, n = self.best["cublas"]
+        synchronize()
+        start = time.perf_counter()
+        for _ in range(n):
+            fn()
+        synchronize()
+        self.seconds["cublas"].append(time.perf_counter() - start)
+
+    def ceilings(self) -> dict[str, float]:
+        return {"cublas": round(self.best["cublas"][1] * self.flops / statistics.median(self.seconds["cublas"]) / 1e9,
+                                1)} if self.seconds["cublas"] else {}
 
 
 def stats(seconds: list[float], work: float, unit: str) -> dict:

@@ -33,6 +33,7 @@ is the peer's median / litebert's median from this one run.
     .venv/bin/python bench/inference.py                   # the classifier suite, ~15 min quiet
     .venv/bin/python bench/inference.py --suite encoder   # ~4 min
     .venv/bin/python bench/inference.py --quick           # smoke run on a tiny model (either suite)
+    python bench/inference.py --device cuda --shapes 256x128 --precisions bf16   # the encoder suite on a GPU
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ import os
 import statistics
 import tempfile
 
+import common
 import numpy as np
 import torch
 from common import (
@@ -56,6 +58,7 @@ from common import (
     ratio,
     save_random_model,
     stats,
+    to_device,
 )
 from train_step import gemm_probe, mfu_fields
 
@@ -68,7 +71,8 @@ def forward_fn(model, inputs: dict, mode: str):
     model = copy.deepcopy(model).eval()
     if mode == "bf16-cast":
         model = model.to(torch.bfloat16)
-    ctx = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if mode == "bf16-autocast" else contextlib.nullcontext
+    ctx = (lambda: torch.autocast(common.DEVICE.type, dtype=torch.bfloat16)) if mode == "bf16-autocast" \
+        else contextlib.nullcontext
 
     def run():
         with torch.inference_mode(), ctx():
@@ -262,9 +266,9 @@ def classifier_suite(args) -> None:
     for shape in ([] if args.agreement_only else shapes):
         B, T = map(int, shape.split("x"))
         g = torch.Generator().manual_seed(args.seed)
-        inputs = dict(input_ids=torch.randint(5, config.vocab_size, (B, T), generator=g),
-                      attention_mask=torch.ones(B, T, dtype=torch.long),
-                      token_type_ids=(torch.arange(T) >= T // 2).long().expand(B, T).contiguous())
+        inputs = to_device(dict(input_ids=torch.randint(5, config.vocab_size, (B, T), generator=g),
+                                attention_mask=torch.ones(B, T, dtype=torch.long),
+                                token_type_ids=(torch.arange(T) >= T // 2).long().expand(B, T).contiguous()))
         repeats = args.repeats or (2 if args.quick else (20 if B * T <= 256 else 5))
         calls = {name: (lambda run=sides[name]: run(inputs)) for name in order if name not in slow}
         times = interleaved(calls, args.warmup, repeats)
@@ -303,7 +307,9 @@ def classifier_suite(args) -> None:
 
 def main() -> None:
     parser = base_parser(__doc__)
-    parser.add_argument("--suite", default="classifier", choices=["classifier", "encoder"])
+    parser.add_argument("--suite", default=None, choices=["classifier", "encoder"],
+                        help="default: classifier on cpu, encoder on cuda (the classifier suite's int8 and ONNX "
+                             "Runtime sides run on the CPU only)")
     parser.add_argument("--shapes", default="1x128,32x128")
     parser.add_argument("--precisions", default="fp32,bf16", help="encoder suite only")
     parser.add_argument("--no-ort", action="store_true", help="encoder suite only")
@@ -313,8 +319,12 @@ def main() -> None:
                         help="classifier suite: compare the predictions, skip the timing")
     args = parser.parse_args()
     configure(args)
+    args.suite = args.suite or ("encoder" if args.device == "cuda" else "classifier")
     if args.suite == "classifier":
+        if args.device == "cuda":
+            raise SystemExit("--suite classifier compares CPU paths (int8, ONNX Runtime): use --suite encoder on cuda")
         return classifier_suite(args)
+    args.no_ort = args.no_ort or args.device == "cuda"  # ORT runs here on its CPU provider
     preset = "tiny" if args.quick else args.preset
     shapes = ["2x32"] if args.quick else args.shapes.split(",")
     config = AlbertConfig.from_preset(preset)
@@ -326,9 +336,9 @@ def main() -> None:
     for shape in shapes:
         B, T = map(int, shape.split("x"))
         g = torch.Generator().manual_seed(args.seed)
-        inputs = dict(input_ids=torch.randint(5, config.vocab_size, (B, T), generator=g),
-                      attention_mask=torch.ones(B, T, dtype=torch.long),
-                      token_type_ids=(torch.arange(T) >= T // 2).long().expand(B, T).contiguous())
+        inputs = to_device(dict(input_ids=torch.randint(5, config.vocab_size, (B, T), generator=g),
+                                attention_mask=torch.ones(B, T, dtype=torch.long),
+                                token_type_ids=(torch.arange(T) >= T // 2).long().expand(B, T).contiguous()))
         flops = forward_flops(config, B, T)
         repeats = args.repeats or (2 if args.quick else (30 if B * T <= 256 else 5))
         for precision in args.precisions.split(","):

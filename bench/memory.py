@@ -8,8 +8,12 @@ temporaries. A fresh process per side keeps one side's allocator caches and free
 figure. Measuring after a warm-up step instead would under-count: the allocator keeps the first step's
 pages, so later peaks reuse them and barely move RSS.
 
+--device cuda: the same on the GPU, from torch's allocator: peak allocated during the steps minus allocated just
+before them (torch.cuda.max_memory_allocated after reset_peak_memory_stats), per side in a fresh process.
+
     .venv/bin/python bench/memory.py                  # 8x128 and 2x512, fp32 and bf16 (~3 min)
     .venv/bin/python bench/memory.py --quick
+    python bench/memory.py --device cuda --shapes 64x512 --precisions bf16
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ import json
 import subprocess
 import sys
 
-from common import base_parser, configure, emit, machine, pretraining_batch, save_random_model
+import common
+import torch
+from common import base_parser, configure, emit, machine, pretraining_batch, save_random_model, to_device
 
 from litebert.config import AlbertConfig
 
@@ -41,7 +47,19 @@ def child(args) -> None:
         model = transformers.AlbertForPreTraining.from_pretrained(args.dir, attn_implementation=args.attn)
     if args.checkpointing and args.side == "litebert":
         model.albert.encoder.gradient_checkpointing = True
-    step = make_step(model, pretraining_batch(config, B, T, args.seed), args.precision)
+    model.to(common.DEVICE)
+    step = make_step(model, to_device(pretraining_batch(config, B, T, args.seed)), args.precision)
+    if common.DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        for _ in range(args.steps):
+            step()
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated()
+        print(json.dumps({"allocated_before_mib": round(before / 2**20, 1), "peak_mib": round(peak / 2**20, 1),
+                          "peak_delta_mib": round((peak - before) / 2**20, 1)}))
+        return
     before = status_kib("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
@@ -54,7 +72,9 @@ def child(args) -> None:
 def measure(args, side: str, shape: str, precision: str, directory: str, checkpointing: bool = False) -> dict:
     cmd = [sys.executable, __file__, "--child", side, "--dir", directory, "--shape", shape, "--precision", precision,
            "--threads", str(args.threads), "--attn", args.attn, "--steps", str(args.steps), "--seed", str(args.seed),
-           "--malloc", args.malloc]
+           "--malloc", args.malloc, "--device", args.device]
+    if args.tf32:
+        cmd.append("--tf32")
     if checkpointing:
         cmd.append("--checkpointing")
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout

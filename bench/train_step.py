@@ -18,6 +18,8 @@ side is timed once (it is tens of times slower there).
     .venv/bin/python bench/train_step.py            # 8x128 and 2x512, fp32 and bf16 (~4 min)
     .venv/bin/python bench/train_step.py --preset tiny --shapes 32x64 --precisions fp32,bf16,auto  # the demo's
     .venv/bin/python bench/train_step.py --quick    # smoke run on a tiny model
+    python bench/train_step.py --device cuda --preset albert-base-v2 --shapes 64x512 --precisions bf16  # a GPU:
+        CUDA-synchronised timing, MFU against cuBLAS's 8192^3 GEMM burst of the same run, the card named
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import copy
 import statistics
 import time
 
+import common
 import torch
 from common import (
     base_parser,
@@ -40,6 +43,7 @@ from common import (
     ratio,
     save_random_model,
     stats,
+    to_device,
 )
 from gemm import BACKEND_OF, gflops, paths
 
@@ -53,7 +57,7 @@ def make_step(model, batch: dict, precision: str):
     model.train()
 
     def step():
-        with autocast(precision):
+        with autocast(precision, common.DEVICE.type):
             loss = model(**batch).loss
         loss.backward()
         optimizer.step()
@@ -101,9 +105,10 @@ _probe: GemmProbe | None = None  # the last probe made, read by mfu_fields (infe
 
 
 def gemm_probe(precision: str) -> tuple[GemmProbe, int]:
-    """A GemmProbe for this precision (a side to interleave with the steps) and the FLOPs of one burst."""
+    """A GemmProbe for this precision (a side to interleave with the steps) and the FLOPs of one burst: on a GPU
+    cuBLAS's 8192^3 GEMM (common.CudaGemmProbe)."""
     global _probe
-    _probe = GemmProbe(precision)
+    _probe = common.CudaGemmProbe(precision) if common.DEVICE.type == "cuda" else GemmProbe(precision)
     return _probe, sum(n * _probe.flops for _, n in _probe.best.values())
 
 
@@ -123,6 +128,9 @@ def main() -> None:
     parser = base_parser(__doc__)
     parser.add_argument("--shapes", default="8x128,2x512", help="comma-separated BxT")
     parser.add_argument("--precisions", default="fp32,bf16")
+    parser.add_argument("--compile", action="store_true",
+                        help="also time litebert under torch.compile (its own side, a copy of the same weights; "
+                             "the compile time, first two steps, is reported as compile_s)")
     parser.add_argument("--attn", default="auto", choices=["auto", "eager", "sdpa"],
                         help="transformers attention implementation (auto: time both, keep the faster)")
     args = parser.parse_args()
@@ -135,7 +143,7 @@ def main() -> None:
 
     for shape in shapes:
         B, T = map(int, shape.split("x"))
-        batch = pretraining_batch(config, B, T, args.seed)
+        batch = to_device(pretraining_batch(config, B, T, args.seed))
         masked = int((batch["labels"] != -100).sum())
         flops = 3 * forward_flops(config, B, T, mlm_positions=masked, loss_rows=masked + B)
         for precision in args.precisions.split(","):
@@ -155,21 +163,35 @@ def main() -> None:
             attn = min(trial, key=lambda k: trial[k][0])
             steps["transformers"] = make_step(candidates[attn], batch, runs)
             once = {}
-            if "litebert_bf16" in extra and not cpu.bf16_supported():  # reference kernels: tens of times slower
-                once["litebert_bf16"] = timed_once(extra.pop("litebert_bf16"))  # than fp32, far outside noise
+            if "litebert_bf16" in extra and not cpu.bf16_supported(common.DEVICE):  # reference kernels: tens of
+                once["litebert_bf16"] = timed_once(extra.pop("litebert_bf16"))  # times slower than fp32, far outside noise
             steps.update(extra)
+            if args.compile:
+                compiled = make_step(torch.compile(copy.deepcopy(ours)), batch, runs)
+                start = time.perf_counter()
+                compiled(), compiled()
+                common.synchronize()
+                extra["compile_s"], steps["litebert_compiled"] = round(time.perf_counter() - start, 1), compiled
             steps["gemm_probe"], probe_flops = gemm_probe(runs)
             times = interleaved(steps, args.warmup, repeats)
             result = {"bench": "train_step", "preset": preset, "shape": shape, "precision": precision,
                       "optimizer": "AdamW(fused)", "peer_attn": attn, "repeats": repeats,
                       "tokens": B * T, "model_gflop_per_step": round(flops / 1e9, 2)}
+            compile_s = extra.pop("compile_s", None)
+            if args.compile:
+                extra["litebert_compiled"] = None
             for side in ("litebert", "transformers", *extra, *once):
                 result[side] = stats(times[side] if side in times else once[side], B * T, "tokens")
-                side_precision = side.removeprefix("litebert_") if side in extra or side in once else runs
-                result[side].update(precision=side_precision, gemm=gemm_used(side_precision, side.split("_")[0]))
+                side_precision = side.removeprefix("litebert_") if (side in extra or side in once) and \
+                    side != "litebert_compiled" else runs
+                runner = "torch" if side == "litebert_compiled" else side.split("_")[0]  # compiled: F.linear's
+                result[side].update(precision=side_precision, gemm=gemm_used(side_precision, runner))
             for side in once:
                 result[side]["timed_once"] = "no bf16 kernels on this CPU: one step, no warm-up"
             result["speedup"] = ratio(times, "litebert", "transformers")
+            if compile_s is not None:
+                result["compile_s"] = compile_s
+                result["compiled_vs_eager"] = ratio(times, "litebert_compiled", "litebert")
             if auto:
                 result["auto_choice"] = auto.record()
                 best = min(statistics.median(times.get(s) or once[s]) for s in ("litebert_fp32", "litebert_bf16"))
@@ -183,9 +205,9 @@ def auto_precision(model, batch: dict):
     """What `--precision auto` picks for this model and batch: litebert.runtime.precision.choose_precision over one forward
     and backward, as the training loop measures it."""
     def run(precision: str) -> None:
-        with autocast(precision):
+        with autocast(precision, common.DEVICE.type):
             model(**batch).loss.backward()
-    choice = choose_precision(run, "cpu", work=batch["input_ids"].numel(), unit="tokens")
+    choice = choose_precision(run, common.DEVICE, work=batch["input_ids"].numel(), unit="tokens")
     model.zero_grad(set_to_none=True)
     print(f"# {choice}", flush=True)
     return choice

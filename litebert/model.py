@@ -297,8 +297,9 @@ class BaseOutput(ModelOutput):
 
 
 def padding_mask(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
-    """(B, T) 1/0 mask -> additive (B, 1, 1, T) mask for SDPA; None when nothing is padded (faster kernel)."""
-    if attention_mask is None or bool(attention_mask.all()):
+    """(B, T) 1/0 mask -> additive (B, 1, 1, T) mask for SDPA; None when nothing is padded (faster kernel), a
+    test of the data that torch.compile cannot trace: compiled, the mask is always built."""
+    if attention_mask is None or (not torch.compiler.is_compiling() and bool(attention_mask.all())):
         return None
     return torch.zeros(attention_mask.shape, dtype=dtype, device=attention_mask.device).masked_fill(
         attention_mask == 0, torch.finfo(dtype).min)[:, None, None, :]
@@ -371,7 +372,10 @@ def loss_positions(labels: torch.Tensor, with_cls: bool) -> tuple[torch.Tensor |
     (so the MLM logits keep the row-major order of the full computation), then fills up to the longest row with
     unneeded positions (label -100: computed, never read). At 15% masking Tq is ~1/5 of T, so the last layer
     costs ~1/3 of a full one (its keys and values still need every token). Returns (None, labels) when every
-    position is needed."""
+    position is needed, and under torch.compile, whose graphs need static shapes: Tq depends on the data (a
+    graph break there, and one graph per width), so a compiled model computes every position (see masked_lm)."""
+    if torch.compiler.is_compiling():
+        return None, labels
     needed = labels != IGNORE_INDEX
     if with_cls:
         needed[:, 0] = True
@@ -394,6 +398,12 @@ def masked_lm(head: AlbertMLMHead, h: torch.Tensor, labels: torch.Tensor | None
     Returns (loss, logits) with logits (M, V) for the M labelled positions in row-major order, or (B, T, V)."""
     if labels is None:
         return None, head(h)
+    if torch.compiler.is_compiling():  # static shapes: every position's logits (B, T, V), unlabelled ones weigh 0
+        logits = head(h)
+        flat = labels.reshape(-1)
+        losses = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), flat, ignore_index=IGNORE_INDEX,
+                                 reduction="none")
+        return losses.sum() / (flat != IGNORE_INDEX).sum().clamp(min=1), logits  # the mean; 0 with no labels
     selected = labels != IGNORE_INDEX
     logits = head(h[selected])  # (M, V)
     if logits.shape[0] == 0:  # nothing to predict in this batch: zero loss, not HF's NaN

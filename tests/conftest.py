@@ -16,3 +16,17 @@ os.environ.setdefault("LITEBERT_CACHE_DIR", tempfile.mkdtemp(prefix="litebert-te
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+# Tests marked `gpu` run on CUDA; without a GPU they are skipped, saying so. tests/test_gpu.py's code can still be
+# exercised on the CPU: LITEBERT_GPU_TESTS_DEVICE=cpu runs that file there (a check of the tests, not of a GPU).
+GPU_TESTS_DEVICE = os.environ.get("LITEBERT_GPU_TESTS_DEVICE", "cuda")
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords and not (GPU_TESTS_DEVICE == "cpu" and item.path.name == "test_gpu.py"):
+            item.add_marker(skip)

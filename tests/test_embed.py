@@ -166,10 +166,12 @@ def test_cli_embeds_evaluates_and_fails_with_one_line(start, pairs_file, tmp_pat
     sentences = tmp_path / "s.txt"
     sentences.write_text("\n".join(SENTENCES) + "\n\n")
     out = tmp_path / "emb.npy"
-    assert litebert_main(["embed", "--model", str(directory), "--input", str(sentences), "--out", str(out)]) == 0
+    # --device cpu: compared with the CPU's embeddings to 1e-6 (auto would pick a GPU where there is one)
+    assert litebert_main(["embed", "--model", str(directory), "--input", str(sentences), "--out", str(out),
+                          "--device", "cpu"]) == 0
     assert "4 x 32 (mean pooling)" in capsys.readouterr().out
     np.testing.assert_allclose(np.load(out), embed(AlbertModel.from_pretrained(directory), tok, SENTENCES), atol=1e-6)
-    assert litebert_main(["embed", "--model", str(directory), "--evaluate", str(pairs_file)]) == 0
+    assert litebert_main(["embed", "--model", str(directory), "--evaluate", str(pairs_file), "--device", "cpu"]) == 0
     metrics = json.loads(capsys.readouterr().out)
     pairs, labels = read_pairs(str(pairs_file), SentenceConfig())
     assert metrics == pytest.approx(evaluate_pairs(AlbertModel.from_pretrained(directory), tok, pairs, labels))

@@ -355,6 +355,23 @@ def test_auto_precision_takes_the_faster_when_bf16_runs(monkeypatch, faster):
     assert f"{faster}_tokens_per_s" in picked.record()
 
 
+@pytest.mark.parametrize("tf32", [False, True])
+def test_auto_precision_on_a_gpu_names_the_card_and_cublas_not_the_cpu_gemm(monkeypatch, tf32):
+    """On CUDA the comparison is bf16 autocast against cuBLAS's fp32 (TF32 or not), on a named card: never the
+    CPU's GEMM backend, which that run does not use (faked here: no GPU is needed to check the words)."""
+    monkeypatch.setattr(precision, "bf16_supported", lambda device="cpu": True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(precision, "tf32_allowed", lambda: tf32)
+    picked = choose_precision(lambda p: time.sleep(0.001 if p == "bf16" else 0.01), device="cuda:0", repeats=2)
+    assert picked.precision == "bf16"
+    assert "on cuda:0 (NVIDIA H100 80GB HBM3)" in picked.reason and "cuBLAS" in picked.reason
+    assert ("TF32 off" not in picked.reason) == tf32
+    assert not {"mkl", "onednn"} & set(picked.reason.replace("(", " ").replace(")", " ").split())
+    monkeypatch.setattr(precision, "bf16_supported", lambda device="cpu": False)
+    assert "NVIDIA H100" in choose_precision(lambda p: None, device="cuda:0").reason
+
+
 @pytest.mark.parametrize("has_bf16", [False, True])
 def test_training_with_precision_auto_records_the_choice(monkeypatch, tmp_path, has_bf16, capsys):
     from litebert.runconfig import load_toml
@@ -374,6 +391,7 @@ def test_training_with_precision_auto_records_the_choice(monkeypatch, tmp_path, 
     assert saved["train"]["precision"] == "auto"
     record = saved["precision"]
     assert record["requested"] == "auto" and record["gemm_backend"] == gemm.backend().name
+    assert record["fp32_kernels"] == f"fp32 GEMMs on {gemm.backend().name}" and record["device"].startswith("cpu (")
     if has_bf16:  # measured: both rates recorded (tokens per second), the faster chosen
         rates = {p: record[f"{p}_tokens_per_s"] for p in ("fp32", "bf16")}
         assert record["chosen"] == max(rates, key=rates.get)

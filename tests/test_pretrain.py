@@ -88,12 +88,13 @@ def test_overfits_one_batch_to_zero_mlm_loss_and_perfect_sop(prepared, tmp_path)
     model = AlbertForPreTraining(AlbertConfig(vocab_size=1000, **TINY))
     cfg = TrainConfig(optimizer="adamw", lr=3e-3, batch_size=8, max_steps=300, warmup_steps=0, lr_decay_power=0.0,
                       weight_decay=0.0, out_dir=str(tmp_path / "o"), progress=False, log_every=50)
-    train(model, lambda step, micro, rank, world: batch, cfg)
+    train(model, lambda step, micro, rank, world: batch, cfg)  # device "auto": a GPU where there is one
     model.eval()
+    device = next(model.parameters()).device
     with torch.no_grad():
-        out = model(**batch)
+        out = model(**{k: v.to(device) for k, v in batch.items()})
     assert out.mlm_loss.item() < 0.05
-    assert (out.sop_logits.argmax(-1) == batch["sentence_order_label"]).all()
+    assert (out.sop_logits.argmax(-1).cpu() == batch["sentence_order_label"]).all()
 
 
 def test_same_seed_gives_the_same_loss_sequence(prepared, tmp_path):

@@ -281,6 +281,8 @@ def _plain_only(x: torch.Tensor, weight: torch.Tensor, min_macs: int) -> bool:
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """F.linear through this machine's fastest fp32 GEMM (see the module docstring); the same result to fp32
     rounding, and the same gradients."""
+    if torch.compiler.is_compiling():  # first: backend() reads process state (threads, env) that dynamo cannot
+        return F.linear(x, weight, bias)  # trace, a graph break per call and a recompile per weight shape
     choice = backend()
     if (choice.forward == "mkl" and choice.backward == "mkl") or _plain_only(x, weight, choice.min_macs):
         return F.linear(x, weight, bias)
@@ -293,8 +295,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 def dense(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     """`module(x)` for the model's nn.Linear layers, through `linear`. A module that is not a plain nn.Linear
     (e.g. swapped for a quantized one) or that has hooks (e.g. paper.analysis reads the E->H projection's
-    output) is called as itself, so it behaves exactly as before."""
-    if (type(module) is not torch.nn.Linear or module._forward_hooks or module._forward_pre_hooks
+    output) is called as itself, so it behaves exactly as before, and so is every module under torch.compile."""
+    if (torch.compiler.is_compiling() or type(module) is not torch.nn.Linear or module._forward_hooks or module._forward_pre_hooks
             or torch.nn.modules.module._global_forward_hooks or torch.nn.modules.module._global_forward_pre_hooks):
         return module(x)
     return linear(x, module.weight, module.bias)

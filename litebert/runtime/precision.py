@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from litebert.runtime.cpu import bf16_supported, isa
+from litebert.runtime.cpu import bf16_supported, cpu_model, isa
+from litebert.runtime.gemm import backend as gemm_backend
 
 PRECISIONS = ("fp32", "bf16", "int8", "auto")  # every precision litebert names; each user takes a subset:
 TRAINING_PRECISIONS = ("fp32", "bf16", "auto")  # int8 has no training kernels
@@ -30,6 +31,29 @@ def autocast(precision: str, device_type: str = "cpu"):
     if precision == "bf16":
         return torch.autocast(device_type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
+
+
+def device_name(device: torch.device | str) -> str:
+    """The device and the hardware behind it, for what a measurement names: "cuda:0 (NVIDIA H100 80GB HBM3)"."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
+    return f"{device.type} ({cpu_model()})" if device.type == "cpu" else str(device)
+
+
+def tf32_allowed() -> bool:
+    """Whether cuBLAS may run fp32 matmuls in TF32 (torch.backends.cuda.matmul.allow_tf32, off by default)."""
+    return bool(torch.backends.cuda.matmul.allow_tf32)
+
+
+def fp32_kernels(device: torch.device | str) -> str:
+    """What "fp32" runs on `device`: on a GPU cuBLAS in IEEE fp32 or, where torch allows it, TF32 (10-bit
+    mantissa inputs, fp32 accumulation); on the CPU the GEMM backend litebert.runtime.gemm chose (mkl/onednn)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return f"fp32 matmuls on cuBLAS ({'TF32' if tf32_allowed() else 'IEEE fp32, TF32 off'})"
+    return f"fp32 GEMMs on {gemm_backend().name}"
 
 
 @dataclass(frozen=True)
@@ -59,8 +83,8 @@ def choose_precision(run: Callable[[str], object], device: torch.device | str = 
     within 2% goes to fp32, the exact one). `combine` (e.g. a sum over ranks) makes all processes agree."""
     device = torch.device(device)
     if not bf16_supported(device):
-        return PrecisionChoice("fp32", f"{device.type} has no bf16 matmul kernels (ISA: {' '.join(isa()) or '?'})",
-                               unit=unit)
+        has = f"ISA: {' '.join(isa()) or '?'}" if device.type == "cpu" else device_name(device)
+        return PrecisionChoice("fp32", f"{device.type} has no bf16 matmul kernels ({has})", unit=unit)
     candidates = ("fp32", "bf16")
     seconds: dict[str, list[float]] = {p: [] for p in candidates}
     for r in range(repeats + 1):
@@ -79,7 +103,8 @@ def choose_precision(run: Callable[[str], object], device: torch.device | str = 
     med = dict(zip(candidates, medians))
     chosen = "bf16" if med["bf16"] < 0.98 * med["fp32"] else "fp32"
     ratio = med["fp32"] / med["bf16"]
-    return PrecisionChoice(chosen, f"bf16 measured {ratio:.2f}x fp32's speed at this model's shapes",
+    return PrecisionChoice(chosen, f"bf16 autocast measured {ratio:.2f}x the speed of {fp32_kernels(device)} at this "
+                                   f"model's shapes on {device_name(device)}",
                            {p: round(s, 5) for p, s in med.items()},
                            {p: round(work / s, 2) for p, s in med.items()}, unit)
 

@@ -42,7 +42,14 @@ from litebert.progress import progress_bar
 from litebert.runconfig import dump_toml
 from litebert.runtime.device import resolve_device
 from litebert.runtime.gemm import backend as gemm_backend
-from litebert.runtime.precision import TRAINING_PRECISIONS, PrecisionChoice, autocast, choose_precision
+from litebert.runtime.precision import (
+    TRAINING_PRECISIONS,
+    PrecisionChoice,
+    autocast,
+    choose_precision,
+    device_name,
+    fp32_kernels,
+)
 from litebert.training import checkpoint as ckpt
 from litebert.training.data import BatchFn, ShuffledData, as_batch_fn, count_tokens, shuffled_batches
 from litebert.training.distributed import (
@@ -109,7 +116,10 @@ class TrainConfig:
         "fp32, bf16 autocast (weights, gradients and optimizer state stay fp32), or auto: bf16 where this CPU/GPU "
         "has bf16 kernels and a timed step of this run measures it faster, else fp32 (the choice and the rates go "
         "to train_config.toml [precision])", choices=TRAINING_PRECISIONS))
-    compile: bool = field(default=False, metadata=_help("torch.compile the model"))
+    compile: bool = field(default=False, metadata=_help(
+        "torch.compile the training step's model (one graph: tens of seconds to compile, again for each new batch "
+        "shape; pays on long GPU runs at fixed shapes, rarely on a CPU). Compiled, the MLM loss reads every "
+        "position's logits (static shapes) instead of the ~15%% labelled ones eager mode selects"))
     find_unused_parameters: bool = field(default=False, metadata=_help(
         "DDP only: allow trainable parameters outside the loss in a model of your own (litebert's verbs freeze "
         "what their objective leaves out, so they never need it)"))
@@ -431,7 +441,8 @@ def _start(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, env
     precision = cfg.precision
     if precision == "auto":
         choice = _auto_precision(model, batch_fn, env, state.progress.step)
-        chosen = {**choice.record(), "gemm_backend": gemm_backend().name}
+        chosen = {**choice.record(), "device": device_name(env.device), "fp32_kernels": fp32_kernels(env.device),
+                  **({"gemm_backend": gemm_backend().name} if env.device.type == "cpu" else {})}
         precision, configs = choice.precision, {**(configs or {}), "precision": chosen}
     metrics = MetricsLog(out, writes=env.is_main)
     if env.is_main:
@@ -473,7 +484,7 @@ def _auto_precision(model: nn.Module, batch_fn: BatchFn, env: Dist, step: int) -
         choice = dataclasses.replace(choice, unit="tokens", rates={  # seconds are per micro-batch
             p: round(count_tokens(batch) / s, 1) for p, s in choice.seconds.items()})
     if env.is_main:
-        print(f"litebert: {choice}; fp32 GEMMs on {gemm_backend().name}", flush=True)
+        print(f"litebert: {choice}", flush=True)
     return choice
 
 
