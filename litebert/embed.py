@@ -94,18 +94,25 @@ def recall_at_1(queries: np.ndarray, candidates: np.ndarray) -> float:
 
 def evaluate_pairs(model: nn.Module, tokenizer, pairs: Sequence[tuple[str, str]], labels: Sequence[float] | None,
                    pooling: str = "mean", batch_size: int = 64, max_length: int = 128) -> dict[str, float]:
-    """Spearman of cosine vs gold score over all pairs (when labelled), and recall@1 over the positive pairs
-    (label > 0; all pairs when unlabelled)."""
-    from litebert.tasks.metrics import spearman
-
+    """Spearman and Pearson of cosine vs gold score over all pairs (when labelled), and recall@1 over the
+    positive pairs (label > 0; all pairs when unlabelled)."""
     a = embed(model, tokenizer, [p[0] for p in pairs], pooling, batch_size, max_length)
     b = embed(model, tokenizer, [p[1] for p in pairs], pooling, batch_size, max_length)
+    return pair_metrics(a, b, labels)
+
+
+def pair_metrics(a: np.ndarray, b: np.ndarray, labels: Sequence[float] | None) -> dict[str, float]:
+    """evaluate_pairs' metrics from the two sides' vectors: Spearman and Pearson of cosine vs gold (as
+    sentence-transformers' EmbeddingSimilarityEvaluator reports them) when labelled, and recall@1."""
+    from litebert.tasks.metrics import pearson, spearman
+
     metrics = {}
-    positive = np.ones(len(pairs), dtype=bool)
+    positive = np.ones(len(a), dtype=bool)
     if labels is not None:
         labels = np.asarray(labels, dtype=np.float64)
         if len(np.unique(labels)) > 1:
             metrics["spearman"] = spearman(paired_cosine(a, b), labels)
+            metrics["pearson"] = pearson(paired_cosine(a, b), labels)
         positive = labels > 0
     if positive.sum() > 1:
         metrics["recall_at_1"] = recall_at_1(a[positive], b[positive])
@@ -216,7 +223,13 @@ class EmbedFiles:
 
     input: str = field(default="", metadata={"help": "embed: a text file, one sentence per line"})
     out: str = field(default="", metadata={"help": "embed: where to write the (N, H) float32 .npy array"})
-    evaluate: str = field(default="", metadata={"help": "score --model on a pairs file (recall@1, Spearman)"})
+    evaluate: str = field(default="", metadata={"help": (
+        "score --model on a pairs file (recall@1, Spearman, Pearson), or on gensim:lee, gensim:wordsim353 or "
+        "gensim:simlex999 (human judgments read from the gensim wheel; litebert.sts)")})
+    compare: list[str] = field(default_factory=list, metadata={"help": (
+        "with --evaluate: also score these directories on the same pairs (sentence-transformers models such as "
+        "a --distill teacher, plain encoders with mean pooling, other litebert models); prints {dir: metrics}"),
+        "metavar": "DIR"})
     overwrite: bool = field(default=False, metadata={"help": (
         "embed: replace --out even when it is not a 2-D float32 .npy (by default only such an array is replaced)")})
 
@@ -230,7 +243,6 @@ def _is_embeddings(path) -> bool:
 
 def cli(argv: list[str]) -> int:
     from litebert.runconfig import add_config_args, load_toml, resolve_config, resolve_configs
-    from litebert.tokenizer import Tokenizer
     from litebert.training.distributed import resolve_device
     from litebert.training.loop import TrainConfig
 
@@ -261,21 +273,27 @@ def cli(argv: list[str]) -> int:
         summary = train_sentence_encoder(cfg, train_cfg)
         print(json.dumps(summary, indent=2))
         return 0
-    tokenizer = Tokenizer.from_pretrained(cfg.model)
-    model = SentenceEncoder.from_pretrained(cfg.model, pooling=cfg.pooling, max_length=cfg.max_length)
-    model.to(resolve_device(train_cfg.device))  # --device: auto is the GPU when there is one
+    from litebert.stdir import load_sentence_model
+    from litebert.sts import is_benchmark, read_benchmark, score_models
+
     batch_size = cfg.eval_batch_size
-    if files.evaluate:
-        pairs, labels = read_pairs(files.evaluate, cfg, cfg.max_eval_examples)
-        print(json.dumps(evaluate_pairs(model, tokenizer, pairs, labels, model.pooling, batch_size, cfg.max_length)))
+    if files.evaluate:  # any kind of sentence model directory (litebert.stdir), scored on the same pairs
+        benchmark = is_benchmark(files.evaluate)
+        pairs, labels = read_benchmark(files.evaluate) if benchmark else \
+            read_pairs(files.evaluate, cfg, cfg.max_eval_examples)
+        scores = score_models([cfg.model, *files.compare], pairs, labels, cfg.pooling, cfg.max_length, batch_size,
+                              resolve_device(train_cfg.device), recall=not benchmark)
+        print(json.dumps(scores[cfg.model] if not files.compare else scores))
         return 0
+    model = load_sentence_model(cfg.model, cfg.pooling, cfg.max_length)
+    model.encoder.to(resolve_device(train_cfg.device))  # --device: auto is the GPU when there is one
     from pathlib import Path
     from litebert.tasks.records import open_text  # a file that is not UTF-8 is an error naming it
     with open_text(Path(files.input)) as f:
         sentences = [line.rstrip("\r\n") for line in f if line.strip()]
     if not sentences:
         raise DataError(f"{files.input}: no sentences")
-    vectors = embed(model, tokenizer, sentences, model.pooling, batch_size, cfg.max_length)
+    vectors = model.encode(sentences, batch_size)
     with atomic_open(out, "wb") as f:
         np.save(f, vectors)
     print(f"wrote {out}: {vectors.shape[0]} x {vectors.shape[1]} ({model.pooling} pooling)")
