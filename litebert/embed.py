@@ -24,7 +24,9 @@ loading an AlbertModel, and it lets a run resume into the wrapper unchanged.
 
     litebert embed --model DIR --input sentences.txt --out emb.npy [--pooling mean]
     litebert embed --model DIR --train pairs.jsonl --eval dev.jsonl --out-dir out/salbert [training flags]
-    litebert embed --model DIR --evaluate test.jsonl
+    litebert embed --model DIR --evaluate test.jsonl [--compare TEACHER_DIR PLAIN_ENCODER_DIR ...]
+    litebert embed --model DIR --evaluate gensim:lee       (human judgments from the gensim wheel: litebert/sts.py)
+    litebert embed --model DIR --distill TEACHER --distill-text corpus.txt --out-dir out/distill (litebert/distill.py)
 """
 
 from __future__ import annotations
@@ -40,56 +42,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from litebert.errors import ConfigError, DataError, NonFiniteError
+from litebert.errors import ConfigError, DataError
 from litebert.files import atomic_open, check_replaceable, read_npy_header, write_json
-from litebert.model import encoder_of
-from litebert.sentence import OBJECTIVES, POOLING, SentenceEncoder, pool  # noqa: F401  (re-exported for callers)
-
-@torch.no_grad()
-def embed(model: nn.Module, tokenizer, sentences: Sequence[str], pooling: str = "mean", batch_size: int = 64,
-          max_length: int = 128) -> np.ndarray:
-    """(N, H) float32 embeddings of `sentences`, in order. Sentences are batched by length (less padding) and
-    truncated to `max_length` tokens (at most the model's positions); the model is put in eval mode for the
-    call and restored after."""
-    encoder = encoder_of(model)
-    max_length = min(max_length, encoder.config.max_position_embeddings)
-    was_training = encoder.training
-    encoder.eval()
-    device = next(encoder.parameters()).device
-    order = np.argsort([len(s) for s in sentences], kind="stable")
-    out = np.zeros((len(sentences), encoder.config.hidden_size), dtype=np.float32)
-    try:
-        for start in range(0, len(order), batch_size):
-            index = order[start:start + batch_size]
-            batch = tokenizer([sentences[i] for i in index], max_length=max_length)
-            mask = batch["attention_mask"].to(device)
-            hidden = encoder(batch["input_ids"].to(device), mask).last_hidden_state
-            out[index] = pool(hidden, mask, pooling).float().cpu().numpy()
-    finally:
-        encoder.train(was_training)
-    if not np.isfinite(out).all():  # a NaN vector is nobody's nearest neighbour: retrieval would fail silently
-        bad = int((~np.isfinite(out).all(axis=1)).sum())
-        raise NonFiniteError(f"the model's embeddings are NaN or infinite for {bad} of {len(out)} sentences; its "
-                             "weights are damaged, or training diverged")
-    return out
-
+from litebert.sentence import OBJECTIVES, POOLING, SentenceEncoder, embed, pool  # noqa: F401  (re-exported for callers)
+from litebert.sts import pair_metrics, paired_cosine, recall_at_1  # noqa: F401  (re-exported for callers)
 
 # ----------------------------------------------------------------------------- evaluation
-
-
-def _unit(x: np.ndarray) -> np.ndarray:
-    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
-
-
-def paired_cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """(N,) cosine similarity of row i of `a` with row i of `b`."""
-    return (_unit(a) * _unit(b)).sum(-1)
-
-
-def recall_at_1(queries: np.ndarray, candidates: np.ndarray) -> float:
-    """Fraction of queries i whose most cosine-similar candidate is candidate i."""
-    similarity = _unit(queries) @ _unit(candidates).T  # (N, N)
-    return float((similarity.argmax(1) == np.arange(len(queries))).mean())
 
 
 def evaluate_pairs(model: nn.Module, tokenizer, pairs: Sequence[tuple[str, str]], labels: Sequence[float] | None,
@@ -99,24 +57,6 @@ def evaluate_pairs(model: nn.Module, tokenizer, pairs: Sequence[tuple[str, str]]
     a = embed(model, tokenizer, [p[0] for p in pairs], pooling, batch_size, max_length)
     b = embed(model, tokenizer, [p[1] for p in pairs], pooling, batch_size, max_length)
     return pair_metrics(a, b, labels)
-
-
-def pair_metrics(a: np.ndarray, b: np.ndarray, labels: Sequence[float] | None) -> dict[str, float]:
-    """evaluate_pairs' metrics from the two sides' vectors: Spearman and Pearson of cosine vs gold (as
-    sentence-transformers' EmbeddingSimilarityEvaluator reports them) when labelled, and recall@1."""
-    from litebert.tasks.metrics import pearson, spearman
-
-    metrics = {}
-    positive = np.ones(len(a), dtype=bool)
-    if labels is not None:
-        labels = np.asarray(labels, dtype=np.float64)
-        if len(np.unique(labels)) > 1:
-            metrics["spearman"] = spearman(paired_cosine(a, b), labels)
-            metrics["pearson"] = pearson(paired_cosine(a, b), labels)
-        positive = labels > 0
-    if positive.sum() > 1:
-        metrics["recall_at_1"] = recall_at_1(a[positive], b[positive])
-    return metrics
 
 
 # ----------------------------------------------------------------------------- training
@@ -151,15 +91,13 @@ class SentenceConfig:
 
 def read_pairs(path: str, cfg: SentenceConfig, limit: int | None = None
                ) -> tuple[list[tuple[str, str]], list[float] | None]:
-    """Sentence pairs and their float labels (None when cfg.label_column is empty), via tasks.read_table."""
-    from litebert.tasks.readers import read_table
+    """Sentence pairs and their float labels (None when cfg.label_column is empty): sts.read_scored_pairs, or
+    a benchmark named gensim:lee, gensim:wordsim353 or gensim:simlex999."""
+    from litebert.sts import is_benchmark, read_benchmark, read_scored_pairs
 
-    examples = read_table(path, cfg.text_columns, cfg.label_column or None, regression=bool(cfg.label_column))
-    examples = examples[:limit] if limit is not None else examples
-    if not examples:
-        raise DataError(f"{path}: no sentence pairs")
-    pairs = [(e.text_a, e.text_b) for e in examples]
-    return pairs, ([float(e.label) for e in examples] if cfg.label_column else None)
+    if is_benchmark(path):
+        return read_benchmark(path)
+    return read_scored_pairs(path, cfg.text_columns, cfg.label_column, limit)
 
 
 def train_sentence_encoder(cfg: SentenceConfig, train_cfg) -> dict:
@@ -242,6 +180,7 @@ def _is_embeddings(path) -> bool:
 
 
 def cli(argv: list[str]) -> int:
+    from litebert.distill import DistillConfig, train_distilled
     from litebert.runconfig import add_config_args, load_toml, resolve_config, resolve_configs
     from litebert.training.distributed import resolve_device
     from litebert.training.loop import TrainConfig
@@ -252,18 +191,22 @@ def cli(argv: list[str]) -> int:
                    "first two groups, [train] the training ones (flags given here override it)")
     add_config_args(p, EmbedFiles, "files")
     add_config_args(p, SentenceConfig, "model, data and pooling")
-    add_config_args(p, TrainConfig, "training (with --train)")
+    add_config_args(p, DistillConfig, "distillation (with --distill; litebert/distill.py)")
+    add_config_args(p, TrainConfig, "training (with --train or --distill)")
     args = p.parse_args(argv)
     toml = load_toml(args.config, ("embed", "train")) if args.config else {}
-    files, cfg = resolve_configs((EmbedFiles, SentenceConfig), toml.get("embed"), args,
-                                 source=f"{args.config} [embed]")
+    files, cfg, distill_cfg = resolve_configs((EmbedFiles, SentenceConfig, DistillConfig), toml.get("embed"), args,
+                                              source=f"{args.config} [embed]")
     if not cfg.model:
         raise ConfigError("--model is required: an ALBERT model directory with its tokenizer (see --help)")
-    modes = [name for name, value in (("input", files.input), ("evaluate", files.evaluate), ("train", cfg.train))
-             if value]
+    modes = [name for name, value in (("input", files.input), ("evaluate", files.evaluate), ("train", cfg.train),
+                                      ("distill", distill_cfg.distill)) if value]
     if len(modes) != 1:
-        raise ConfigError("give exactly one of --input (embed), --evaluate PAIRS or --train PAIRS")
+        raise ConfigError("give exactly one of --input (embed), --evaluate PAIRS, --train PAIRS or --distill TEACHER")
     train_cfg = resolve_config(TrainConfig, toml.get("train"), args, source=f"{args.config} [train]")
+    if distill_cfg.distill:
+        print(json.dumps(train_distilled(cfg, distill_cfg, train_cfg), indent=2))
+        return 0
     if files.input:
         if not files.out:
             raise ConfigError("--input needs --out FILE.npy")
@@ -274,13 +217,12 @@ def cli(argv: list[str]) -> int:
         print(json.dumps(summary, indent=2))
         return 0
     from litebert.stdir import load_sentence_model
-    from litebert.sts import is_benchmark, read_benchmark, score_models
+    from litebert.sts import is_benchmark, score_models
 
     batch_size = cfg.eval_batch_size
     if files.evaluate:  # any kind of sentence model directory (litebert.stdir), scored on the same pairs
         benchmark = is_benchmark(files.evaluate)
-        pairs, labels = read_benchmark(files.evaluate) if benchmark else \
-            read_pairs(files.evaluate, cfg, cfg.max_eval_examples)
+        pairs, labels = read_pairs(files.evaluate, cfg, cfg.max_eval_examples)
         scores = score_models([cfg.model, *files.compare], pairs, labels, cfg.pooling, cfg.max_length, batch_size,
                               resolve_device(train_cfg.device), recall=not benchmark)
         print(json.dumps(scores[cfg.model] if not files.compare else scores))

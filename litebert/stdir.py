@@ -135,7 +135,7 @@ class SentenceModel:
 
     @torch.no_grad()
     def encode(self, sentences: Sequence[str], batch_size: int = 64) -> np.ndarray:
-        from litebert.embed import embed
+        from litebert.sentence import embed
 
         vectors = torch.from_numpy(embed(self.encoder, self.tokenizer, list(sentences), self.pooling, batch_size,
                                          self.max_length))
@@ -147,7 +147,7 @@ class SentenceModel:
 
 
 class _HFTokenizer:
-    """transformers' tokenizer called the way litebert.embed calls litebert's: padded int64 tensors."""
+    """transformers' tokenizer called the way litebert.sentence.embed calls litebert's: padded int64 tensors."""
 
     def __init__(self, tokenizer, lower: bool):
         self.tokenizer, self.lower = tokenizer, lower
@@ -159,7 +159,7 @@ class _HFTokenizer:
 
 
 class _HFEncoder(nn.Module):
-    """transformers' AutoModel with the signature litebert.embed calls: (input_ids, attention_mask)."""
+    """transformers' AutoModel with the signature litebert.sentence.embed calls: (input_ids, attention_mask)."""
 
     def __init__(self, model: nn.Module):
         super().__init__()

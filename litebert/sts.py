@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -75,25 +76,78 @@ def word_pairs(path: str) -> tuple[list[tuple[str, str]], list[float]]:
     return pairs, scores
 
 
+def _unit(x: np.ndarray) -> np.ndarray:
+    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+
+
+def paired_cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(N,) cosine similarity of row i of `a` with row i of `b`."""
+    return (_unit(a) * _unit(b)).sum(-1)
+
+
+def recall_at_1(queries: np.ndarray, candidates: np.ndarray) -> float:
+    """Fraction of queries i whose most cosine-similar candidate is candidate i."""
+    similarity = _unit(queries) @ _unit(candidates).T  # (N, N)
+    return float((similarity.argmax(1) == np.arange(len(queries))).mean())
+
+
+def pair_metrics(a: np.ndarray, b: np.ndarray, labels: Sequence[float] | None) -> dict[str, float]:
+    """evaluate_pairs' metrics from the two sides' vectors: Spearman and Pearson of cosine vs gold (as
+    sentence-transformers' EmbeddingSimilarityEvaluator reports them) when labelled, and recall@1."""
+    from litebert.tasks.metrics import pearson, spearman
+
+    metrics = {}
+    positive = np.ones(len(a), dtype=bool)
+    if labels is not None:
+        labels = np.asarray(labels, dtype=np.float64)
+        if len(np.unique(labels)) > 1:
+            metrics["spearman"] = spearman(paired_cosine(a, b), labels)
+            metrics["pearson"] = pearson(paired_cosine(a, b), labels)
+        positive = labels > 0
+    if positive.sum() > 1:
+        metrics["recall_at_1"] = recall_at_1(a[positive], b[positive])
+    return metrics
+
+
+def pair_scores(encode, pairs: list[tuple[str, str]], labels: list[float] | None, recall: bool = True
+                ) -> dict[str, float]:
+    """embed.pair_metrics of `encode(texts) -> (N, D) vectors` on `pairs`, each distinct text encoded once (Lee's
+    50 documents make its 2,450 sides). recall=False leaves out recall@1, which means nothing where every pair
+    is scored and texts repeat (Lee)."""
+    texts = list(dict.fromkeys(t for pair in pairs for t in pair))
+    row = {t: i for i, t in enumerate(texts)}
+    vectors = encode(texts)
+    metrics = pair_metrics(vectors[[row[p[0]] for p in pairs]], vectors[[row[p[1]] for p in pairs]], labels)
+    if not recall:
+        metrics.pop("recall_at_1", None)
+    return metrics
+
+
+def read_scored_pairs(path: str, text_columns: Sequence[str], label_column: str, limit: int | None = None
+                      ) -> tuple[list[tuple[str, str]], list[float] | None]:
+    """Text pairs of a .jsonl/.tsv/.csv table and their float labels (None when label_column is ''), via
+    tasks.read_table; the first `limit` rows when given."""
+    from litebert.tasks.readers import read_table
+
+    examples = read_table(path, list(text_columns), label_column or None, regression=bool(label_column))
+    examples = examples[:limit] if limit is not None else examples
+    if not examples:
+        raise DataError(f"{path}: no sentence pairs")
+    pairs = [(e.text_a, e.text_b) for e in examples]
+    return pairs, ([float(e.label) for e in examples] if label_column else None)
+
+
 def score_models(models: list[str], pairs: list[tuple[str, str]], labels: list[float] | None,
                  pooling: str | None = None, max_length: int | None = None, batch_size: int = 64,
                  device=None, recall: bool = True) -> dict[str, dict[str, float]]:
-    """{model directory: metrics} for litebert, sentence-transformers and plain encoder directories alike
-    (stdir.load_sentence_model), each on the same pairs (embed.pair_metrics); recall=False leaves out
-    recall@1, which means nothing where every pair is scored and texts repeat (Lee's documents)."""
-    from litebert.embed import pair_metrics
+    """{model directory: pair_scores} for litebert, sentence-transformers and plain encoder directories alike
+    (stdir.load_sentence_model), each on the same pairs."""
     from litebert.stdir import load_sentence_model
 
-    texts = list(dict.fromkeys(t for pair in pairs for t in pair))  # Lee's 50 documents make its 2,450 sides
-    row = {t: i for i, t in enumerate(texts)}
-    a_rows, b_rows = [row[p[0]] for p in pairs], [row[p[1]] for p in pairs]
     results = {}
     for path in models:
         model = load_sentence_model(path, pooling, max_length)
         if device is not None:
             model.encoder.to(device)
-        vectors = model.encode(texts, batch_size)
-        results[path] = pair_metrics(vectors[a_rows], vectors[b_rows], labels)
-        if not recall:
-            results[path].pop("recall_at_1", None)
+        results[path] = pair_scores(lambda texts: model.encode(texts, batch_size), pairs, labels, recall)
     return results
