@@ -87,6 +87,7 @@ class DistillStudent(SentenceEncoder):
                  projection: Dense | None = None, **settings):
         super().__init__(albert, pooling=pooling, max_length=max_length, **settings)
         hidden = albert.config.hidden_size
+        teacher_dim = teacher_dim or (projection.linear.out_features if projection is not None else hidden)  # 0: as saved
         if projection is None and teacher_dim != hidden:
             projection = Dense(hidden, teacher_dim)
             projection.linear.weight.data.normal_(0.0, albert.config.initializer_range)
