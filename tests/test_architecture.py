@@ -8,7 +8,8 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "litebert"
 CORE = {"litebert.config", "litebert.errors", "litebert.model", "litebert.heads", "litebert.weights",
-        "litebert.tokenizer", "litebert.hub", "litebert.files", "litebert.gemm", "litebert.sentence"}
+        "litebert.tokenizer", "litebert.hub", "litebert.files", "litebert.gemm", "litebert.sentence",
+        "litebert.pretokenize"}
 STAGES = ("litebert.corpus", "litebert.tasks", "litebert.training", "litebert.interop", "litebert.paper",
           "litebert.serving")
 VERBS = {"litebert.pretrain", "litebert.finetune", "litebert.embed", "litebert.vocab", "litebert.demo",
