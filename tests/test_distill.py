@@ -253,3 +253,53 @@ def test_lee_wordsim_and_simlex_read_from_the_gensim_wheel():
     assert len(read_benchmark("gensim:wordsim353")[0]) == 353 and len(read_benchmark("gensim:simlex999")[0]) == 999
     with pytest.raises(ValueError, match="unknown benchmark"):
         read_benchmark("gensim:nope")
+
+
+def test_silver_pairs_are_sampled_labelled_by_a_regression_cross_encoder_and_train_the_bi_encoder(student, text_file,
+                                                                                                 tmp_path):
+    from litebert.embed import read_pairs, train_sentence_encoder
+    from litebert.finetune import FinetuneConfig, finetune
+    from litebert.silver import label_pairs, main as silver_main, sample_pairs, write_pairs
+
+    lines = corpus_lines(80)
+    gold = tmp_path / "gold"
+    gold.mkdir()
+    rows = [{"sentence1": lines[i], "sentence2": lines[i] if i % 2 else lines[i + 1], "label": float(i % 2)}
+            for i in range(60)]
+    for split, part in (("train", rows[:48]), ("dev", rows[48:])):
+        (gold / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
+    finetune(FinetuneConfig(model=str(student), task="table", data_dir=str(gold), regression=True,
+                            text_columns=["sentence1", "sentence2"], max_length=48),
+             TrainConfig(optimizer="adamw", lr=1e-3, batch_size=16, max_steps=6, progress=False,
+                         out_dir=str(tmp_path / "cross")))
+    cross = str(tmp_path / "cross" / "best")
+
+    texts = monolingual_texts([str(text_file)], span=1, seed=0, limit=None)
+    pairs = sample_pairs(texts, str(student), 10, seed=3, pool=50)
+    assert len(pairs) == 10 and pairs == sample_pairs(texts, str(student), 10, seed=3, pool=50)  # seeded
+    near = load_sentence_model(student).encode([t for p in pairs[:5] for t in p])
+    others = load_sentence_model(student).encode(texts[:50])
+    for k in range(5):  # the first half: each query's nearest other sentence of the pool
+        a, b = near[2 * k], near[2 * k + 1]
+        assert pairs[k][0] != pairs[k][1]
+        cos = lambda x, y: float(x @ y / np.linalg.norm(x) / np.linalg.norm(y))  # noqa: E731
+        assert cos(a, b) >= np.percentile([cos(a, o) for o in others], 90)
+    scores = label_pairs(cross, pairs, max_length=48)
+    assert len(scores) == 10 and all(0.0 <= s <= 1.0 for s in scores)
+    with pytest.raises(ValueError, match="regression"):
+        label_pairs(str(student), pairs)  # no regression head: refused by name (a 2-label head by default)
+
+    silver = tmp_path / "silver.jsonl"
+    assert silver_main(["--cross-encoder", cross, "--bi-encoder", str(student), "--text", str(text_file),
+                        "--pairs", "20", "--out", str(silver), "--max-length", "48"]) == 0
+    read, labels = read_pairs(str(silver), SentenceConfig())
+    assert len(read) == 20 and all(0.0 <= x <= 1.0 for x in labels)
+    both = tmp_path / "both.jsonl"
+    both.write_text((gold / "train.jsonl").read_text() + silver.read_text())
+    summary = train_sentence_encoder(SentenceConfig(model=str(student), train=str(both), objective="cosine",
+                                                    max_length=48),
+                                     TrainConfig(optimizer="adamw", lr=1e-3, batch_size=16, max_steps=2,
+                                                 progress=False, out_dir=str(tmp_path / "bi")))
+    assert summary["train_pairs"] == 68
+    write_pairs(str(tmp_path / "w.jsonl"), [("a", "b")], [0.25])
+    assert json.loads((tmp_path / "w.jsonl").read_text()) == {"sentence1": "a", "sentence2": "b", "label": 0.25}
