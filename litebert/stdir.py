@@ -184,7 +184,7 @@ def load_sentence_model(path: str | os.PathLike, pooling: str | None = None,
     `pooling` and `max_length` override what the directory says."""
     directory = os.fspath(path)
     if not os.path.isdir(directory):
-        raise FileNotFoundError(f"no such model directory: {directory}")
+        raise FileNotFoundError(f"no such directory: {directory}")
     modules = read_modules(directory)
     root = next((m["path"] for m in modules if m["kind"] == "Transformer"), directory)
     st_config = os.path.join(root, "sentence_bert_config.json")
