@@ -24,7 +24,9 @@ loading an AlbertModel, and it lets a run resume into the wrapper unchanged.
 
     litebert embed --model DIR --input sentences.txt --out emb.npy [--pooling mean]
     litebert embed --model DIR --train pairs.jsonl --eval dev.jsonl --out-dir out/salbert [training flags]
-    litebert embed --model DIR --evaluate test.jsonl
+    litebert embed --model DIR --evaluate test.jsonl [--compare TEACHER_DIR PLAIN_ENCODER_DIR ...]
+    litebert embed --model DIR --evaluate gensim:lee       (human judgments from the gensim wheel: litebert/sts.py)
+    litebert embed --model DIR --distill TEACHER --distill-text corpus.txt --out-dir out/distill (litebert/distill.py)
 """
 
 from __future__ import annotations
@@ -40,14 +42,20 @@ import numpy as np
 import torch
 from torch import nn
 
-from litebert.errors import ConfigError, DataError, NonFiniteError
+from litebert.distill import DistillConfig, train_distilled
+from litebert.errors import ConfigError, DataError
 from litebert.files import atomic_open, check_replaceable, read_npy_header, write_json
-from litebert.model import encoder_of
 from litebert.runconfig import parse_verb, verb_parser
 from litebert.runtime.device import resolve_device
-from litebert.sentence import OBJECTIVES, POOLING, SentenceEncoder, pool
-from litebert.tasks.metrics import spearman
-from litebert.tasks.readers import read_table
+from litebert.sentence import OBJECTIVES, POOLING, SentenceEncoder, embed
+from litebert.stdir import load_sentence_model
+from litebert.sts import (
+    is_benchmark,
+    pair_scores,  # each distinct text embedded once (Lee: 50 documents, 2,450 sides)
+    read_benchmark,
+    read_scored_pairs,
+    score_models,
+)
 from litebert.tasks.records import read_rows
 from litebert.tokenizer import Tokenizer
 from litebert.training.checkpoint import fingerprint
@@ -55,71 +63,15 @@ from litebert.training.data import ShuffledData
 from litebert.training.distributed import is_main_process
 from litebert.training.loop import TrainConfig, train
 
-
-@torch.no_grad()
-def embed(model: nn.Module, tokenizer, sentences: Sequence[str], pooling: str = "mean", batch_size: int = 64,
-          max_length: int = 128) -> np.ndarray:
-    """(N, H) float32 embeddings of `sentences`, in order. Sentences are batched by length (less padding) and
-    truncated to `max_length` tokens (at most the model's positions); the model is put in eval mode for the
-    call and restored after."""
-    encoder = encoder_of(model)
-    max_length = min(max_length, encoder.config.max_position_embeddings)
-    was_training = encoder.training
-    encoder.eval()
-    device = next(encoder.parameters()).device
-    order = np.argsort([len(s) for s in sentences], kind="stable")
-    out = np.zeros((len(sentences), encoder.config.hidden_size), dtype=np.float32)
-    try:
-        for start in range(0, len(order), batch_size):
-            index = order[start:start + batch_size]
-            batch = tokenizer([sentences[i] for i in index], max_length=max_length)
-            mask = batch["attention_mask"].to(device)
-            hidden = encoder(batch["input_ids"].to(device), mask).last_hidden_state
-            out[index] = pool(hidden, mask, pooling).float().cpu().numpy()
-    finally:
-        encoder.train(was_training)
-    if not np.isfinite(out).all():  # a NaN vector is nobody's nearest neighbour: retrieval would fail silently
-        bad = int((~np.isfinite(out).all(axis=1)).sum())
-        raise NonFiniteError(f"the model's embeddings are NaN or infinite for {bad} of {len(out)} sentences; its "
-                             "weights are damaged, or training diverged")
-    return out
-
-
 # ----------------------------------------------------------------------------- evaluation
-
-
-def _unit(x: np.ndarray) -> np.ndarray:
-    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
-
-
-def paired_cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """(N,) cosine similarity of row i of `a` with row i of `b`."""
-    return (_unit(a) * _unit(b)).sum(-1)
-
-
-def recall_at_1(queries: np.ndarray, candidates: np.ndarray) -> float:
-    """Fraction of queries i whose most cosine-similar candidate is candidate i."""
-    similarity = _unit(queries) @ _unit(candidates).T  # (N, N)
-    return float((similarity.argmax(1) == np.arange(len(queries))).mean())
 
 
 def evaluate_pairs(model: nn.Module, tokenizer, pairs: Sequence[tuple[str, str]], labels: Sequence[float] | None,
                    pooling: str = "mean", batch_size: int = 64, max_length: int = 128) -> dict[str, float]:
-    """Spearman of cosine vs gold score over all pairs (when labelled), and recall@1 over the positive pairs
-    (label > 0; all pairs when unlabelled)."""
+    """Spearman and Pearson of cosine vs gold score over all pairs (when labelled), and recall@1 over the
+    positive pairs (label > 0; all pairs when unlabelled)."""
 
-    a = embed(model, tokenizer, [p[0] for p in pairs], pooling, batch_size, max_length)
-    b = embed(model, tokenizer, [p[1] for p in pairs], pooling, batch_size, max_length)
-    metrics = {}
-    positive = np.ones(len(pairs), dtype=bool)
-    if labels is not None:
-        labels = np.asarray(labels, dtype=np.float64)
-        if len(np.unique(labels)) > 1:
-            metrics["spearman"] = spearman(paired_cosine(a, b), labels)
-        positive = labels > 0
-    if positive.sum() > 1:
-        metrics["recall_at_1"] = recall_at_1(a[positive], b[positive])
-    return metrics
+    return pair_scores(lambda texts: embed(model, tokenizer, texts, pooling, batch_size, max_length), pairs, labels)
 
 
 # ----------------------------------------------------------------------------- training
@@ -158,14 +110,12 @@ class SentenceConfig:
 
 def read_pairs(path: str, cfg: SentenceConfig, limit: int | None = None
                ) -> tuple[list[tuple[str, str]], list[float] | None]:
-    """Sentence pairs and their float labels (None when cfg.label_column is empty), via tasks.read_table."""
+    """Sentence pairs and their float labels (None when cfg.label_column is empty): sts.read_scored_pairs, or
+    a benchmark named gensim:lee, gensim:wordsim353 or gensim:simlex999."""
 
-    examples = read_table(path, cfg.text_columns, cfg.label_column or None, regression=bool(cfg.label_column))
-    examples = examples[:limit] if limit is not None else examples
-    if not examples:
-        raise DataError(f"{path}: no sentence pairs")
-    pairs = [(e.text_a, e.text_b) for e in examples]
-    return pairs, ([float(e.label) for e in examples] if cfg.label_column else None)
+    if is_benchmark(path):
+        return read_benchmark(path)
+    return read_scored_pairs(path, cfg.text_columns, cfg.label_column, limit)
 
 
 def train_sentence_encoder(cfg: SentenceConfig, train_cfg) -> dict:
@@ -225,7 +175,13 @@ class EmbedFiles:
 
     input: str = field(default="", metadata={"help": "embed: a text file, one sentence per line"})
     out: str = field(default="", metadata={"help": "embed: where to write the (N, H) float32 .npy array"})
-    evaluate: str = field(default="", metadata={"help": "score --model on a pairs file (recall@1, Spearman)"})
+    evaluate: str = field(default="", metadata={"help": (
+        "score --model on a pairs file (recall@1, Spearman, Pearson), or on gensim:lee, gensim:wordsim353 or "
+        "gensim:simlex999 (human judgments read from the gensim wheel; litebert.sts)")})
+    compare: list[str] = field(default_factory=list, metadata={"help": (
+        "with --evaluate: also score these directories on the same pairs (sentence-transformers models such as "
+        "a --distill teacher, plain encoders with mean pooling, other litebert models); prints {dir: metrics}"),
+        "metavar": "DIR"})
     overwrite: bool = field(default=False, metadata={"help": (
         "embed: replace --out even when it is not a 2-D float32 .npy (by default only such an array is replaced)")})
 
@@ -239,14 +195,18 @@ def _is_embeddings(path) -> bool:
 
 def cli(argv: list[str]) -> int:
     parser = verb_parser("embed", __doc__, {"files": EmbedFiles, "model, data and pooling": SentenceConfig,
-                                            "training (with --train)": TrainConfig})
-    files, cfg, train_cfg = parse_verb(parser, argv)
+                                            "distillation (with --distill; litebert/distill.py)": DistillConfig,
+                                            "training (with --train or --distill)": TrainConfig})
+    files, cfg, distill_cfg, train_cfg = parse_verb(parser, argv)
     if not cfg.model:
         raise ConfigError("--model is required: an ALBERT model directory with its tokenizer (see --help)")
-    modes = [name for name, value in (("input", files.input), ("evaluate", files.evaluate), ("train", cfg.train))
-             if value]
+    modes = [name for name, value in (("input", files.input), ("evaluate", files.evaluate), ("train", cfg.train),
+                                      ("distill", distill_cfg.distill)) if value]
     if len(modes) != 1:
-        raise ConfigError("give exactly one of --input (embed), --evaluate PAIRS or --train PAIRS")
+        raise ConfigError("give exactly one of --input (embed), --evaluate PAIRS, --train PAIRS or --distill TEACHER")
+    if distill_cfg.distill:
+        print(json.dumps(train_distilled(cfg, distill_cfg, train_cfg), indent=2))
+        return 0
     if files.input:
         if not files.out:
             raise ConfigError("--input needs --out FILE.npy")
@@ -256,18 +216,21 @@ def cli(argv: list[str]) -> int:
         summary = train_sentence_encoder(cfg, train_cfg)
         print(json.dumps(summary, indent=2))
         return 0
-    tokenizer = Tokenizer.from_pretrained(cfg.model)
-    model = SentenceEncoder.from_pretrained(cfg.model, pooling=cfg.pooling, max_length=cfg.max_length)
-    model.to(resolve_device(train_cfg.device))  # --device: auto is the GPU when there is one
+
     batch_size = cfg.eval_batch_size
-    if files.evaluate:
+    if files.evaluate:  # any kind of sentence model directory (litebert.stdir), scored on the same pairs
+        benchmark = is_benchmark(files.evaluate)
         pairs, labels = read_pairs(files.evaluate, cfg, cfg.max_eval_examples)
-        print(json.dumps(evaluate_pairs(model, tokenizer, pairs, labels, model.pooling, batch_size, cfg.max_length)))
+        scores = score_models([cfg.model, *files.compare], pairs, labels, cfg.pooling, cfg.max_length, batch_size,
+                              resolve_device(train_cfg.device), recall=not benchmark)
+        print(json.dumps(scores[cfg.model] if not files.compare else scores))
         return 0
+    model = load_sentence_model(cfg.model, cfg.pooling, cfg.max_length)
+    model.encoder.to(resolve_device(train_cfg.device))  # --device: auto is the GPU when there is one
     sentences = read_rows(Path(files.input), "sentence")  # row i of the .npy is line i
     if not sentences:
         raise DataError(f"{files.input}: no sentences")
-    vectors = embed(model, tokenizer, sentences, model.pooling, batch_size, cfg.max_length)
+    vectors = model.encode(sentences, batch_size)
     with atomic_open(out, "wb") as f:
         np.save(f, vectors)
     print(f"wrote {out}: {vectors.shape[0]} x {vectors.shape[1]} ({model.pooling} pooling)")

@@ -7,15 +7,16 @@ the training objectives). The pooling and the file names live here, in the model
 from __future__ import annotations
 
 import os
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from litebert.errors import CheckpointError, ConfigError
+from litebert.errors import CheckpointError, ConfigError, NonFiniteError
 from litebert.files import read_json_object, write_json
-from litebert.model import AlbertModel
+from litebert.model import AlbertModel, encoder_of
 from litebert.weights import PretrainedMixin
 
 POOLING = ("mean", "cls")
@@ -31,6 +32,35 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> to
         raise ConfigError(f"pooling must be one of {POOLING}, got {pooling!r}")
     mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
     return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+
+
+@torch.no_grad()
+def embed(model: nn.Module, tokenizer, sentences: Sequence[str], pooling: str = "mean", batch_size: int = 64,
+          max_length: int = 128) -> np.ndarray:
+    """(N, H) float32 embeddings of `sentences`, in order. Sentences are batched by length (less padding) and
+    truncated to `max_length` tokens (at most the model's positions); the model is put in eval mode for the
+    call and restored after."""
+    encoder = encoder_of(model)
+    max_length = min(max_length, encoder.config.max_position_embeddings)
+    was_training = encoder.training
+    encoder.eval()
+    device = next(encoder.parameters()).device
+    order = np.argsort([len(s) for s in sentences], kind="stable")
+    out = np.zeros((len(sentences), encoder.config.hidden_size), dtype=np.float32)
+    try:
+        for start in range(0, len(order), batch_size):
+            index = order[start:start + batch_size]
+            batch = tokenizer([sentences[i] for i in index], max_length=max_length)
+            mask = batch["attention_mask"].to(device)
+            hidden = encoder(batch["input_ids"].to(device), mask).last_hidden_state
+            out[index] = pool(hidden, mask, pooling).float().cpu().numpy()
+    finally:
+        encoder.train(was_training)
+    if not np.isfinite(out).all():  # a NaN vector is nobody's nearest neighbour: retrieval would fail silently
+        bad = int((~np.isfinite(out).all(axis=1)).sum())
+        raise NonFiniteError(f"the model's embeddings are NaN or infinite for {bad} of {len(out)} sentences; its "
+                             "weights are damaged, or training diverged")
+    return out
 
 
 def sentence_settings(model_dir: str) -> dict:

@@ -28,11 +28,13 @@ import sentencepiece as spm
 from litebert.errors import CheckpointError, ConfigError
 from litebert.files import read_json_object, write_json
 from litebert.hub import fetch_from_hub, looks_like_hub_id
+from litebert.pretokenize import segmenter_for
 
 SPIECE_UNDERLINE = "▁"
 SPECIALS = {"pad_token": "<pad>", "unk_token": "<unk>", "cls_token": "[CLS]", "sep_token": "[SEP]", "mask_token": "[MASK]"}
 TRUNCATION = ("longest_first", "only_first", "only_second", "do_not_truncate")
 PADDING = ("longest", "max_length", "do_not_pad")
+UNREPRODUCIBLE_CLASS = "LitebertPreTokenizedTokenizer"  # tokenizer_config.json of a pre-tokenized tokenizer
 MODEL_MAX_LENGTH = 512  # ALBERT's positions: model_max_length when neither tokenizer_config.json nor a model says
 # A tokenizer directory, in transformers' layout: the SentencePiece model, then the files transformers reads
 SPIECE_FILE, CONFIG_FILE, SPECIAL_TOKENS_FILE, FAST_FILE = (
@@ -130,12 +132,19 @@ class Tokenizer:
     """A trained spiece.model plus ALBERT's normalisation; see the module docstring for the algorithm."""
 
     def __init__(self, model_file: str, do_lower_case=True, keep_accents=False, remove_space=True, num_threads=-1,
-                 model_max_length: int = MODEL_MAX_LENGTH):
+                 model_max_length: int = MODEL_MAX_LENGTH, pre_tokenizer: dict | None = None):
         if not os.path.isfile(model_file):
             raise FileNotFoundError(f"no SentencePiece model at {model_file}")
         with open(model_file, "rb") as f:
             self.model_proto = f.read()
         self.sha256 = hashlib.sha256(self.model_proto).hexdigest()
+        # Morphemes segmented before sentencepiece (litebert/pretokenize.py): the record names the segmenter, and
+        # it is part of the tokenizer's identity (prepared shards check sha256), as the same pieces give other ids.
+        self.pre_tokenizer, self._segment = pre_tokenizer, None
+        if pre_tokenizer:
+
+            self._segment = segmenter_for(pre_tokenizer, model_file)
+            self.sha256 = hashlib.sha256(self.model_proto + repr(sorted(pre_tokenizer.items())).encode()).hexdigest()
         # sentencepiece loads nothing from empty bytes (a zero-size vocabulary that fails later with IndexError)
         # and says only "ParseFromArray" for a truncated file: name the file and the problem here instead.
         if not self.model_proto:
@@ -190,10 +199,14 @@ class Tokenizer:
             opts = NormalizerOptions(**{k: cfg[k] for k in vars(opts) if k in cfg})
             if isinstance(cfg.get("model_max_length"), int):
                 limits = [cfg["model_max_length"]]
+            pre_tokenizer = cfg.get("pre_tokenizer")
+        else:
+            pre_tokenizer = None
         # Beside a model, its positions bound the length too (directories written before tokenizer_config.json
         # carried them say 512 for every model).
         positions = model_positions(config_dir)
-        return cls(model_file, **vars(opts), model_max_length=min(limits + ([positions] if positions else [])))
+        return cls(model_file, **vars(opts), model_max_length=min(limits + ([positions] if positions else [])),
+                   pre_tokenizer=pre_tokenizer)
 
     def save_pretrained(self, out_dir: str) -> None:
         """Write spiece.model and what transformers reads, so that `AutoTokenizer.from_pretrained(out_dir)` gives
@@ -213,11 +226,11 @@ class Tokenizer:
         with open(os.path.join(out_dir, "spiece.model"), "wb") as f:
             f.write(self.model_proto)
         try:
-            fast = self.to_hf_fast()
+            fast = None if self.pre_tokenizer else self.to_hf_fast()
         except ImportError:  # `tokenizers` is optional; HF can still convert spiece.model itself
             fast = None
         albert_agrees = self.hf_albert_agrees()
-        if fast is None and not albert_agrees:
+        if fast is None and not albert_agrees and not self.pre_tokenizer:
             warnings.warn("the `tokenizers` package is not installed, so no tokenizer.json was written, and "
                           "transformers' AlbertTokenizer will not encode all text as litebert does (see "
                           "Tokenizer.hf_albert_agrees): install tokenizers and save again", stacklevel=2)
@@ -227,6 +240,9 @@ class Tokenizer:
                   **vars(self.options), **SPECIALS, "bos_token": "[CLS]", "eos_token": "[SEP]",
                   "model_max_length": model_positions(out_dir) or self.model_max_length, "added_tokens_decoder": added,
                   "model_input_names": ["input_ids", "token_type_ids", "attention_mask"]}
+        if self.pre_tokenizer:  # transformers cannot segment morphemes: a class it does not know and no
+            # tokenizer.json make AutoTokenizer refuse, rather than give ids of unsegmented text
+            config.update(tokenizer_class=UNREPRODUCIBLE_CLASS, pre_tokenizer=self.pre_tokenizer)
         write_json(os.path.join(out_dir, "tokenizer_config.json"), config)
         write_json(os.path.join(out_dir, "special_tokens_map.json"),
                     {**SPECIALS, "bos_token": "[CLS]", "eos_token": "[SEP]"})
@@ -245,7 +261,7 @@ class Tokenizer:
         if self.options.keep_accents:
             return False
         chars = {c for i, piece in enumerate(self.pieces) if not self.special_table[i] for c in piece}
-        return not any(_hf_strips_differently(c) for c in chars)
+        return not self.pre_tokenizer and not any(_hf_strips_differently(c) for c in chars)
 
     def to_hf_fast(self):
         """A `tokenizers.Tokenizer` that encodes like this one (HF's AlbertTokenizerFast conversion, with ALBERT's
@@ -312,7 +328,7 @@ class Tokenizer:
                     row.append(self._special_ids[part])
                 else:
                     row.append(None)
-                    chunks.append(preprocess_text(part, **self._pp))
+                    chunks.append(self.preprocess(part))
             layout.append(row)
         encoded = iter(self._encode_chunks(chunks))
         out = []
@@ -324,8 +340,9 @@ class Tokenizer:
         return out
 
     def preprocess(self, text: str) -> str:
-        """ALBERT's normalisation of raw text with this tokenizer's options, before sentencepiece sees it."""
-        return preprocess_text(text, **self._pp)
+        """ALBERT's normalisation of raw text with this tokenizer's options (after the morpheme segmentation of
+        a pre-tokenized tokenizer), as sentencepiece sees it."""
+        return preprocess_text(self._segment.segment(text) if self._segment else text, **self._pp)
 
     @property
     def _pp(self) -> dict:
@@ -524,6 +541,16 @@ class Tokenizer:
         return ids, spans
 
     def _offsets_of_chunk(self, text: str, base: int, ids: list, spans: list) -> None:
+        if self._segment is not None:  # spans into the segmented text, mapped back through its inserted spaces
+            segmented, source = self._segment.segment_aligned(text)
+            source.append(len(text))
+            inner: list[tuple[int, int]] = []
+            self._offsets_of_plain_chunk(segmented, 0, ids, inner)
+            spans.extend((base + source[s], base + (source[e - 1] + 1 if e > s else source[s])) for s, e in inner)
+            return
+        self._offsets_of_plain_chunk(text, base, ids, spans)
+
+    def _offsets_of_plain_chunk(self, text: str, base: int, ids: list, spans: list) -> None:
         norm, src = preprocess_with_alignment(text, **self._pp)
         # sentencepiece reports byte offsets into `norm`; map bytes -> chars -> original chars
         byte_to_char = np.repeat(np.arange(len(norm) + 1), [len(c.encode()) for c in norm] + [1])

@@ -163,7 +163,7 @@ def extend_tokenizer(tokenizer: Tokenizer, pieces: list[str], out_dir: str) -> E
     path = os.path.join(out_dir, SPIECE_FILE)
     with open(path, "wb") as f:
         f.write(proto.SerializeToString())
-    new = Tokenizer(path, **vars(tokenizer.options))
+    new = Tokenizer(path, **vars(tokenizer.options), pre_tokenizer=tokenizer.pre_tokenizer)
     new.save_pretrained(out_dir)
     old_ids = [piece_ids_in(tokenizer, piece, old_scores, unk_score) for piece in chosen]
     return Extension(new, chosen, old_ids, skipped)

@@ -10,7 +10,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "litebert"
 RUNTIME = "litebert.runtime"  # how this machine runs the math: beneath the model core, importing only these two
 CORE = {"litebert.config", "litebert.errors", "litebert.model", "litebert.heads", "litebert.weights",
         "litebert.tokenizer", "litebert.hub", "litebert.files", "litebert.sentence", "litebert.model_card",
-        "litebert.progress"}
+        "litebert.progress",
+        "litebert.pretokenize"}
 STAGES = ("litebert.corpus", "litebert.tasks", "litebert.training", "litebert.interop", "litebert.paper",
           "litebert.serving")
 VERBS = {"litebert.pretrain", "litebert.finetune", "litebert.evaluate", "litebert.embed", "litebert.vocab",

@@ -165,7 +165,7 @@ def test_max_pieces_below_one_is_refused_before_writing(base, tmp_path, capsys):
     out = tmp_path / "ext"
     assert litebert_main(["extend-vocab", "--model", str(root / "base"), "--out", str(out), "--corpus", str(corpus),
                           "--max-pieces", "0"]) == 2
-    assert capsys.readouterr().err.strip() == "litebert extend-vocab: error: max_pieces must be >= 1, got 0"
+    assert capsys.readouterr().err.strip() == "litebert extend-vocab: error: --max-pieces must be in [1, inf), got 0"
     assert not out.exists()
 
 

@@ -18,6 +18,7 @@ import sentencepiece as spm
 from litebert.corpus.documents import iter_documents, resolve_inputs
 from litebert.errors import ConfigError, DataError
 from litebert.files import write_files_atomically, write_json
+from litebert.pretokenize import make_segmenter
 from litebert.runconfig import parse_verb, verb_parser
 from litebert.tokenizer import SPIECE_FILE, TOKENIZER_FILES, NormalizerOptions, Tokenizer, preprocess_text
 
@@ -66,14 +67,14 @@ def spm_message(error: Exception) -> str:
     return _SPM_INTERNALS.sub("", lines[-1]).strip()
 
 
-def _training_sentences(paths: list[str], pp: dict, max_bytes: int, stats: collections.Counter):
+def _training_sentences(paths: list[str], pp: dict, max_bytes: int, stats: collections.Counter, segment=None):
     """The corpus's sentences normalised as encoding will see them (`preprocess_text` with `pp`), counted in
-    `stats`; empty ones are dropped, and ones over `max_bytes` are skipped and counted here because
+    `stats` (morphemes spaced first by `segment`, when given); empty ones are dropped, and ones over `max_bytes` are skipped and counted here because
     sentencepiece's trainer would drop them without a word."""
 
     for doc in iter_documents(paths, stats=stats):
         for sentence in doc:
-            line = preprocess_text(sentence, **pp)
+            line = preprocess_text(segment(sentence) if segment else sentence, **pp)
             if not line:
                 continue
             if len(line.encode("utf-8")) > max_bytes:
@@ -99,12 +100,14 @@ def _training_error(error: RuntimeError, paths: list[str], stats: collections.Co
 
 def train_tokenizer(files: list[str] | None, out_dir: str, vocab_size: int | None = None, do_lower_case=True,
                     keep_accents=False, remove_space=True, seed: int = 12345, overwrite: bool = False,
-                    **spm_options) -> Tokenizer:
+                    pre_tokenize: str | None = None, **spm_options) -> Tokenizer:
     """Train a unigram spiece.model on text files with ALBERT's flags and id layout; save it with the HF files.
 
     files: text/JSONL/.gz files or globs, read like `litebert prepare` reads them; None -> the bundled corpus.
     vocab_size: None -> 30000 (ALBERT), or 4000 for the bundled corpus, which is too small for 30000 pieces.
     The text is normalised with `preprocess_text` before training, so the pieces match what encoding will see.
+    pre_tokenize: a segmenter of litebert.pretokenize ("kiwi": Korean morphemes) run on the text before
+    normalisation, here and whenever the tokenizer encodes (it is recorded in tokenizer_config.json).
     spm_options override or extend ALBERT_SPM_FLAGS (e.g. input_sentence_size=1000, num_threads=1).
     seed: the sample of input_sentence_size sentences, drawn here: sentencepiece's own sampler is seeded from the
     OS in each process (spm.set_random_generator_seed does not reach it), so one command learned different pieces.
@@ -130,10 +133,13 @@ def train_tokenizer(files: list[str] | None, out_dir: str, vocab_size: int | Non
     limit = flags.pop("input_sentence_size", 0)
     max_bytes = flags.pop("max_sentence_length", SPM_MAX_SENTENCE_LENGTH)
     stats: collections.Counter = collections.Counter()
+    segmenter = None
+    if pre_tokenize:
+        segmenter = make_segmenter(pre_tokenize)
 
     def fill(tmp) -> Tokenizer:
         prefix = os.path.join(tmp, "spiece")
-        lines = _training_sentences(paths, pp, max_bytes, stats)
+        lines = _training_sentences(paths, pp, max_bytes, stats, segmenter.segment if segmenter else None)
         if limit:
             lines = iter(reservoir_sample(lines, limit, seed))
         try:
@@ -144,13 +150,13 @@ def train_tokenizer(files: list[str] | None, out_dir: str, vocab_size: int | Non
         except RuntimeError as e:
             raise _training_error(e, paths, stats) from None
         os.remove(prefix + ".vocab")  # the .vocab listing is redundant with the model; HF never reads it
-        tok = Tokenizer(prefix + ".model", **vars(opts))
+        tok = Tokenizer(prefix + ".model", **vars(opts), pre_tokenizer=segmenter.record if segmenter else None)
         tok.save_pretrained(str(tmp))
         write_json(os.path.join(tmp, SUMMARY_NAME), {
             "inputs": [os.path.abspath(p) for p in paths], "vocab_size": tok.vocab_size,
             "sentences": stats["sentences"], "sentences_sampled": min(stats["sentences"], limit or stats["sentences"]),
             "skipped": skipped_counts(stats), "bytes_read": stats["bytes"], "seed": seed, "normalizer": vars(opts),
-            "max_sentence_length": max_bytes})
+            "max_sentence_length": max_bytes, "pre_tokenizer": segmenter.record if segmenter else None})
         built.append(tok)
 
     built: list[Tokenizer] = []
@@ -209,6 +215,9 @@ class TokenizerConfig:
     keep_space: bool = field(default=False, metadata={"help": "do not collapse whitespace (remove_space=False)"})
     input_sentence_size: int | None = field(default=None, metadata={"range": "[1, inf)",
         "help": "sentences sampled for training (default: ALBERT's 10000000)"})
+    pre_tokenize: str | None = field(default=None, metadata={
+        "help": "segment the text into morphemes before SentencePiece, here and whenever the tokenizer encodes "
+                "(kiwi: Korean, needs litebert[korean]; recorded in tokenizer_config.json)", "choices": ("kiwi", None)})
     encode: str | None = field(default=None, metadata={
         "help": "encode TEXT with the tokenizer in --out instead of training", "metavar": "TEXT"})
     overwrite: bool = field(default=False, metadata={
@@ -231,7 +240,7 @@ def cli(argv: list[str]) -> int:
     extra = {} if cfg.input_sentence_size is None else {"input_sentence_size": cfg.input_sentence_size}
     tok = train_tokenizer(cfg.inputs or None, cfg.out, cfg.vocab_size, do_lower_case=not cfg.cased,
                           keep_accents=cfg.keep_accents, remove_space=not cfg.keep_space, overwrite=cfg.overwrite,
-                          **extra)
+                          pre_tokenize=cfg.pre_tokenize, **extra)
     with open(os.path.join(cfg.out, SUMMARY_NAME), encoding="utf-8") as f:
         summary = json.load(f)
     print(f"wrote {cfg.out}/spiece.model: {tok}; trained on {summary['sentences_sampled']} of "

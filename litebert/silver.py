@@ -1,0 +1,107 @@
+"""Silver pairs (augmented SBERT; Thakur et al., 2021): a cross-encoder labels sampled unlabelled sentence pairs,
+and the bi-encoder (S-ALBERT, cosine objective) trains on gold and silver pairs together.
+
+The cross-encoder reads both sentences at once, so it learns from few gold pairs what a bi-encoder, which
+encodes each side alone, learns only from many. The recipe, in three commands:
+
+    litebert finetune --task table --regression --data-dir GOLD_DIR --text-columns sentence1 sentence2 \\
+        --model ALBERT_DIR --out-dir out/cross                             # 1. the cross-encoder, on gold scores
+    python -m litebert.silver --cross-encoder out/cross/best --bi-encoder BI_DIR --text corpus.txt \\
+        --pairs 3000 --out silver.jsonl                                    # 2. sample pairs and label them
+    cat GOLD_DIR/train.jsonl silver.jsonl > both.jsonl
+    litebert embed --model ALBERT_DIR --train both.jsonl --objective cosine --out-dir out/bi   # 3. the bi-encoder
+
+Sampling (step 2), as the paper's "semantic search" strategy: half of the pairs join a sampled sentence to its
+nearest other sentence by the bi-encoder's cosine (so the silver set holds similar pairs, which random pairs
+almost never are), half join two random sentences (the dissimilar end). Scores are clipped to [0, 1], the
+range of the cosine they teach. scripts/sentence_distill.py measures the recipe (docs/sentence.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from litebert.distill import monolingual_texts
+from litebert.errors import ConfigError
+from litebert.files import atomic_open
+from litebert.heads import AlbertForSequenceClassification
+from litebert.stdir import load_sentence_model
+from litebert.tokenizer import Tokenizer
+
+
+def sample_pairs(texts: Sequence[str], bi_encoder: str, n: int, seed: int, pool: int = 5000,
+                 batch_size: int = 64) -> list[tuple[str, str]]:
+    """n pairs from `texts`: n // 2 nearest-neighbour pairs by `bi_encoder` among a seeded pool, the rest random."""
+
+    texts = list(dict.fromkeys(t for t in texts if t.strip()))
+    if len(texts) < 3:
+        raise ConfigError(f"silver pairs need at least 3 distinct texts, got {len(texts)}")
+    rng = random.Random(seed)
+    pool_texts = rng.sample(texts, min(pool, len(texts)))
+    vectors = load_sentence_model(bi_encoder).encode(pool_texts, batch_size)
+    vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    queries = [rng.randrange(len(pool_texts)) for _ in range(n // 2)]
+    similarity = vectors[queries] @ vectors.T  # (n/2, P)
+    similarity[np.arange(len(queries)), queries] = -np.inf  # not itself
+    pairs = [(pool_texts[q], pool_texts[int(j)]) for q, j in zip(queries, similarity.argmax(1))]
+    while len(pairs) < n:
+        i, j = rng.sample(range(len(texts)), 2)
+        pairs.append((texts[i], texts[j]))
+    return pairs
+
+
+@torch.no_grad()
+def label_pairs(cross_encoder: str, pairs: Sequence[tuple[str, str]], max_length: int = 128,
+                batch_size: int = 64) -> list[float]:
+    """The cross-encoder's score (a regression head: `litebert finetune --regression`) of each pair, in [0, 1]."""
+
+    model = AlbertForSequenceClassification.from_pretrained(cross_encoder).eval()
+    if model.config.num_labels != 1:
+        raise ConfigError(f"{cross_encoder} has {model.config.num_labels} outputs; a cross-encoder for silver "
+                          "pairs is a regression model (litebert finetune --regression)")
+    tokenizer = Tokenizer.from_pretrained(cross_encoder)
+    scores: list[float] = []
+    for start in range(0, len(pairs), batch_size):
+        chunk = pairs[start:start + batch_size]
+        batch = tokenizer([p[0] for p in chunk], [p[1] for p in chunk], max_length=max_length)
+        logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits  # (B, 1)
+        scores.extend(logits[:, 0].clamp(0.0, 1.0).tolist())
+    return scores
+
+
+def write_pairs(path: str, pairs: Sequence[tuple[str, str]], scores: Sequence[float]) -> None:
+    """JSONL {sentence1, sentence2, label}, written atomically: what `litebert embed --train` reads."""
+    with atomic_open(path) as f:
+        for (a, b), score in zip(pairs, scores):
+            f.write(json.dumps({"sentence1": a, "sentence2": b, "label": float(score)}, ensure_ascii=False) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+
+    p = argparse.ArgumentParser(prog="python -m litebert.silver", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cross-encoder", required=True, help="a regression model of `litebert finetune --regression`")
+    p.add_argument("--bi-encoder", required=True, help="the sentence model that picks nearest neighbours")
+    p.add_argument("--text", nargs="+", required=True, help="unlabelled text files (sentences are paired)")
+    p.add_argument("--pairs", type=int, default=3000)
+    p.add_argument("--max-texts", type=int, default=20000, help="a seeded sample of the sentences")
+    p.add_argument("--max-length", type=int, default=128)
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--out", required=True, help="JSONL of {sentence1, sentence2, label}")
+    a = p.parse_args(argv)
+    texts = monolingual_texts(a.text, span=1, seed=a.seed, limit=a.max_texts)
+    pairs = sample_pairs(texts, a.bi_encoder, a.pairs, a.seed)
+    scores = label_pairs(a.cross_encoder, pairs, a.max_length)
+    write_pairs(a.out, pairs, scores)
+    print(f"wrote {a.out}: {len(pairs)} pairs, mean score {np.mean(scores):.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,218 @@
+"""Sentence-transformers model directories, read and written without the sentence-transformers package.
+
+A sentence-transformers directory is a pipeline listed in modules.json:
+  Transformer   the encoder (config.json + weights at the entry's path, usually the root) and its tokenizer;
+                sentence_bert_config.json gives max_seq_length
+  Pooling       1_Pooling/config.json: mean over the non-pad tokens, or the [CLS] vector
+  Dense         (optional, any number) linear map + activation: config.json {in_features, out_features, bias,
+                activation_function} and model.safetensors {linear.weight, linear.bias}
+  Normalize     (optional) unit length
+`load_sentence_model(path)` rebuilds that pipeline for three kinds of directory, so that one command scores a
+litebert S-ALBERT, a sentence-transformers teacher and a plain encoder alike:
+  * a litebert/ALBERT directory (spiece.model beside config.json): litebert's AlbertModel and Tokenizer, its
+    pooling (1_Pooling, else sentence_config.json, else mean) and any Dense/Normalize modules.json lists;
+  * any other directory with modules.json (e.g. all-MiniLM-L6-v2, a BERT): transformers' AutoModel and
+    AutoTokenizer, from local files only;
+  * a plain encoder without modules.json (config.json only): AutoModel with mean pooling.
+Why not sentence-transformers itself: importing it takes 7.5 s on this project's 2-core machine (litebert's
+whole `embed` verb needs less) and pulls scikit-learn and Pillow; the pipeline above is what it computes for
+these module types, and tests/test_distill.py checks the vectors against sentence-transformers'. Other module
+types (a CNN, an LSTM, max pooling) are refused by name rather than approximated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from litebert.errors import CheckpointError, ConfigError
+from litebert.files import read_json_object, write_json
+from litebert.model import AlbertModel
+from litebert.sentence import embed, sentence_settings
+from litebert.tokenizer import Tokenizer
+
+MODULES = "modules.json"
+KNOWN = ("Transformer", "Pooling", "Dense", "Normalize")
+DENSE_TYPE = "sentence_transformers.models.Dense"
+IDENTITY = "torch.nn.modules.linear.Identity"
+ACTIVATIONS = {IDENTITY: nn.Identity, "torch.nn.modules.activation.Tanh": nn.Tanh,
+               "torch.nn.modules.activation.ReLU": nn.ReLU, "torch.nn.modules.activation.GELU": nn.GELU}
+
+
+def read_modules(directory: str) -> list[dict]:
+    """modules.json of a directory as [{"kind": "Pooling", "path": ...}, ...] ([] when it has none); a module
+    type outside KNOWN is a ConfigError."""
+    path = os.path.join(directory, MODULES)
+    if not os.path.isfile(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        entries = json.load(f)
+    modules = []
+    for entry in sorted(entries, key=lambda e: e.get("idx", 0)):
+        kind = str(entry.get("type", "")).rsplit(".", 1)[-1]
+        if kind not in KNOWN:
+            raise ConfigError(f"{path}: module type {entry.get('type')!r} is not supported (litebert reads "
+                              f"{', '.join(KNOWN)})")
+        modules.append({"kind": kind, "path": os.path.join(directory, entry.get("path", ""))})
+    return modules
+
+
+def pooling_of(config: dict, where: str) -> str:
+    """'mean' or 'cls' from a 1_Pooling/config.json; any other mode (or a combination) is a ConfigError."""
+    modes = [name for name, key in (("mean", "pooling_mode_mean_tokens"), ("cls", "pooling_mode_cls_token"),
+                                    ("max", "pooling_mode_max_tokens"), ("mean_sqrt_len", "pooling_mode_mean_sqrt_len_tokens"),
+                                    ("weightedmean", "pooling_mode_weightedmean_tokens"),
+                                    ("lasttoken", "pooling_mode_lasttoken")) if config.get(key)]
+    if config.get("pooling_mode") in ("mean", "cls") and not modes:
+        modes = [config["pooling_mode"]]
+    if modes not in (["mean"], ["cls"]):
+        raise ConfigError(f"{where}: pooling {modes or 'none'} is not supported (litebert pools by mean or cls)")
+    return modes[0]
+
+
+class Dense(nn.Module):
+    """sentence-transformers' Dense module: activation(linear(x)); the attribute name gives its weight keys."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, activation: str = IDENTITY):
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ConfigError(f"Dense activation {activation!r} is not supported ({', '.join(ACTIVATIONS)})")
+        self.linear = nn.Linear(in_features, out_features, bias=bias)
+        self.activation_name, self.activation = activation, ACTIVATIONS[activation]()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.activation(self.linear(x))
+
+    @classmethod
+    def load(cls, directory: str) -> "Dense":
+        from safetensors.torch import load_file
+
+        config = read_json_object(os.path.join(directory, "config.json"), CheckpointError)
+        dense = cls(config["in_features"], config["out_features"], config.get("bias", True),
+                    config.get("activation_function", "torch.nn.modules.activation.Tanh"))
+        weights = os.path.join(directory, "model.safetensors")
+        if not os.path.isfile(weights):
+            raise CheckpointError(f"{directory}: no model.safetensors for its Dense module")
+        dense.load_state_dict(load_file(weights))
+        return dense
+
+    def save(self, directory: str) -> None:
+        from safetensors.torch import save_file
+
+        os.makedirs(directory, exist_ok=True)
+        write_json(os.path.join(directory, "config.json"), {
+            "in_features": self.linear.in_features, "out_features": self.linear.out_features,
+            "bias": self.linear.bias is not None, "activation_function": self.activation_name})
+        tmp = os.path.join(directory, "model.safetensors.tmp")
+        save_file({k: v.detach().contiguous() for k, v in self.state_dict().items()}, tmp, metadata={"format": "pt"})
+        os.replace(tmp, os.path.join(directory, "model.safetensors"))
+
+
+def add_dense(directory: str, dense: Dense, name: str = "2_Dense") -> None:
+    """Append a Dense module to a saved directory's modules.json (after its Pooling) and write its files."""
+    dense.save(os.path.join(directory, name))
+    entries = json.loads(open(os.path.join(directory, MODULES), encoding="utf-8").read())
+    entries = [e for e in entries if e.get("path") != name]
+    entries.append({"idx": len(entries), "name": str(len(entries)), "path": name, "type": DENSE_TYPE})
+    write_json(os.path.join(directory, MODULES), entries)
+
+
+class SentenceModel:
+    """A sentence-transformers pipeline (module docstring) over an encoder: `encode(sentences)` -> (N, D)."""
+
+    def __init__(self, encoder: nn.Module, tokenizer: Callable, pooling: str, max_length: int,
+                 post: Sequence[nn.Module] = (), normalize: bool = False, name: str = ""):
+        self.encoder, self.tokenizer, self.pooling, self.max_length = encoder.eval(), tokenizer, pooling, max_length
+        self.post, self.normalize, self.name = [m.eval() for m in post], normalize, name
+
+    @property
+    def dimension(self) -> int:
+        dense = [m for m in self.post if isinstance(m, Dense)]
+        return dense[-1].linear.out_features if dense else self.encoder.config.hidden_size
+
+    @torch.no_grad()
+    def encode(self, sentences: Sequence[str], batch_size: int = 64) -> np.ndarray:
+
+        vectors = torch.from_numpy(embed(self.encoder, self.tokenizer, list(sentences), self.pooling, batch_size,
+                                         self.max_length))
+        for module in self.post:
+            vectors = module(vectors)
+        if self.normalize:
+            vectors = F.normalize(vectors, dim=-1)
+        return vectors.numpy()
+
+
+class _HFTokenizer:
+    """transformers' tokenizer called the way litebert.sentence.embed calls litebert's: padded int64 tensors."""
+
+    def __init__(self, tokenizer, lower: bool):
+        self.tokenizer, self.lower = tokenizer, lower
+
+    def __call__(self, texts: list[str], max_length: int) -> dict[str, torch.Tensor]:
+        texts = [t.lower() for t in texts] if self.lower else texts
+        return self.tokenizer(texts, padding=True, truncation="longest_first", max_length=max_length,
+                              return_tensors="pt")
+
+
+class _HFEncoder(nn.Module):
+    """transformers' AutoModel with the signature litebert.sentence.embed calls: (input_ids, attention_mask)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model, self.config = model, model.config
+
+    @property
+    def albert(self) -> "_HFEncoder":  # where litebert.model.encoder_of looks for a wrapper's encoder
+        return self
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):
+        return self.model(input_ids=input_ids, attention_mask=attention_mask)
+
+
+def is_litebert_dir(directory: str) -> bool:
+    return os.path.isfile(os.path.join(directory, "spiece.model")) and \
+        os.path.isfile(os.path.join(directory, "config.json"))
+
+
+def load_sentence_model(path: str | os.PathLike, pooling: str | None = None,
+                        max_length: int | None = None) -> SentenceModel:
+    """The sentence pipeline of a litebert, sentence-transformers or plain encoder directory (module docstring).
+    `pooling` and `max_length` override what the directory says."""
+    directory = os.fspath(path)
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"no such directory: {directory}")
+    modules = read_modules(directory)
+    root = next((m["path"] for m in modules if m["kind"] == "Transformer"), directory)
+    st_config = os.path.join(root, "sentence_bert_config.json")
+    settings = read_json_object(st_config, CheckpointError) if os.path.isfile(st_config) else {}
+    pool_dir = next((m["path"] for m in modules if m["kind"] == "Pooling"), None)
+    found_pooling = pooling_of(read_json_object(os.path.join(pool_dir, "config.json"), CheckpointError),
+                               pool_dir) if pool_dir else None
+    post: list[nn.Module] = [Dense.load(m["path"]) for m in modules if m["kind"] == "Dense"]
+    normalize = any(m["kind"] == "Normalize" for m in modules)
+    if is_litebert_dir(root):
+
+        ours = sentence_settings(root)
+        encoder, tokenizer = AlbertModel.from_pretrained(root), Tokenizer.from_pretrained(root)
+        found_pooling = found_pooling or ours.get("pooling")
+        length = max_length or ours.get("max_length") or settings.get("max_seq_length") or 128
+    else:
+        if not os.path.isfile(os.path.join(root, "config.json")):
+            raise CheckpointError(f"{root}: no config.json: not a model directory")
+        try:
+            from transformers import AutoModel, AutoTokenizer
+        except ImportError:
+            raise ConfigError("reading a transformers model needs transformers: pip install 'litebert[hf]'") from None
+        encoder = _HFEncoder(AutoModel.from_pretrained(root, local_files_only=True))
+        tokenizer = _HFTokenizer(AutoTokenizer.from_pretrained(root, local_files_only=True),
+                                 bool(settings.get("do_lower_case")))
+        length = max_length or settings.get("max_seq_length") or 128
+    length = min(length, encoder.config.max_position_embeddings)
+    return SentenceModel(encoder, tokenizer, pooling or found_pooling or "mean", length, post, normalize,
+                         name=directory)

@@ -1,0 +1,125 @@
+"""Korean with and without morpheme pre-segmentation (`litebert tokenizer --pre-tokenize kiwi`), same vocabulary
+size, same model, same steps, on the bundled Korean corpus (the constitution and 10 bills; docs/sentence.md).
+
+For each tokenizer:
+  1. train it on the training documents (all but the last 3 of pretrain/ko_small.txt);
+  2. prepare sentence-order pairs of the training documents and, apart, of the 3 held-out documents;
+  3. pretrain a demo-sized ALBERT (MLM + SOP, LAMB) and score MLM on the held-out documents' pairs;
+  4. fine-tune it on a downstream task made from document structure: which of the 11 sources (the constitution,
+     or one of the 10 bills) a paragraph comes from, the first 70% of each source's paragraphs to train on, the
+     rest to score (accuracy, macro-F1);
+  5. check that the tokenizer in the pretraining checkpoint and in the fine-tuned model give the ids the
+     tokenizer directory gives, on every held-out paragraph.
+MLM accuracy is over each tokenizer's own pieces (a morpheme-split piece is a different prediction target), so the
+downstream score is the comparable one. Writes <out>/results.json.
+
+    OMP_NUM_THREADS=1 .venv/bin/python scripts/korean_morphemes.py --out out/korean [--steps 400]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+from litebert.devdata import SHARED_DATA
+
+KO_TEXT = os.path.join(str(SHARED_DATA), "pretrain", "ko_small.txt")
+KO_DOCS = os.path.join(str(SHARED_DATA), "corpus", "ko", "kolaw_kobill.jsonl")
+MODEL = dict(embedding_size=64, hidden_size=128, num_hidden_layers=4, num_attention_heads=4, intermediate_size=512,
+             max_position_embeddings=128, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+def source_task(out: str) -> str:
+    """{text, label} paragraphs of kolaw_kobill by source: first 70% of each source's paragraphs train, rest dev."""
+    task = os.path.join(out, "source_task")
+    os.makedirs(task, exist_ok=True)
+    by_source: dict[str, list[str]] = {}
+    with open(KO_DOCS, encoding="utf-8") as f:
+        for line in f:
+            doc = json.loads(line)
+            label = "constitution" if doc["id"].startswith("kolaw") else doc["id"]
+            by_source.setdefault(label, []).extend(p for p in doc["text"].split("\n") if len(p.strip()) >= 10)
+    splits = {"train": [], "dev": []}
+    for label, paragraphs in by_source.items():
+        cut = int(0.7 * len(paragraphs))
+        splits["train"] += [{"text": p, "label": label} for p in paragraphs[:cut]]
+        splits["dev"] += [{"text": p, "label": label} for p in paragraphs[cut:]]
+    for split, rows in splits.items():
+        with open(os.path.join(task, f"{split}.jsonl"), "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+    return task
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default="out/korean")
+    p.add_argument("--vocab-size", type=int, default=1000)
+    p.add_argument("--steps", type=int, default=400)
+    p.add_argument("--finetune-steps", type=int, default=200)
+    p.add_argument("--max-length", type=int, default=128)
+    p.add_argument("--threads", type=int, default=1)
+    a = p.parse_args()
+
+    import torch
+
+    from litebert.corpus.shards import prepare
+    from litebert.corpus.tokenizer_training import train_tokenizer
+    from litebert.finetune import FinetuneConfig, finetune
+    from litebert.pretrain import PretrainConfig, pretrain
+    from litebert.tokenizer import Tokenizer
+    from litebert.training.loop import TrainConfig
+
+    torch.set_num_threads(a.threads)
+    os.makedirs(a.out, exist_ok=True)
+    with open(KO_TEXT, encoding="utf-8") as f:
+        docs = f.read().strip().split("\n\n")
+    train_text, held_text = os.path.join(a.out, "train.txt"), os.path.join(a.out, "heldout.txt")
+    with open(train_text, "w", encoding="utf-8") as f:
+        f.write("\n\n".join(docs[:-3]) + "\n")
+    with open(held_text, "w", encoding="utf-8") as f:
+        f.write("\n\n".join(docs[-3:]) + "\n")
+    task = source_task(a.out)
+    dev = [json.loads(line)["text"] for line in open(os.path.join(task, "dev.jsonl"), encoding="utf-8")]
+    results = {"corpus": {"documents": len(docs), "held_out_documents": 3}, "vocab_size": a.vocab_size,
+               "pretrain_steps": a.steps, "finetune_steps": a.finetune_steps, "model": MODEL, "threads": a.threads}
+    for name, pre_tokenize in (("plain", None), ("kiwi", "kiwi")):
+        t0 = time.time()
+        root = os.path.join(a.out, name)
+        tok_dir = os.path.join(root, "tokenizer")
+        tok = train_tokenizer([train_text], tok_dir, vocab_size=a.vocab_size, pre_tokenize=pre_tokenize)
+        for text, data in ((train_text, "data"), (held_text, "heldout")):
+            prepare([text], os.path.join(root, data), tok_dir, max_seq_length=a.max_length, num_workers=1,
+                    progress=False, overwrite=True)
+        s = pretrain(PretrainConfig(data=os.path.join(root, "data"), model="tiny", held_out=1,
+                                    eval_data=[os.path.join(root, "heldout")]),
+                     TrainConfig(optimizer="lamb", lr=1e-2, batch_size=32, max_steps=a.steps, warmup_steps=a.steps // 10,
+                                 out_dir=os.path.join(root, "pretrain"), progress=False, log_every=50),
+                     dict(MODEL))
+        f = finetune(FinetuneConfig(model=s["checkpoint"], task="table", data_dir=task, text_columns=["text"],
+                                    max_length=a.max_length),
+                     TrainConfig(optimizer="adamw", lr=5e-4, batch_size=32, max_steps=a.finetune_steps,
+                                 warmup_steps=a.finetune_steps // 10, eval_every=a.finetune_steps // 4,
+                                 out_dir=os.path.join(root, "finetune"), progress=False))
+        ids = [tok.encode(t) for t in dev]
+        same = all(Tokenizer.from_pretrained(d).encode_batch(dev) == [i[1:-1] for i in ids]
+                   for d in (s["checkpoint"], os.path.join(root, "finetune", "best")))
+        lengths = [len(i) - 2 for i in ids]
+        results[name] = {
+            "pre_tokenizer": tok.pre_tokenizer, "pieces_per_paragraph": sum(lengths) / len(lengths),
+            "unk_rate": sum(i.count(tok.unk_id) for i in ids) / sum(lengths),
+            "held_out_mlm_acc": s["final"].get("heldout/mlm_acc"), "held_out_mlm_loss": s["final"].get("heldout/mlm_loss"),
+            "held_out_sop_acc": s["final"].get("heldout/sop_acc"),
+            "commonest_token_acc": s["baselines"].get("majority_token_acc"),
+            "downstream": {k: v for k, v in (f.get("best") or {}).items() if isinstance(v, (int, float))},
+            "ids_equal_in_checkpoints": same, "minutes": round((time.time() - t0) / 60, 2)}
+        print(name, json.dumps(results[name]), flush=True)
+    from litebert.files import write_json
+
+    write_json(os.path.join(a.out, "results.json"), results)
+    print(json.dumps(results, indent=2, ensure_ascii=False))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,312 @@
+"""Distillation from a sentence-transformers teacher, the reader of such directories, and STS scoring: a tiny
+BERT teacher made here (Transformer -> Pooling -> Dense(tanh) -> Normalize), checked against sentence-transformers
+itself; the student's loss against its formula, its saved directory read by sentence-transformers with equal
+vectors, a resumed run equal to an uninterrupted one; the benchmarks' readers on hand-made files and (when the
+gensim wheel is installed) on Lee's real judgments."""
+
+import importlib.util
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from litebert.cli import main as litebert_main
+from litebert.config import AlbertConfig
+from litebert.corpus.tokenizer_training import train_tokenizer
+from litebert.distill import (
+    DistillConfig,
+    DistillStudent,
+    distill_items,
+    monolingual_texts,
+    student_vectors,
+    train_distilled,
+)
+from litebert.embed import SentenceConfig, pair_metrics
+from litebert.model import AlbertModel
+from litebert.sentence import pool
+from litebert.stdir import Dense, add_dense, load_sentence_model
+from litebert.sts import lee_pairs, pair_scores, read_benchmark, score_models, word_pairs
+from litebert.tokenizer import Tokenizer
+from litebert.training.loop import TrainConfig
+
+needs_hf = pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers not installed")
+needs_st = pytest.mark.skipif(importlib.util.find_spec("sentence_transformers") is None,
+                              reason="sentence-transformers not installed")
+SENTENCES = ["Anne Elliot walked to the town.", "Captain Wentworth", "It was a fine day, and the sea was calm.",
+             "Yes.", "the navy, the navy and the sea"]
+TINY = dict(embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+            max_position_embeddings=64)
+
+
+def corpus_lines(n: int) -> list[str]:
+    import gzip
+
+    from litebert.corpus.documents import BUNDLED_CORPUS
+    with gzip.open(BUNDLED_CORPUS, "rt", encoding="utf-8") as f:
+        return [line.strip() for line, _ in zip(f, range(5 * n)) if line.strip()][:n]
+
+
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory):
+    """A tiny sentence-transformers BERT: WordPiece vocabulary of the corpus's words, 24-d, Dense(tanh) to 16-d."""
+    pytest.importorskip("transformers")
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    root = tmp_path_factory.mktemp("teacher")
+    words = sorted({w for line in corpus_lines(400) for w in line.lower().replace(",", " , ").replace(".", " . ").split()})
+    (root / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
+    BertTokenizerFast(vocab_file=str(root / "vocab.txt"), do_lower_case=True).save_pretrained(root)
+    torch.manual_seed(0)
+    BertModel(BertConfig(vocab_size=len(words) + 5, hidden_size=24, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=48, max_position_embeddings=64)).save_pretrained(root)
+    (root / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 32, "do_lower_case": False}))
+    (root / "1_Pooling").mkdir()
+    (root / "1_Pooling" / "config.json").write_text(json.dumps({
+        "word_embedding_dimension": 24, "pooling_mode_mean_tokens": True, "pooling_mode_cls_token": False,
+        "pooling_mode_max_tokens": False, "pooling_mode_mean_sqrt_len_tokens": False}))
+    (root / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    dense = Dense(24, 16, activation="torch.nn.modules.activation.Tanh")
+    torch.nn.init.normal_(dense.linear.weight, std=0.5)
+    add_dense(str(root), dense)
+    entries = json.loads((root / "modules.json").read_text())
+    entries.append({"idx": 3, "name": "3", "path": "3_Normalize", "type": "sentence_transformers.models.Normalize"})
+    (root / "modules.json").write_text(json.dumps(entries))
+    return root
+
+
+@pytest.fixture(scope="module")
+def student(tmp_path_factory):
+    root = tmp_path_factory.mktemp("student")
+    train_tokenizer(None, str(root), vocab_size=1000, input_sentence_size=20000)
+    torch.manual_seed(0)
+    AlbertModel(AlbertConfig(vocab_size=1000, **TINY)).save_pretrained(root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def text_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("text") / "text.txt"
+    lines = corpus_lines(120)
+    path.write_text("\n".join(lines[:60]) + "\n\n" + "\n".join(lines[60:]) + "\n")  # two documents
+    return path
+
+
+@needs_st
+def test_reader_equals_sentence_transformers_on_a_tiny_teacher(teacher):
+    from sentence_transformers import SentenceTransformer
+
+    theirs = SentenceTransformer(str(teacher), device="cpu").encode(SENTENCES)
+    ours = load_sentence_model(teacher)
+    assert ours.dimension == 16 and ours.max_length == 32 and ours.normalize
+    np.testing.assert_allclose(ours.encode(SENTENCES, batch_size=2), theirs, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(np.linalg.norm(theirs, axis=1), 1.0, atol=1e-5)
+
+
+@needs_hf
+def test_a_plain_encoder_is_mean_pooled(teacher, tmp_path):
+    from transformers import AutoModel, AutoTokenizer
+
+    plain = tmp_path / "plain"
+    shutil.copytree(teacher, plain)
+    for name in ("modules.json", "sentence_bert_config.json"):
+        os.remove(plain / name)
+    batch = AutoTokenizer.from_pretrained(str(plain))(SENTENCES, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        hidden = AutoModel.from_pretrained(str(plain))(**batch).last_hidden_state
+    expected = pool(hidden, batch["attention_mask"], "mean").numpy()
+    np.testing.assert_allclose(load_sentence_model(plain).encode(SENTENCES), expected, atol=1e-5, rtol=0)
+
+
+def test_unsupported_modules_are_refused_by_name(teacher, tmp_path):
+    odd = tmp_path / "odd"
+    shutil.copytree(teacher, odd)
+    (odd / "modules.json").write_text(json.dumps([{"idx": 0, "path": "", "type": "sentence_transformers.models.LSTM"}]))
+    with pytest.raises(ValueError, match="LSTM"):
+        load_sentence_model(odd)
+    (odd / "modules.json").write_text(json.dumps([{"idx": 0, "path": "1_Pooling", "type": "x.Pooling"}]))
+    (odd / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_max_tokens": True}))
+    with pytest.raises(ValueError, match="max"):
+        load_sentence_model(odd)
+
+
+def test_distillation_items_monolingual_and_parallel(text_file, tmp_path):
+    texts = monolingual_texts([str(text_file)], span=3, seed=1, limit=None)
+    assert texts == monolingual_texts([str(text_file)], span=3, seed=1, limit=None)  # seeded
+    lines = corpus_lines(120)
+    assert " ".join(texts[:len(texts)]).split() == " ".join(lines).split()  # every sentence once, in order
+    assert max(len(t) for t in texts) > max(len(line) for line in lines)  # some spans join sentences
+    sample = monolingual_texts([str(text_file)], span=1, seed=1, limit=10)
+    assert len(sample) == 10 and sample == [t for t in lines if t in set(sample)]  # a sample, in corpus order
+    pairs = tmp_path / "parallel.jsonl"
+    pairs.write_text("".join(json.dumps({"sentence1": s, "sentence2": t}) + "\n" for s, t in
+                             [("a source", "its translation"), ("b source", "b translation")]))
+    from litebert.sts import read_scored_pairs
+    sources, items = distill_items(DistillConfig(distill="t", distill_pairs=[str(pairs)]),
+                                   lambda p: read_scored_pairs(p, ["sentence1", "sentence2"], "")[0], seed=0)
+    assert sources == ["a source", "b source"]  # the teacher sees the source side only
+    assert items == [("a source", 0), ("its translation", 0), ("b source", 1), ("b translation", 1)]
+    with pytest.raises(ValueError, match="nothing to distill"):
+        distill_items(DistillConfig(distill="t"), None, seed=0)
+
+
+def test_loss_is_the_mse_to_the_teacher_through_the_projection(student):
+    model = DistillStudent.from_pretrained(student, teacher_dim=16)
+    assert model.projection.linear.weight.shape == (16, 32)
+    tok = Tokenizer.from_pretrained(str(student))
+    batch = tok(SENTENCES)
+    target = torch.randn(len(SENTENCES), 16)
+    out = model(batch["input_ids"], batch["attention_mask"], target)
+    pooled = pool(model.albert(batch["input_ids"], batch["attention_mask"])[0], batch["attention_mask"], "mean")
+    projected = pooled @ model.projection.linear.weight.T + model.projection.linear.bias
+    torch.testing.assert_close(out.loss, ((projected - target) ** 2).mean())
+    assert DistillStudent.from_pretrained(student, teacher_dim=32).projection is None  # same size: none
+
+
+@needs_st
+def test_distilled_student_approaches_the_teacher_loads_in_sentence_transformers_and_resumes(student, teacher,
+                                                                                           text_file, tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    cfg = SentenceConfig(model=str(student), eval=str(tmp_path / "eval.jsonl"), max_length=32, label_column="score")
+    lines = corpus_lines(40)
+    (tmp_path / "eval.jsonl").write_text("".join(json.dumps({"sentence1": lines[i], "sentence2": lines[i + 1],
+                                                             "score": i % 5}) + "\n" for i in range(0, 38, 2)))
+    dcfg = DistillConfig(distill=str(teacher), distill_text=[str(text_file)], distill_span=2)
+    train_kw = dict(optimizer="adamw", lr=3e-3, batch_size=16, max_steps=40, save_every=20, log_every=10,
+                    progress=False, out_dir=str(tmp_path / "run"))
+    summary = train_distilled(cfg, dcfg, TrainConfig(**train_kw))
+    assert summary["projection"] and summary["teacher_dim"] == 16 and summary["steps"] == 40
+    assert set(summary["teacher_eval"]) == {"spearman", "pearson", "recall_at_1"}
+
+    texts = monolingual_texts([str(text_file)], span=1, seed=0, limit=None)[:32]
+    target = load_sentence_model(teacher).encode(texts)
+    out = tmp_path / "run" / "step_40"
+    before = student_vectors(DistillStudent.from_pretrained(student, teacher_dim=16), Tokenizer.from_pretrained(
+        str(student)), texts)  # a fresh random projection: about as far as any untrained student
+    after = load_sentence_model(out).encode(texts)
+    assert ((after - target) ** 2).mean() < 0.5 * ((before - target) ** 2).mean()
+
+    # the saved directory: sentence-transformers computes litebert's vectors (pooling, then the 2_Dense projection)
+    assert json.loads((out / "modules.json").read_text())[-1]["type"] == "sentence_transformers.models.Dense"
+    theirs = SentenceTransformer(str(out), device="cpu").encode(texts)
+    np.testing.assert_allclose(after, theirs, atol=1e-5, rtol=0)
+    assert litebert_main(["embed", "--model", str(out), "--input", str(text_file), "--out", str(tmp_path / "e")]) == 0
+    assert np.load(tmp_path / "e.npy").shape[1] == 16
+
+    # the teacher's vectors are cached; a run resumed from step 20 reaches the uninterrupted weights
+    assert (tmp_path / "run" / "teacher_vectors.npy").is_file()
+    resumed = tmp_path / "resumed"
+    shutil.copytree(tmp_path / "run", resumed)
+    shutil.rmtree(resumed / "step_40")
+    train_distilled(cfg, dcfg, TrainConfig(**{**train_kw, "out_dir": str(resumed), "resume": True}))
+    a = DistillStudent.from_pretrained(out).state_dict()
+    b = DistillStudent.from_pretrained(resumed / "step_40").state_dict()
+    assert a.keys() == b.keys() and "projection.linear.weight" in a
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
+def test_cli_distills_and_compares_in_one_command(student, teacher, text_file, tmp_path, capsys):
+    pairs = tmp_path / "pairs.jsonl"
+    lines = corpus_lines(20)
+    pairs.write_text("".join(json.dumps({"sentence1": lines[i], "sentence2": lines[i + 1], "label": i % 3})
+                             + "\n" for i in range(18)))
+    assert litebert_main(["embed", "--model", str(student), "--evaluate", str(pairs), "--compare", str(teacher)]) == 0
+    scores = json.loads(capsys.readouterr().out)
+    assert list(scores) == [str(student), str(teacher)]
+    pairs_list = [(json.loads(r)["sentence1"], json.loads(r)["sentence2"]) for r in pairs.read_text().splitlines()]
+    labels = [float(i % 3) for i in range(18)]
+    expected = score_models([str(student), str(teacher)], pairs_list, labels, max_length=128)  # --max-length's default
+    assert all(scores[k] == pytest.approx(expected[k]) for k in expected)
+    assert set(scores[str(teacher)]) == {"spearman", "pearson", "recall_at_1"}
+    assert litebert_main(["embed", "--model", str(student), "--distill", str(teacher), "--out-dir",
+                          str(tmp_path / "d")]) == 2
+    assert "nothing to distill" in capsys.readouterr().err
+    assert litebert_main(["embed", "--model", str(student), "--distill", str(teacher), "--evaluate",
+                          str(pairs)]) == 2
+    assert "exactly one of" in capsys.readouterr().err
+
+
+def test_pair_metrics_and_benchmark_readers_on_hand_made_files(tmp_path):
+    a = np.array([[1.0, 0.0], [1.0, 1.0], [0.0, 1.0], [1.0, 0.2]])
+    b = np.array([[1.0, 0.1], [1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    cosine = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    gold = [0.9, 0.8, 0.1, 0.3]
+    metrics = pair_metrics(a, b, gold)
+    assert metrics["pearson"] == pytest.approx(np.corrcoef(cosine, gold)[0, 1])
+    assert metrics["spearman"] == pytest.approx(1.0)  # cosines 0.995, 0.707, 0, 0.196: the gold order
+    (tmp_path / "lee.cor").write_text("first doc\nsecond doc\n\nthird doc\n", encoding="latin-1")
+    (tmp_path / "sim.txt").write_text("1 0.2 0.3\n0 1 0.4\n0 0 1\n")
+    pairs, scores = lee_pairs(str(tmp_path / "lee.cor"), str(tmp_path / "sim.txt"))
+    assert pairs == [("first doc", "second doc"), ("first doc", "third doc"), ("second doc", "third doc")]
+    assert scores == [0.2, 0.3, 0.4]
+    (tmp_path / "ws.tsv").write_text("# header\n# Word 1\tWord 2\tHuman (mean)\nlove\tsex\t6.77\ntiger\tcat\t7.35\n")
+    assert word_pairs(str(tmp_path / "ws.tsv")) == ([("love", "sex"), ("tiger", "cat")], [6.77, 7.35])
+    calls = []
+    scored = pair_scores(lambda texts: calls.append(list(texts)) or np.eye(3)[[0, 1, 2]], pairs, scores, recall=False)
+    assert calls == [["first doc", "second doc", "third doc"]] and set(scored) == {"spearman", "pearson"}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("gensim") is None, reason="the gensim wheel is not installed")
+def test_lee_wordsim_and_simlex_read_from_the_gensim_wheel():
+    pairs, scores = read_benchmark("gensim:lee")
+    assert len(pairs) == 1225 and len({p[0] for p in pairs} | {p[1] for p in pairs}) == 50
+    assert 0 < min(scores) and max(scores) <= 1
+    assert len(read_benchmark("gensim:wordsim353")[0]) == 353 and len(read_benchmark("gensim:simlex999")[0]) == 999
+    with pytest.raises(ValueError, match="unknown benchmark"):
+        read_benchmark("gensim:nope")
+
+
+def test_silver_pairs_are_sampled_labelled_by_a_regression_cross_encoder_and_train_the_bi_encoder(student, text_file,
+                                                                                                 tmp_path):
+    from litebert.embed import read_pairs, train_sentence_encoder
+    from litebert.finetune import FinetuneConfig, finetune
+    from litebert.silver import label_pairs, sample_pairs, write_pairs
+    from litebert.silver import main as silver_main
+
+    lines = corpus_lines(80)
+    gold = tmp_path / "gold"
+    gold.mkdir()
+    rows = [{"sentence1": lines[i], "sentence2": lines[i] if i % 2 else lines[i + 1], "label": float(i % 2)}
+            for i in range(60)]
+    for split, part in (("train", rows[:48]), ("dev", rows[48:])):
+        (gold / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
+    finetune(FinetuneConfig(model=str(student), task="table", data_dir=str(gold), regression=True,
+                            text_columns=["sentence1", "sentence2"], max_length=48),
+             TrainConfig(optimizer="adamw", lr=1e-3, batch_size=16, max_steps=6, progress=False,
+                         out_dir=str(tmp_path / "cross")))
+    cross = str(tmp_path / "cross" / "best")
+
+    texts = monolingual_texts([str(text_file)], span=1, seed=0, limit=None)
+    pairs = sample_pairs(texts, str(student), 10, seed=3, pool=50)
+    assert len(pairs) == 10 and pairs == sample_pairs(texts, str(student), 10, seed=3, pool=50)  # seeded
+    near = load_sentence_model(student).encode([t for p in pairs[:5] for t in p])
+    others = load_sentence_model(student).encode(texts[:50])
+    for k in range(5):  # the first half: each query's nearest other sentence of the pool
+        a, b = near[2 * k], near[2 * k + 1]
+        assert pairs[k][0] != pairs[k][1]
+        cos = lambda x, y: float(x @ y / np.linalg.norm(x) / np.linalg.norm(y))  # noqa: E731
+        assert cos(a, b) >= np.percentile([cos(a, o) for o in others], 90)
+    scores = label_pairs(cross, pairs, max_length=48)
+    assert len(scores) == 10 and all(0.0 <= s <= 1.0 for s in scores)
+    with pytest.raises(ValueError, match="regression"):
+        label_pairs(str(student), pairs)  # no regression head: refused by name (a 2-label head by default)
+
+    silver = tmp_path / "silver.jsonl"
+    assert silver_main(["--cross-encoder", cross, "--bi-encoder", str(student), "--text", str(text_file),
+                        "--pairs", "20", "--out", str(silver), "--max-length", "48"]) == 0
+    read, labels = read_pairs(str(silver), SentenceConfig())
+    assert len(read) == 20 and all(0.0 <= x <= 1.0 for x in labels)
+    both = tmp_path / "both.jsonl"
+    both.write_text((gold / "train.jsonl").read_text() + silver.read_text())
+    summary = train_sentence_encoder(SentenceConfig(model=str(student), train=str(both), objective="cosine",
+                                                    max_length=48),
+                                     TrainConfig(optimizer="adamw", lr=1e-3, batch_size=16, max_steps=2,
+                                                 progress=False, out_dir=str(tmp_path / "bi")))
+    assert summary["train_pairs"] == 68
+    write_pairs(str(tmp_path / "w.jsonl"), [("a", "b")], [0.25])
+    assert json.loads((tmp_path / "w.jsonl").read_text()) == {"sentence1": "a", "sentence2": "b", "label": 0.25}

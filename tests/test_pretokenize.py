@@ -1,0 +1,145 @@
+"""Korean morphemes before SentencePiece (`litebert tokenizer --pre-tokenize kiwi`): the segmentation only inserts
+spaces, it is recorded with its version, every path that encodes (encode, batches, offsets, a reloaded
+checkpoint's tokenizer, prepare's worker processes, fine-tuning features, the pipelines) gives the same ids,
+and transformers' AutoTokenizer refuses the directory instead of encoding unsegmented text."""
+
+import importlib.util
+import json
+import os
+import shutil
+import unicodedata
+
+import numpy as np
+import pytest
+from paths import SHARED_DATA
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("kiwipiepy") is None, reason="kiwipiepy not installed")
+KO = os.path.join(str(SHARED_DATA), "pretrain", "ko_small.txt")
+TEXTS = ["대한민국은 민주공화국이다.", "학교에서 공부했습니다", "국회의원은 법률안을 제출할 수 있다. 9894발의연월일",
+         "Korean and 한국어 mixed, 1990년에"]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    if not os.path.isfile(KO):
+        pytest.skip("shared data not available")
+    return KO
+
+
+@pytest.fixture(scope="module")
+def tokenizers(corpus, tmp_path_factory):
+    from litebert.corpus.tokenizer_training import train_tokenizer
+
+    root = tmp_path_factory.mktemp("ko")
+    morph = train_tokenizer([corpus], str(root / "morph"), vocab_size=800, pre_tokenize="kiwi")
+    plain = train_tokenizer([corpus], str(root / "plain"), vocab_size=800)
+    return root, morph, plain
+
+
+def test_segmentation_only_inserts_spaces_at_morpheme_boundaries():
+    from litebert.pretokenize import make_segmenter
+
+    kiwi = make_segmenter("kiwi")
+    assert kiwi.segment("학교에서 공부했습니다") == "학교 에서 공부 했 습니다"  # 했 = 하 + 었 keeps its one span
+    for text in TEXTS:
+        segmented, source = kiwi.segment_aligned(text)
+        assert segmented.replace(" ", "") == text.replace(" ", "") and len(source) == len(segmented)
+        assert all(text[source[i]] == c for i, c in enumerate(segmented) if c != " " or text[source[i]] == " ")
+    assert kiwi.record["name"] == "kiwi" and kiwi.record["version"]
+
+
+def test_the_segmenter_is_recorded_and_every_path_gives_the_same_ids(tokenizers, tmp_path):
+    from litebert.tokenizer import Tokenizer
+
+    root, morph, plain = tokenizers
+    config = json.loads((root / "morph" / "tokenizer_config.json").read_text())
+    assert config["pre_tokenizer"]["name"] == "kiwi" and config["pre_tokenizer"]["version"]
+    assert json.loads((root / "morph" / "tokenizer_summary.json").read_text())["pre_tokenizer"] == config["pre_tokenizer"]
+    assert "pre_tokenizer" not in json.loads((root / "plain" / "tokenizer_config.json").read_text())
+    assert morph.sha256 != plain.sha256  # prepared shards know which one made them
+
+    reloaded = Tokenizer.from_pretrained(str(root / "morph"))
+    assert reloaded.pre_tokenizer == config["pre_tokenizer"]
+    batch = reloaded(TEXTS, return_tensors=None, padding=False)["input_ids"]
+    single = [reloaded.encode(t) for t in TEXTS]
+    plain_rows = [reloaded.encode_batch([t])[0] for t in TEXTS]
+    assert batch == single == [[reloaded.cls_id, *row, reloaded.sep_id] for row in reloaded.encode_batch(TEXTS)]
+    assert [[reloaded.cls_id, *row, reloaded.sep_id] for row in plain_rows] == single
+    assert reloaded.encode_batch(TEXTS * 20) == reloaded.encode_batch(TEXTS) * 20  # the threaded sentencepiece path
+    pieces = reloaded.tokenize("학교에서 공부했습니다")
+    assert "▁에서" in pieces or "▁에" in pieces  # the particle starts its own piece
+
+    for text in TEXTS:  # offsets come back on the raw text, through the inserted spaces
+        ids, spans = reloaded.encode_with_offsets(text)
+        assert ids == reloaded.encode_batch([text])[0]
+        assert all(0 <= s <= e <= len(text) for s, e in spans) and spans == sorted(spans)
+        for i, (s, e) in zip(ids, spans):  # each piece is the raw text under its span
+            if i != reloaded.unk_id and e > s:
+                assert unicodedata.normalize("NFC", text[s:e].lower()) == reloaded.pieces[i].lstrip("▁"), (text, s, e)
+
+    # a model checkpoint carries the tokenizer files: the copy encodes alike
+    copy = tmp_path / "checkpoint"
+    shutil.copytree(root / "morph", copy)
+    assert Tokenizer.from_pretrained(str(copy)).encode_batch(TEXTS) == reloaded.encode_batch(TEXTS)
+
+
+def test_prepare_workers_and_finetune_features_segment_too(tokenizers, tmp_path):
+    from litebert.corpus.dataset import PretrainDataset
+    from litebert.corpus.shards import prepare
+    from litebert.tasks.features import featurize_classification
+    from litebert.tasks.records import TextExample
+    from litebert.tokenizer import Tokenizer
+
+    root, morph, _ = tokenizers
+    with open(KO, encoding="utf-8") as f:
+        docs = f.read().strip().split("\n\n")[:3]
+    (tmp_path / "ko.txt").write_text("\n\n".join(docs) + "\n")
+    prepare([str(tmp_path / "ko.txt")], str(tmp_path / "data"), str(root / "morph"), max_seq_length=256,
+            num_workers=2, progress=False, pair_task="none")
+    tok = Tokenizer.from_pretrained(str(root / "morph"))
+    data = PretrainDataset(str(tmp_path / "data"), tok)
+    streams = [sum(tok.encode_batch(doc.split("\n")), []) for doc in docs]
+    checked = 0
+    for i in range(len(data)):
+        item = data[i]
+        body = [int(x) for x in item["input_ids"] if not tok.special_table[int(x)]]
+        if body:
+            assert any(_contains(stream, body) for stream in streams), i  # the workers segmented as the parent
+            checked += 1
+    assert checked > 0
+    features = featurize_classification([TextExample("0", TEXTS[0], TEXTS[1], None)], tok, 64, None)
+    assert features[0].input_ids == tok.encode(TEXTS[0], pair=TEXTS[1], max_length=64)
+
+
+def _contains(stream: list[int], part: list[int]) -> bool:
+    n = len(part)
+    return any(stream[i:i + n] == part for i in range(len(stream) - n + 1))
+
+
+def test_transformers_refuses_a_pre_tokenized_tokenizer(tokenizers):
+    pytest.importorskip("transformers")
+    from transformers import AutoTokenizer
+
+    root, _, _ = tokenizers
+    assert not (root / "morph" / "tokenizer.json").exists()
+    with pytest.raises((ValueError, OSError)):
+        AutoTokenizer.from_pretrained(str(root / "morph"))
+    assert AutoTokenizer.from_pretrained(str(root / "plain"))("대한민국")["input_ids"]  # the plain one still loads
+
+
+def test_another_kiwi_version_warns(tokenizers, tmp_path):
+    from litebert.tokenizer import Tokenizer
+
+    root, _, _ = tokenizers
+    other = tmp_path / "other"
+    shutil.copytree(root / "morph", other)
+    config = json.loads((other / "tokenizer_config.json").read_text())
+    config["pre_tokenizer"]["version"] = "0.0.1"
+    (other / "tokenizer_config.json").write_text(json.dumps(config))
+    with pytest.warns(UserWarning, match="0.0.1"):
+        Tokenizer.from_pretrained(str(other))
+    config["pre_tokenizer"]["name"] = "nope"
+    (other / "tokenizer_config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="unknown pre-tokenizer"):
+        Tokenizer.from_pretrained(str(other))
+    assert np.all(Tokenizer.from_pretrained(str(root / "morph")).special_table[:5])
