@@ -230,7 +230,7 @@ def cli(argv: list[str]) -> int:
     sentences = read_rows(Path(files.input), "sentence")  # row i of the .npy is line i
     if not sentences:
         raise DataError(f"{files.input}: no sentences")
-    vectors = model.encode(sentences, batch_size)
+    vectors = model.encode(sentences, batch_size, progress=train_cfg.progress)
     with atomic_open(out, "wb") as f:
         np.save(f, vectors)
     print(f"wrote {out}: {vectors.shape[0]} x {vectors.shape[1]} ({model.pooling} pooling)")

@@ -17,6 +17,7 @@ from torch import nn
 from litebert.errors import CheckpointError, ConfigError, NonFiniteError
 from litebert.files import read_json_object, write_json
 from litebert.model import AlbertModel, encoder_of
+from litebert.progress import progress_bar
 from litebert.weights import PretrainedMixin
 
 POOLING = ("mean", "cls")
@@ -36,10 +37,10 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> to
 
 @torch.no_grad()
 def embed(model: nn.Module, tokenizer, sentences: Sequence[str], pooling: str = "mean", batch_size: int = 64,
-          max_length: int = 128) -> np.ndarray:
+          max_length: int = 128, progress: bool = False) -> np.ndarray:
     """(N, H) float32 embeddings of `sentences`, in order. Sentences are batched by length (less padding) and
     truncated to `max_length` tokens (at most the model's positions); the model is put in eval mode for the
-    call and restored after."""
+    call and restored after. `progress`: a bar on a terminal, a line every 30 s in a log (`litebert embed`)."""
     encoder = encoder_of(model)
     max_length = min(max_length, encoder.config.max_position_embeddings)
     was_training = encoder.training
@@ -48,12 +49,14 @@ def embed(model: nn.Module, tokenizer, sentences: Sequence[str], pooling: str = 
     order = np.argsort([len(s) for s in sentences], kind="stable")
     out = np.zeros((len(sentences), encoder.config.hidden_size), dtype=np.float32)
     try:
-        for start in range(0, len(order), batch_size):
-            index = order[start:start + batch_size]
-            batch = tokenizer([sentences[i] for i in index], max_length=max_length)
-            mask = batch["attention_mask"].to(device)
-            hidden = encoder(batch["input_ids"].to(device), mask).last_hidden_state
-            out[index] = pool(hidden, mask, pooling).float().cpu().numpy()
+        with progress_bar(len(order), "embed", progress, unit="sentences") as bar:
+            for start in range(0, len(order), batch_size):
+                index = order[start:start + batch_size]
+                batch = tokenizer([sentences[i] for i in index], max_length=max_length)
+                mask = batch["attention_mask"].to(device)
+                hidden = encoder(batch["input_ids"].to(device), mask).last_hidden_state
+                out[index] = pool(hidden, mask, pooling).float().cpu().numpy()
+                bar.update(len(index))
     finally:
         encoder.train(was_training)
     if not np.isfinite(out).all():  # a NaN vector is nobody's nearest neighbour: retrieval would fail silently

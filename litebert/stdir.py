@@ -137,10 +137,9 @@ class SentenceModel:
         return dense[-1].linear.out_features if dense else self.encoder.config.hidden_size
 
     @torch.no_grad()
-    def encode(self, sentences: Sequence[str], batch_size: int = 64) -> np.ndarray:
-
+    def encode(self, sentences: Sequence[str], batch_size: int = 64, progress: bool = False) -> np.ndarray:
         vectors = torch.from_numpy(embed(self.encoder, self.tokenizer, list(sentences), self.pooling, batch_size,
-                                         self.max_length))
+                                         self.max_length, progress))
         for module in self.post:
             vectors = module(vectors)
         if self.normalize:

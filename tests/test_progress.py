@@ -1,8 +1,10 @@
 """Long work says where it is in a log: plain lines every LOG_INTERVAL seconds where tqdm would draw nothing."""
 
 import torch
+from test_finetune import train_tiny_tokenizer
 
 from litebert import AlbertConfig, AlbertForSequenceClassification, progress
+from litebert.sentence import embed
 from litebert.training.data import ShuffledData
 from litebert.training.loop import TrainConfig, train
 
@@ -31,3 +33,12 @@ def test_training_in_a_log_prints_its_steps(monkeypatch, capsys, tmp_path):
                                        out_dir=str(tmp_path / "run"), save_every=0))
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("train: ")]
     assert [line.split()[1] for line in lines] == ["1/3", "2/3", "3/3"]
+
+
+def test_embedding_in_a_log_prints_its_sentences(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(progress, "LOG_INTERVAL", 0.0)
+    tok = train_tiny_tokenizer(tmp_path)
+    model = AlbertForSequenceClassification(AlbertConfig.from_preset("tiny", vocab_size=tok.vocab_size))
+    vectors = embed(model, tok, ["a first sentence", "and a second", "the third"], batch_size=2, progress=True)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("embed: ")]
+    assert vectors.shape[0] == 3 and [line.split()[1] for line in lines] == ["2/3", "3/3"]

@@ -25,6 +25,7 @@ from litebert.tasks.records import (
     json_record,
     nonblank_lines,
     open_text,
+    parquet_records,
     table_format,
 )
 
@@ -33,7 +34,8 @@ def read_table(path: os.PathLike | str, text_columns: Sequence[str | int], label
                labels: Sequence[str] | None = None, regression: bool = False, id_column: str | int | None = None,
                header: bool = True, columns: Sequence[str] | None = None, errors: str = "raise",
                label_optional: bool = False, multi_label: bool = False) -> Examples:
-    """Sentence (one text column) or sentence-pair (two) examples from a .tsv, .csv or .jsonl file (or .gz).
+    """Sentence (one text column) or sentence-pair (two) examples from a .tsv, .csv or .jsonl file (or .gz), or
+    a .parquet file (a `datasets` table: `Dataset.to_parquet`, the Hub's dataset files), read as its JSON rows.
 
     Columns are header names (JSON keys for .jsonl) or 0-based indices. A file without a header row takes its
     names from `columns`, if given. label_column None reads unlabelled data (test splits); labels, if given, is
@@ -49,8 +51,8 @@ def read_table(path: os.PathLike | str, text_columns: Sequence[str | int], label
         raise ConfigError(f"text_columns must name one or two columns, got {list(text_columns)}")
     fmt = table_format(path)
     labels = None if labels is None else [str(x) for x in labels]
-    if fmt == "jsonl":
-        records, width, id_key = nonblank_lines(path), None, id_column
+    if fmt in ("jsonl", "parquet"):  # a Parquet row is read as the JSON object it holds
+        records, width, id_key = nonblank_lines(path) if fmt == "jsonl" else parquet_records(path), None, id_column
         if label_optional and label_column is not None:
             first = next(records, None)
             records = itertools.chain([first] if first else [], records)
@@ -80,7 +82,7 @@ def read_table(path: os.PathLike | str, text_columns: Sequence[str | int], label
 
     def parse(where: str, numbered) -> TextExample:
         n, record = numbered
-        if fmt == "jsonl":
+        if fmt in ("jsonl", "parquet"):
             record = json_record(record)
         elif width is not None and len(record) != width:
             raise BadRecord(f"expected {width} tab/comma-separated fields, found {len(record)}")
@@ -99,7 +101,7 @@ def read_table(path: os.PathLike | str, text_columns: Sequence[str | int], label
                 label = str(raw)
                 if labels is not None and label not in labels:
                     raise BadRecord(f"label {label!r} is not one of {labels}", kind=UNKNOWN_LABEL)
-        has_id = id_key is not None and (fmt != "jsonl" or id_key in record)
+        has_id = id_key is not None and (fmt not in ("jsonl", "parquet") or id_key in record)
         ident = str(_get(record, id_key, (str, int))) if has_id else str(n)
         return TextExample(ident, texts[0], texts[1] if len(texts) == 2 else None, label)
 

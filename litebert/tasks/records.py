@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from litebert.errors import DataError
+from litebert.errors import ConfigError, DataError
 from litebert.files import data_suffix
 
 log = logging.getLogger(__name__)
@@ -255,10 +255,30 @@ def json_record(line: str) -> dict:
 
 def table_format(path: Path) -> str:
     suffix = data_suffix(path)
-    formats = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
+    formats = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet"}
     if suffix not in formats:
-        raise DataError(f"{path}: cannot tell the format from the suffix {suffix!r} (want .tsv, .csv or .jsonl)")
+        raise DataError(f"{path}: cannot tell the format from the suffix {suffix!r} (want .tsv, .csv, .jsonl or "
+                        ".parquet)")
     return formats[suffix]
+
+
+def parquet_records(path: Path) -> Iterator[tuple[str, str]]:
+    """The rows of a Parquet file (what `datasets`' `Dataset.to_parquet` writes and the Hub serves datasets as),
+    each as a JSON line, so that they are read, checked and counted exactly as a .jsonl file's rows."""
+    try:
+        import pyarrow  # an optional dependency: litebert[parquet]
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ConfigError(f"{path}: reading Parquet needs pyarrow (pip install 'litebert[parquet]')") from None
+    try:
+        table = pq.ParquetFile(path)
+    except (OSError, pyarrow.ArrowException) as e:  # missing, truncated, or not Parquet at all
+        raise DataError(f"{path}: not a readable Parquet file ({e})") from None
+    n = 0
+    for batch in table.iter_batches(batch_size=1024):
+        for row in batch.to_pylist():
+            n += 1
+            yield f"{path}:row {n}", json.dumps(row, ensure_ascii=False, default=str)
 
 
 def _get(record, key, kind: type | tuple = str):
