@@ -94,7 +94,7 @@ BAD_FLAGS = [  # (argv, what the one line must say); each refused before any fil
     (["finetune", "--doc-stride", "0"], "--doc-stride must be in [1, inf), got 0"),
     (["finetune", "--max-train-examples", "-3"], "--max-train-examples must be in [1, inf), got -3"),
     (["finetune", "--dropout", "1.0"], "--dropout must be in [0, 1), got 1.0"),
-    (["finetune", "--warmup-steps", "50", "--max-steps", "10"], "--warmup-steps 50 must be below --max-steps 10"),
+    (["finetune", "--warmup-steps", "50", "--max-steps", "10"], "--warmup-steps 50 exceeds --max-steps 10"),
     (["finetune", "--task", "wordnet_qa", "--max-length", "64"], "--max-query-length 64 + 3 special tokens"),
     (["evaluate", "--eval-batch-size", "0"], "--eval-batch-size must be in [1, inf), got 0"),
     (["predict", "--top-k", "0"], "--top-k must be in [1, inf), got 0"),

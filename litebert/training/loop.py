@@ -161,10 +161,10 @@ class TrainConfig:
         need(self.lr >= 0 and self.clip_norm >= 0 and self.weight_decay >= 0, "lr, clip_norm and weight_decay "
              "must be >= 0")
         need(self.dist_timeout_minutes > 0, "dist_timeout_minutes must be positive")
-        # A warmup as long as the run peaks at its last step and never decays: the options must agree.
-        if self.warmup_steps >= self.max_steps and self.warmup_steps > 0:
-            raise ConfigError(f"--warmup-steps {self.warmup_steps} must be below --max-steps {self.max_steps}: the "
-                              "learning rate would peak at the last step and never decay")
+        # A warmup longer than the run never reaches its peak learning rate, nor decays: the options must agree.
+        if self.warmup_steps > self.max_steps:
+            raise ConfigError(f"--warmup-steps {self.warmup_steps} exceeds --max-steps {self.max_steps}: the "
+                              "learning rate would never reach its peak, nor decay")
         need(math.isfinite(self.lr_decay_power) and self.lr_decay_power >= 0,  # < 0: 0 ** power at the last step
              f"lr_decay_power must be a finite number >= 0, got {self.lr_decay_power}")
         resolve_device(self.device)  # a bad --device is refused here, before a run reads or writes anything
