@@ -24,11 +24,11 @@ from litebert.distill import (
     student_vectors,
     train_distilled,
 )
-from litebert.embed import SentenceConfig, pair_metrics
+from litebert.embed import SentenceConfig
 from litebert.model import AlbertModel
 from litebert.sentence import pool
 from litebert.stdir import Dense, add_dense, load_sentence_model
-from litebert.sts import lee_pairs, pair_scores, read_benchmark, score_models, word_pairs
+from litebert.sts import lee_pairs, pair_metrics, pair_scores, read_benchmark, score_models, word_pairs
 from litebert.tokenizer import Tokenizer
 from litebert.training.loop import TrainConfig
 
@@ -195,8 +195,10 @@ def test_distilled_student_approaches_the_teacher_loads_in_sentence_transformers
     assert json.loads((out / "modules.json").read_text())[-1]["type"] == "sentence_transformers.models.Dense"
     theirs = SentenceTransformer(str(out), device="cpu").encode(texts)
     np.testing.assert_allclose(after, theirs, atol=1e-5, rtol=0)
-    assert litebert_main(["embed", "--model", str(out), "--input", str(text_file), "--out", str(tmp_path / "e")]) == 0
-    assert np.load(tmp_path / "e.npy").shape[1] == 16
+    sentences = tmp_path / "sentences.txt"  # embed --input: one sentence per line, row i = line i (no blank lines)
+    sentences.write_text("\n".join(texts) + "\n")
+    assert litebert_main(["embed", "--model", str(out), "--input", str(sentences), "--out", str(tmp_path / "e")]) == 0
+    assert np.load(tmp_path / "e.npy").shape == (len(texts), 16)
 
     # the teacher's vectors are cached; a run resumed from step 20 reaches the uninterrupted weights
     assert (tmp_path / "run" / "teacher_vectors.npy").is_file()

@@ -262,17 +262,17 @@ def _jsonl(path, field="text", n=30):
     return str(path)
 
 
-@pytest.mark.parametrize("flag,value,message", [
-    ("--masked-lm-prob", "2", "masked_lm_prob must be in (0, 1], got 2.0"),
-    ("--masked-lm-prob", "-1", "masked_lm_prob must be in (0, 1], got -1.0"),
-    ("--masked-lm-prob", "0", "masked_lm_prob must be in (0, 1], got 0.0"),
-    ("--max-predictions-per-seq", "0", "max_predictions_per_seq must be >= 1, got 0"),
-    ("--short-seq-prob", "1.5", "short_seq_prob must be in [0, 1], got 1.5"),
-    ("--dupe-factor", "0", "dupe_factor must be >= 1, got 0"),
+@pytest.mark.parametrize("flag,value,message", [  # each flag's declared range, or the rule check_options adds
+    ("--masked-lm-prob", "2", "--masked-lm-prob must be in (0, 1], got 2.0"),
+    ("--masked-lm-prob", "-1", "--masked-lm-prob must be in (0, 1], got -1.0"),
+    ("--masked-lm-prob", "0", "--masked-lm-prob must be in (0, 1], got 0.0"),
+    ("--max-predictions-per-seq", "0", "--max-predictions-per-seq must be in [1, inf), got 0"),
+    ("--short-seq-prob", "1.5", "--short-seq-prob must be in [0, 1], got 1.5"),
+    ("--dupe-factor", "0", "--dupe-factor must be in [1, inf), got 0"),
     ("--max-seq-length", "4", "max_seq_length must be in [5, 65536], got 4"),  # [CLS] A [SEP] B [SEP] needs 5
-    ("--shard-size", "0", "shard_size must be >= 1, got 0"),
-    ("--seed", "-3", "seed must be >= 0, got -3"),
-    ("--pair-task none --max-seq-length", "3", "max_seq_length must be in [4, 65536], got 3"),
+    ("--shard-size", "0", "--shard-size must be in [1, inf), got 0"),
+    ("--seed", "-3", "--seed must be in [0, 4294967295], got -3"),
+    ("--pair-task none --max-seq-length", "3", "--max-seq-length must be in [4, 65536], got 3"),
 ])
 def test_cli_prepare_rejects_out_of_range_options(tok_dir, tmp_path, capsys, flag, value, message):
     from litebert.cli import main

@@ -87,9 +87,11 @@ def toy_batches(batch_size: int, micro_batch_size: int, poison_step: int | None 
 
 
 def toy_config(tmp_path, **kw) -> TrainConfig:
-    base = dict(lr=0.02, batch_size=8, max_steps=12, warmup_steps=2, out_dir=str(tmp_path / "run"), progress=False,
+    base = dict(lr=0.02, batch_size=8, max_steps=12, out_dir=str(tmp_path / "run"), progress=False,
                 log_every=1, seed=3, device="cpu")  # bit-exactness is a CPU promise
-    return TrainConfig(**{**base, **kw})
+    merged = {**base, **kw}
+    merged.setdefault("warmup_steps", min(2, merged["max_steps"]))  # a warmup longer than the run is refused
+    return TrainConfig(**merged)
 
 
 def make_toy(dropout=0.1) -> ToyModel:

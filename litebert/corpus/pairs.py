@@ -29,7 +29,7 @@ PAIR_TASKS = ("sop", "nsp", "none")
 class InstanceOptions:
     """The knobs of instance creation; stored in meta.json (pretraining masks with its masking knobs)."""
 
-    max_seq_length: int = field(default=128, metadata={"range": "[5, inf)",
+    max_seq_length: int = field(default=128, metadata={"range": "[4, 65536]",
         "help": "tokens per example, [CLS] and [SEP]s included"})
     short_seq_prob: float = field(default=0.1, metadata={"range": "[0, 1]",
         "help": "probability that a document's chunks aim at a random shorter length, as ALBERT's recipe"})
@@ -38,8 +38,8 @@ class InstanceOptions:
     dupe_factor: int = field(default=1, metadata={"range": "[1, inf)",
         "help": "copies of the corpus, each cut differently"})
     static_masking: bool = field(default=False, metadata={"help": "mask once here instead of at batch time"})
-    masked_lm_prob: float = field(default=0.15, metadata={"range": "[0, 1]", "help": "fraction of the tokens to mask"})
-    max_predictions_per_seq: int = field(default=20, metadata={"range": "[0, inf)",
+    masked_lm_prob: float = field(default=0.15, metadata={"range": "(0, 1]", "help": "fraction of the tokens to mask"})
+    max_predictions_per_seq: int = field(default=20, metadata={"range": "[1, inf)",
         "help": "at most this many masked tokens per example"})
     max_ngram: int = field(default=3, metadata={"range": "[1, inf)",
         "help": "longest masked span, in whole words (a span of n words is picked with probability ~ 1/n)"})
