@@ -152,7 +152,7 @@ def prepare(cfg: FinetuneConfig) -> Prepared:
     if not train_examples:
         raise DataError(f"{cfg.data_dir}: no training examples for task {task.name}")
     labels = family.labels(task, train_examples)
-    check_learnable(task, train_examples, labels, cfg.data_dir)
+    family.check_learnable(task, train_examples, labels, cfg.data_dir)
     eval_examples = read_split(task, cfg, cfg.eval_split, labels, cfg.max_eval_examples)
     if not eval_examples:
         raise DataError(f"{cfg.data_dir}: no usable {cfg.eval_split} examples for task {task.name} "
@@ -160,21 +160,6 @@ def prepare(cfg: FinetuneConfig) -> Prepared:
     return Prepared(task, family, model_dir, tok, settings, labels, train_examples, eval_examples,
                     family.featurize(train_examples, tok, labels, settings),
                     family.featurize(eval_examples, tok, labels, settings))
-
-
-def check_learnable(task, examples, labels: list[str] | None, where: str) -> None:
-    """DataError for training data a classifier cannot learn from: one class (a 1-label head that scores
-    "accuracy 1.0"), or a class whose every text is empty or blank (nothing tells it apart)."""
-    if task.kind != "classification" or labels is None:
-        return
-    if len(labels) < 2:
-        raise DataError(f"{where}: every training example of task {task.name} has the label {labels[0]!r}: a "
-                        "classifier needs at least two classes to learn from")
-    texted = {ex.label for ex in examples if (ex.text_a or "").strip() or (ex.text_b or "").strip()}
-    blank = [label for label in labels if label not in texted]
-    if blank:
-        raise DataError(f"{where}: every training text of class(es) {blank} is empty or blank: nothing tells them "
-                        "apart from the others; fill or remove those rows")
 
 
 def _write_best(directory: str, model, tokenizer, scored: Scored, primary: str, eval_split: str,

@@ -30,7 +30,7 @@ import torch
 
 import litebert.tasks.metrics as M  # not "from litebert.tasks import": that names the package, a cycle
 from litebert.config import AlbertConfig
-from litebert.errors import CheckpointError, ConfigError
+from litebert.errors import CheckpointError, ConfigError, DataError
 from litebert.files import read_json_object
 from litebert.heads import (
     AlbertForMultipleChoice,
@@ -48,7 +48,7 @@ from litebert.tasks.features import (
     featurize_text_tags,
     word_predictions,
 )
-from litebert.tasks.records import ChoiceExample, TextExample, label_list
+from litebert.tasks.records import ChoiceExample, describe, label_list, nonblank, text_example
 from litebert.tasks.squad import (
     QAExample,
     apply_null_threshold,
@@ -94,6 +94,12 @@ class Family:
         """What the head's AlbertConfig needs for this family and label set (num_labels, problem_type, ...)."""
         return {}
 
+    def check_learnable(self, task, examples: Sequence, labels: list[str] | None, where: str) -> None:
+        """DataError, before training, for training data this family's head cannot learn from."""
+
+    def check_settings(self, max_length: int | None, max_query_length: int) -> None:
+        """ConfigError, before any work, for feature settings this family cannot featurize with."""
+
     def primary_metric(self, task) -> str:
         return task.metrics[0]
 
@@ -133,39 +139,22 @@ def _labelled(gold: Sequence) -> bool:
     return bool(gold) and all(g is not None for g in gold)
 
 
-def _nonblank(value: Any, what: str) -> str:
-    if not isinstance(value, str):
-        raise ConfigError(f"{what} should be a string, got {type(value).__name__}")
-    if not value.strip():
-        raise ConfigError(f"{what} is empty")
-    return value
-
-
-def _text(value: Any, what: str) -> str:
-    """A text to classify or encode: any string, "" included ([CLS] [SEP] alone, as transformers reads it)."""
-    if not isinstance(value, str):
-        raise ConfigError(f"{what} should be a string, got {type(value).__name__}")
-    return value
-
-
-def _text_example(raw: Any, index: int) -> TextExample:
-    """A string, a (text, text_pair) pair, or {"text": ..., "text_pair": ...} as transformers' pipelines take;
-    "" is a text, as there."""
-    if isinstance(raw, str):
-        return TextExample(str(index), raw)
-    if isinstance(raw, dict) and "text" in raw:
-        unknown = sorted(set(raw) - {"text", "text_pair"})
-        if unknown:
-            raise ConfigError(f"unexpected key(s) {unknown}: a text pair is {{'text', 'text_pair'}}")
-        pair = raw.get("text_pair")
-        return TextExample(str(index), _text(raw["text"], "text"), None if pair is None else _text(pair, "text_pair"))
-    if isinstance(raw, (list, tuple)) and len(raw) == 2 and all(isinstance(x, str) for x in raw):
-        return TextExample(str(index), raw[0], raw[1])
-    raise ConfigError(f"expected a string, a pair of strings or {{'text', 'text_pair'}}, got {type(raw).__name__}")
-
-
 class SequenceClassification(Family):
     kind, head = "classification", AlbertForSequenceClassification
+
+    def check_learnable(self, task, examples, labels, where):
+        """One class (a 1-label head that scores "accuracy 1.0"), or a class whose every text is empty or blank
+        (nothing tells it apart), is refused."""
+        if labels is None:
+            return
+        if len(labels) < 2:
+            raise DataError(f"{where}: every training example of task {task.name} has the label {labels[0]!r}: a "
+                            "classifier needs at least two classes to learn from")
+        texted = {ex.label for ex in examples if (ex.text_a or "").strip() or (ex.text_b or "").strip()}
+        blank = [label for label in labels if label not in texted]
+        if blank:
+            raise DataError(f"{where}: every training text of class(es) {blank} is empty or blank: nothing tells "
+                            "them apart from the others; fill or remove those rows")
 
     def labels(self, task, train_examples):
         return list(task.labels) if task.labels else label_list(train_examples)
@@ -191,7 +180,7 @@ class SequenceClassification(Family):
                 "accuracy": float(np.mean([str(ex.label) == majority for ex in eval_examples]))}
 
     def example(self, raw, index):
-        return _text_example(raw, index)
+        return text_example(raw, index)
 
     def answers(self, examples, features, scores, labels, settings, calibration=None):
         return [ranked(labels, s, [int(s.argmax())]) for s in scores]
@@ -199,6 +188,7 @@ class SequenceClassification(Family):
 
 class Regression(SequenceClassification):
     kind, label_type = "regression", "value"
+    check_learnable = Family.check_learnable  # a value per row, no classes to be missing
 
     def labels(self, task, train_examples):
         return None
@@ -231,6 +221,7 @@ class MultiLabelClassification(SequenceClassification):
     loads it as one too. The thresholds maximise each class's F1 on the split they are tuned on."""
 
     kind, label_type = "multi_label", "set"
+    check_learnable = Family.check_learnable  # a set of labels per row: a row may rightly hold none
 
     def config_overrides(self, labels):
         return {**super().config_overrides(labels), "problem_type": "multi_label_classification"}
@@ -291,14 +282,14 @@ class MultipleChoice(Family):
     def example(self, raw, index):
         shape = "{'question': str, 'options': [at least two strings], 'context': optional str}"
         if not (isinstance(raw, dict) and isinstance(raw.get("options"), list) and len(raw["options"]) >= 2):
-            raise ConfigError(f"expected {shape}, got {_describe(raw)}")
+            raise ConfigError(f"expected {shape}, got {describe(raw)}")
         unknown = sorted(set(raw) - {"question", "options", "context"})
         if unknown:
             raise ConfigError(f"unexpected key(s) {unknown}: expected {shape}")
         context = raw.get("context")
-        return ChoiceExample(str(index), "" if context is None else _nonblank(context, "context"),
-                             _nonblank(raw.get("question"), "question"),
-                             [_nonblank(o, f"option {j}") for j, o in enumerate(raw["options"])])
+        return ChoiceExample(str(index), "" if context is None else nonblank(context, "context"),
+                             nonblank(raw.get("question"), "question"),
+                             [nonblank(o, f"option {j}") for j, o in enumerate(raw["options"])])
 
     def answers(self, examples, features, scores, labels, settings, calibration=None):
         return [ranked(range(len(s)), s, [int(s.argmax())]) for s in scores]
@@ -307,6 +298,11 @@ class MultipleChoice(Family):
 class ExtractiveQA(Family):
     """SQuAD v1.1 and v2.0: spans decoded over every window of a context; v2.0's no-answer threshold is tuned on
     the split it is scored on, unless a calibration says it."""
+
+    def check_settings(self, max_length, max_query_length):
+        if max_length is not None and max_query_length + 3 >= max_length:  # [CLS] q [SEP] context [SEP]
+            raise ConfigError(f"--max-query-length {max_query_length} + 3 special tokens leaves no room for "
+                              f"context in --max-length {max_length}: lower --max-query-length or raise --max-length")
 
     kind, head = "qa", AlbertForQuestionAnswering
 
@@ -348,11 +344,11 @@ class ExtractiveQA(Family):
 
     def example(self, raw, index):
         if not (isinstance(raw, dict) and "question" in raw and "context" in raw):
-            raise ConfigError(f"expected {{'question': str, 'context': str}}, got {_describe(raw)}")
+            raise ConfigError(f"expected {{'question': str, 'context': str}}, got {describe(raw)}")
         unknown = sorted(set(raw) - {"question", "context"})
         if unknown:
             raise ConfigError(f"unexpected key(s) {unknown}: expected {{'question': str, 'context': str}}")
-        return QAExample(str(index), _nonblank(raw["question"], "question"), _nonblank(raw["context"], "context"),
+        return QAExample(str(index), nonblank(raw["question"], "question"), nonblank(raw["context"], "context"),
                          [])
 
     def answers(self, examples, features, scores, labels, settings, calibration=None):
@@ -371,10 +367,6 @@ class ExtractiveQA(Family):
                 Span(p.text, p.start, p.end, p.probability)
             out.append(Spans(best, [Span(*s) for s in p.spans], null))
         return out
-
-
-def _describe(raw: Any) -> str:
-    return f"an object with keys {sorted(raw)}" if isinstance(raw, dict) else type(raw).__name__
 
 
 class TokenTagging(Family):
@@ -418,7 +410,7 @@ class TokenTagging(Family):
             raw = " ".join(raw)
         elif not isinstance(raw, str):
             raise ConfigError(f"expected a string or a list of words (non-empty, without spaces), got "
-                              f"{_describe(raw)}")
+                              f"{describe(raw)}")
         return TextTagExample(str(index), raw.split(), text=raw)  # "" has no entities, as in transformers
 
     def answers(self, examples, features, scores, labels, settings, calibration=None):

@@ -100,12 +100,8 @@ class TaskConfig:
         # Refused here, before any work: otherwise the first evaluation fails with range()'s own message.
         if self.eval_batch_size < 1:
             raise ConfigError(f"invalid {type(self).__name__}: eval_batch_size must be >= 1, got {self.eval_batch_size}")
-        task = TASKS.get(self.task)
-        if task is not None and task.kind == "qa" and self.max_length is not None \
-                and self.max_query_length + 3 >= self.max_length:  # [CLS] q [SEP] context [SEP]
-            raise ConfigError(f"--max-query-length {self.max_query_length} + 3 special tokens leaves no room for "
-                              f"context in --max-length {self.max_length}: lower --max-query-length or raise "
-                              "--max-length")
+        if self.task in TASKS:  # what the task's family cannot featurize with, refused before any work
+            family_of(TASKS[self.task]).check_settings(self.max_length, self.max_query_length)
 
 
 def resolve_task(cfg: TaskConfig) -> Task:

@@ -292,3 +292,39 @@ def _get(record, key, kind: type | tuple = str):
     return value
 
 
+# ----------------------------------------------------------------------------- one raw pipeline input
+
+
+def nonblank(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"{what} should be a string, got {type(value).__name__}")
+    if not value.strip():
+        raise ConfigError(f"{what} is empty")
+    return value
+
+
+def raw_text(value: Any, what: str) -> str:
+    """A text to classify or encode: any string, "" included ([CLS] [SEP] alone, as transformers reads it)."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{what} should be a string, got {type(value).__name__}")
+    return value
+
+
+def text_example(raw: Any, index: int) -> TextExample:
+    """A string, a (text, text_pair) pair, or {"text": ..., "text_pair": ...} as transformers' pipelines take;
+    "" is a text, as there."""
+    if isinstance(raw, str):
+        return TextExample(str(index), raw)
+    if isinstance(raw, dict) and "text" in raw:
+        unknown = sorted(set(raw) - {"text", "text_pair"})
+        if unknown:
+            raise ConfigError(f"unexpected key(s) {unknown}: a text pair is {{'text', 'text_pair'}}")
+        pair = raw.get("text_pair")
+        return TextExample(str(index), raw_text(raw["text"], "text"), None if pair is None else raw_text(pair, "text_pair"))
+    if isinstance(raw, (list, tuple)) and len(raw) == 2 and all(isinstance(x, str) for x in raw):
+        return TextExample(str(index), raw[0], raw[1])
+    raise ConfigError(f"expected a string, a pair of strings or {{'text', 'text_pair'}}, got {type(raw).__name__}")
+
+
+def describe(raw: Any) -> str:
+    return f"an object with keys {sorted(raw)}" if isinstance(raw, dict) else type(raw).__name__

@@ -10,9 +10,9 @@ from litebert.errors import ConfigError
 from litebert.heads import model_class
 from litebert.model import AlbertForMaskedLM, AlbertForPreTraining, AlbertModel, encoder_of
 from litebert.tasks.answers import MaskFill
-from litebert.tasks.families import Family, _nonblank, _softmax, _text_example
+from litebert.tasks.families import Family, _softmax
 from litebert.tasks.features import Feature, featurize_classification
-from litebert.tasks.records import TextExample
+from litebert.tasks.records import TextExample, nonblank, text_example
 from litebert.tokenizer import SPECIALS
 
 
@@ -29,7 +29,7 @@ class MaskedLanguageModel(Family):
     mask = SPECIALS["mask_token"]
 
     def example(self, raw, index):
-        text = _nonblank(raw, "the text")
+        text = nonblank(raw, "the text")
         if self.mask not in text:
             raise ConfigError(f"no {self.mask} in the text: fill-mask predicts the tokens at {self.mask}")
         return TextExample(str(index), text)
@@ -76,7 +76,7 @@ class Encoder(Family):
         self.pooling = pooling
 
     def example(self, raw, index):
-        return _text_example(raw, index)
+        return text_example(raw, index)
 
     def load(self, directory):
         """The encoder of whatever the checkpoint holds (a head's `albert`), loaded without unused weights."""
