@@ -8,8 +8,8 @@ import dataclasses
 import math
 import os
 import re
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 from litebert.corpus.dataset import PretrainDataset
 from litebert.files import save_figure
@@ -20,6 +20,7 @@ from litebert.paper.stats import (
     LEVEL,
     POWER,
     Cell,
+    Gap,
     cell,
     detectable,
     gap,
@@ -97,6 +98,17 @@ def _side(expr: str, values: Mapping[str, Cell]) -> list[tuple[int, Cell | float
     return terms
 
 
+class ClaimTest(NamedTuple):
+    """How a claim of one kind is decided and written: its verdict from a gap, the test's name, the relation."""
+    verdict: Callable[[Gap, float], tuple[str, float | None]]
+    name: str
+    relation: str
+
+
+CLAIM_TESTS = {"order": ClaimTest(lambda g, tol: order_verdict(g), "one-sided Welch t-test", "vs"),
+               "near": ClaimTest(near_verdict, "TOST, two one-sided Welch t-tests", "~")}
+
+
 def judge(claim: Claim, results: Mapping[str, Any], metric: str | None = None) -> dict[str, Any]:
     """The claim tested on our seeds (litebert.paper.stats: Welch's t-test, or TOST for "near"), per pair, with
     the smallest gap the grid could have detected; and the paper's own numbers beside them."""
@@ -112,7 +124,7 @@ def judge(claim: Claim, results: Mapping[str, Any], metric: str | None = None) -
              if metric in PAPER_COLUMN and isinstance(e["paper"].get(PAPER_COLUMN[metric]), float)}
     if metric in ("sop_acc", "nsp_acc"):
         paper["chance"] = 50.0
-    pairs, verdicts = [], []
+    pairs, verdicts, test = [], [], CLAIM_TESTS[claim.kind]
     for high, low in claim.pairs:
         pair: dict[str, Any] = {"high": high, "low": low}
         pa, pb = _side(high, {k: Cell(v, 0.0, 1) for k, v in paper.items()}), \
@@ -122,16 +134,15 @@ def judge(claim: Claim, results: Mapping[str, Any], metric: str | None = None) -
         a, b = _side(high, ours), _side(low, ours)
         if a and b:
             g = gap(a + [(-sign, term) for sign, term in b])
-            v, p = near_verdict(g, claim.tol) if claim.kind == "near" else order_verdict(g)
+            v, p = test.verdict(g, claim.tol)
             pair.update(ours=[gap(a).value, gap(b).value], se=g.se, df=g.df, p=p, verdict=v,
                         detectable=detectable(g))
             verdicts.append(v.split(" (")[0])
         pairs.append(pair)
     out = {"claim": claim.text, "metric": metric, "kind": claim.kind,
            "verdict": overall(verdicts, len(claim.pairs)), "pairs": pairs,
-           "test": ("TOST, two one-sided Welch t-tests" if claim.kind == "near" else "one-sided Welch t-test")
-           + f", alpha {ALPHA}"}
-    if claim.kind == "near":
+           "test": f"{test.name}, alpha {ALPHA}"}
+    if claim.tol:
         out["tol"] = claim.tol
     if metric == "avg":  # the paper's tables score downstream; held-out MLM accuracy is what every row has
         out["proxy"] = judge(dataclasses.replace(claim, metric="mlm_acc"), results)
@@ -173,8 +184,7 @@ def _our_columns(grid: Grid, results: Mapping[str, Any]) -> list[tuple[str, str]
 
 
 def _pair_text(metric: str, pair: Mapping[str, Any], kind: str) -> str:
-    rel = "~" if kind == "near" else "vs"
-    text = f"{pair['high']} {rel} {pair['low']}"
+    text = f"{pair['high']} {CLAIM_TESTS[kind].relation} {pair['low']}"
     if "ours" in pair:
         a, b = pair["ours"]
         test = ""
