@@ -36,6 +36,7 @@ from litebert.runconfig import BUNDLED_CONFIGS, load_toml, parse_verb, resolve_c
 from litebert.serving.pipeline import pipeline
 from litebert.serving.server import one_line
 from litebert.tasks.readers import read_table
+from litebert.training import prerelease
 from litebert.training.loop import TrainConfig
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
@@ -62,20 +63,20 @@ QUICK_LONG_PHASE = dict(max_steps=10, eval_every=10, save_every=10, warmup_steps
 
 
 DEMO_MARKER = ".litebert-demo"  # written first into a demo's directory
-# What a demo writes (data/ and tasks/: where older demos kept their data and the unpacked task).
+# What a demo writes (and what demos before the release wrote).
 DEMO_ENTRIES = {DEMO_MARKER, "summary.json", "tokenizer", "data64", "data128", "pretrain", "pretrain128",
-                "finetune_pretrained", "finetune_from_scratch", "data", "tasks"}
+                "finetune_pretrained", "finetune_from_scratch", *prerelease.OLD_DEMO_ENTRIES}
 
 
 def start_clean(out_dir: str) -> None:
     """A demo starts from nothing (real runs use --resume), but it deletes only what a demo made: the entries
-    of a previous demo run (known by its marker, or by its summary for demos older than the marker), never the
+    of a previous demo run (known by its marker, or as prerelease.OLD_DEMO_SIGN says), never the
     directory itself, and nothing at all if anything else has been put there (`--out .` in a project)."""
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise ConfigError(f"{out_dir} is a file, not a directory")
     entries = set(os.listdir(out_dir)) if os.path.isdir(out_dir) else set()
     foreign = sorted(entries - DEMO_ENTRIES)
-    if foreign or (entries and not entries & {DEMO_MARKER, "summary.json"}):
+    if foreign or (entries and not entries & {DEMO_MARKER, prerelease.OLD_DEMO_SIGN}):
         what = f"it holds {', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}" if foreign else \
             "it is not a previous demo run"
         raise ConfigError(f"{out_dir}: {what}; choose another --out (a demo replaces only its own earlier run)")

@@ -34,6 +34,7 @@ from litebert.files import write_json
 from litebert.model import AlbertForPreTraining
 from litebert.runconfig import parse_verb, verb_parser
 from litebert.tokenizer import SPIECE_FILE, Tokenizer
+from litebert.training import prerelease
 from litebert.training.data import ShuffledData
 from litebert.training.distributed import is_main_process
 from litebert.training.loop import TrainConfig, train
@@ -298,7 +299,7 @@ def _tokenizer_of(model_dir: str):
 def format_summary(s: dict[str, Any]) -> str:
     """The few lines a person reads after a run: learned vs chance vs untrained (or vs the starting checkpoint)."""
     b, f = s["baselines"], s["final"]
-    u = s["untrained"] or {}  # empty: resumed from a checkpoint older than the evaluation of the initial weights
+    u = prerelease.untrained_of(s)
 
     def at_start(key: str, spec: str) -> str:
         return "not recorded" if key not in u else format(u[key], spec)

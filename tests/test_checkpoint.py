@@ -406,7 +406,7 @@ def test_optimizer_state_is_matched_by_parameter_name_and_a_missing_one_is_named
     longer trains is dropped, the rest lands on the same names; a parameter without saved state is refused."""
     from litebert.errors import CheckpointError
     from litebert.training.optim import make_optimizer
-    from litebert.training.state import optimizer_state_by_name
+    from litebert.training.prerelease import optimizer_state_by_name
     model = make_toy()
     opt = make_optimizer(model, "adamw", lr=1e-2)
     model(**toy_batches(8, 8)(0, 0, 0, 1)).loss.backward()

@@ -35,6 +35,7 @@ from torch import nn
 from litebert.errors import CheckpointError
 from litebert.files import write_dir_atomically, write_json
 from litebert.tokenizer import SPIECE_FILE, match_model_max_length
+from litebert.training import prerelease
 from litebert.weights import read_state_dict
 
 log = logging.getLogger("litebert")
@@ -138,12 +139,7 @@ def verify_checkpoint(checkpoint_dir: str | os.PathLike) -> str | None:
     except (OSError, ValueError) as e:
         return f"{MARKER}: unreadable ({e})"
     if files is None:
-        try:
-            load_train_state(path)
-            read_state_dict(os.fspath(path))
-        except Exception as e:  # noqa: BLE001 - any failure to read is damage
-            return str(e)
-        return None
+        return prerelease.verify_by_reading(path, [load_train_state, lambda p: read_state_dict(os.fspath(p))])
     for name, expected in files.items():
         file = path / name
         if not file.is_file():
@@ -248,11 +244,8 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     cuda = state.get("cuda")
     if cuda is not None and torch.cuda.is_available():
-        if isinstance(cuda, (list, tuple)):  # written before: one state per visible GPU; take this one's
-            index = torch.cuda.current_device()
-            if index < len(cuda):
-                torch.cuda.set_rng_state(cuda[index])
-        else:
+        cuda = prerelease.cuda_rng_state(cuda, torch.cuda.current_device())
+        if cuda is not None:
             torch.cuda.set_rng_state(cuda)
 
 

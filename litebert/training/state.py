@@ -38,6 +38,7 @@ from torch import nn
 
 from litebert.errors import CheckpointError
 from litebert.training import checkpoint as ckpt
+from litebert.training import prerelease
 from litebert.training.data import BatchFn
 from litebert.training.distributed import Dist, all_gather, barrier
 
@@ -185,7 +186,7 @@ class EarlyStopping:
 class TrainState:
     """The model and the named objects of a run (see the module docstring), saved and restored together."""
 
-    OPTIONAL = ("record", "early_stopping")  # objects that older checkpoints (or other runs) may not have
+    OPTIONAL = (*prerelease.OBJECTS_ADDED_SINCE, "early_stopping")  # early stopping: only runs that use it
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, schedule: Any, batch_fn: BatchFn,
                  env: Dist, accumulation_steps: int, record: RunRecord | None = None,
@@ -221,45 +222,12 @@ class TrainState:
                                   "with, or start a new run in another out_dir")
         ckpt.load_model_weights(self.model, path)
         states = _named_layout(saved, self.objects)
-        if isinstance(self.objects["optimizer"], torch.optim.Optimizer):
-            states["optimizer"] = optimizer_state_by_name(self.objects["optimizer"], states["optimizer"], path)
+        optimizer = self.objects["optimizer"]
+        if isinstance(optimizer, torch.optim.Optimizer):
+            states["optimizer"] = prerelease.optimizer_state_by_name(optimizer, states["optimizer"], path)
         for name, obj in self.objects.items():
             if states[name] is not None:  # None: an OPTIONAL object the checkpoint does not have
                 obj.load_state_dict(states[name])
-
-
-def optimizer_state_by_name(optimizer: torch.optim.Optimizer, saved: dict[str, Any], path: Any) -> dict[str, Any]:
-    """`saved` (an optimizer's state_dict) indexed for `optimizer` by parameter name, when both record names
-    and their lists differ. Checkpoints of MLM-only pretraining written before the pooler and SOP head were
-    frozen hold state for those two, which the run no longer optimizes: dropped, with a note; a parameter the
-    checkpoint has no state for is a CheckpointError naming it."""
-    now = optimizer.state_dict()["param_groups"]
-    groups = saved.get("param_groups") or []
-    if not all("param_names" in g for g in [*groups, *now]) or \
-            [g["param_names"] for g in groups] == [g["param_names"] for g in now]:
-        return saved  # the same parameters (or no names to match by): torch checks the sizes
-    where = {name: (g, index) for g in groups for name, index in zip(g["param_names"], g["params"])}
-    missing = [name for g in now for name in g["param_names"] if name not in where]
-    if missing:
-        raise CheckpointError(f"cannot resume from {path}: its optimizer state has no entry for "
-                              f"{', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''} (another model?)")
-    state, remapped = {}, []
-    for group in now:
-        sources = {id(where[name][0]) for name in group["param_names"]}
-        if len(sources) > 1:  # their saved groups may differ in weight decay or layer adaptation
-            raise CheckpointError(f"cannot resume from {path}: the optimizer's parameter groups differ from the "
-                                  f"checkpoint's ({group['param_names'][0]} and others were saved in other groups)")
-        hyper = {k: v for k, v in where[group["param_names"][0]][0].items() if k not in ("params", "param_names")}
-        remapped.append({**hyper, "params": group["params"], "param_names": group["param_names"]})
-        for name, index in zip(group["param_names"], group["params"]):
-            _, saved_index = where[name]
-            if saved_index in saved["state"]:
-                state[index] = saved["state"][saved_index]
-    dropped = sorted(set(where) - {name for g in now for name in g["param_names"]})
-    if dropped:
-        log.info("%s: optimizer state of %d parameter(s) this run does not train is not used (%s)", path,
-                 len(dropped), ", ".join(dropped[:4]) + (" ..." if len(dropped) > 4 else ""))
-    return {"state": state, "param_groups": remapped}
 
 
 def _file_layout(states: dict[str, Any], extra: dict[str, Any] | None) -> dict[str, Any]:
