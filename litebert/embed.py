@@ -25,8 +25,8 @@ loading an AlbertModel, and it lets a run resume into the wrapper unchanged.
     litebert embed --model DIR --input sentences.txt --out emb.npy [--pooling mean]
     litebert embed --model DIR --train pairs.jsonl --eval dev.jsonl --out-dir out/salbert [training flags]
     litebert embed --model DIR --evaluate test.jsonl [--compare TEACHER_DIR PLAIN_ENCODER_DIR ...]
-    litebert embed --model DIR --evaluate gensim:lee       (human judgments from the gensim wheel: litebert/sts.py)
-    litebert embed --model DIR --distill TEACHER --distill-text corpus.txt --out-dir out/distill (litebert/distill.py)
+    litebert embed --model DIR --evaluate gensim:lee       (human judgments from the gensim wheel: litebert/sentences/sts.py)
+    litebert embed --model DIR --distill TEACHER --distill-text corpus.txt --out-dir out/distill (litebert/sentences/distill.py)
 """
 
 from __future__ import annotations
@@ -42,14 +42,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from litebert.distill import DistillConfig, train_distilled
 from litebert.errors import ConfigError, DataError
 from litebert.files import atomic_open, check_replaceable, read_npy_header, write_json
 from litebert.runconfig import parse_verb, verb_parser
 from litebert.runtime.device import resolve_device
 from litebert.sentence import OBJECTIVES, POOLING, SentenceEncoder, embed
-from litebert.stdir import load_sentence_model
-from litebert.sts import (
+from litebert.sentences.directories import load_sentence_model
+from litebert.sentences.distill import DistillConfig, train_distilled
+from litebert.sentences.sts import (
     is_benchmark,
     pair_scores,  # each distinct text embedded once (Lee: 50 documents, 2,450 sides)
     read_benchmark,
@@ -177,7 +177,7 @@ class EmbedFiles:
     out: str = field(default="", metadata={"help": "embed: where to write the (N, H) float32 .npy array"})
     evaluate: str = field(default="", metadata={"help": (
         "score --model on a pairs file (recall@1, Spearman, Pearson), or on gensim:lee, gensim:wordsim353 or "
-        "gensim:simlex999 (human judgments read from the gensim wheel; litebert.sts)")})
+        "gensim:simlex999 (human judgments read from the gensim wheel; litebert.sentences.sts)")})
     compare: list[str] = field(default_factory=list, metadata={"help": (
         "with --evaluate: also score these directories on the same pairs (sentence-transformers models such as "
         "a --distill teacher, plain encoders with mean pooling, other litebert models); prints {dir: metrics}"),
@@ -195,7 +195,7 @@ def _is_embeddings(path) -> bool:
 
 def cli(argv: list[str]) -> int:
     parser = verb_parser("embed", __doc__, {"files": EmbedFiles, "model, data and pooling": SentenceConfig,
-                                            "distillation (with --distill; litebert/distill.py)": DistillConfig,
+                                            "distillation (with --distill; litebert/sentences/distill.py)": DistillConfig,
                                             "training (with --train or --distill)": TrainConfig})
     files, cfg, distill_cfg, train_cfg = parse_verb(parser, argv)
     if not cfg.model:
@@ -218,7 +218,7 @@ def cli(argv: list[str]) -> int:
         return 0
 
     batch_size = cfg.eval_batch_size
-    if files.evaluate:  # any kind of sentence model directory (litebert.stdir), scored on the same pairs
+    if files.evaluate:  # any kind of sentence model directory (litebert.sentences.directories), scored on the same pairs
         benchmark = is_benchmark(files.evaluate)
         pairs, labels = read_pairs(files.evaluate, cfg, cfg.max_eval_examples)
         scores = score_models([cfg.model, *files.compare], pairs, labels, cfg.pooling, cfg.max_length, batch_size,

@@ -39,13 +39,13 @@ from litebert.errors import CheckpointError, ConfigError
 from litebert.files import atomic_open, write_dir_atomically, write_json
 from litebert.finetune import FinetuneConfig
 from litebert.runconfig import parse_verb, verb_parser
-from litebert.sweep import read_grid
 from litebert.tasks.ensembles import ENSEMBLE_FILE, average_scores, is_ensemble, read_ensemble
 from litebert.tasks.families import Family, family_for_config, read_calibration
 from litebert.tasks.inference import check_finite_scores, model_scores
 from litebert.tasks.loading import Split, read_task_split
 from litebert.tokenizer import Tokenizer
 from litebert.training.checkpoint import list_checkpoints
+from litebert.training.sweep import read_grid
 from litebert.weights import read_state_dict
 
 

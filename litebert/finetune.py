@@ -8,7 +8,7 @@ resume, logging) is the training loop's, shared with pretraining.
 Defaults follow the ALBERT fine-tuning recipes (google-research/albert's README table: AdamW, per-task learning
 rate, batch size, steps and warmup); every value can be overridden. The best dev checkpoint is kept in
 `<out_dir>/best`, a complete model directory (transformers loads it), beside the last one. Scoring a checkpoint
-later is litebert.evaluate; grids of runs (--seeds, swept flags) are litebert.sweep.
+later is litebert.evaluate; grids of runs (--seeds, swept flags) are litebert.training.sweep.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from typing import Any
 
 import torch
 
-from litebert import sweep
 from litebert import tasks as T
 from litebert.config import AlbertConfig
 from litebert.errors import CheckpointError, ConfigError, DataError
@@ -41,6 +40,7 @@ from litebert.tasks.loading import (
     read_split,
     resolve_task,
 )
+from litebert.training import sweep
 from litebert.training.checkpoint import list_checkpoints
 from litebert.training.data import ShuffledData
 from litebert.training.distributed import is_main_process
@@ -261,7 +261,7 @@ def recipe_help() -> str:
             f"  {'task':<22}{'opt':<7}{'lr':<7}{'batch':>6}{'steps':>8}{'warmup':>8}\n" + "\n".join(rows))
 
 
-GRID_HELP = """grids of runs (litebert.sweep):
+GRID_HELP = """grids of runs (litebert.training.sweep):
   --seeds 1 2 3            one run per seed, in --out-dir/<values>/ (resumable; grid.json, grid.md)
   --lr 1e-5 2e-5 ...       any numeric option given several values is swept: seeds x values
   --score-test             score the selected configuration's runs on test, once each"""

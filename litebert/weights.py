@@ -18,8 +18,7 @@ from torch import nn
 
 from litebert.config import AlbertConfig
 from litebert.errors import CheckpointError, ConfigError, NonFiniteError
-from litebert.hub import fetch_from_hub, looks_like_hub_id
-from litebert.model_card import write_model_card
+from litebert.hub import fetch_from_hub, looks_like_hub_id, write_model_card
 from litebert.tokenizer import match_model_max_length
 
 log = logging.getLogger("litebert")
@@ -87,7 +86,7 @@ class PretrainedMixin:
     # -- save --------------------------------------------------------------------------------------
     def save_pretrained(self, directory: str | os.PathLike, *, config_only: bool = False,
                         card: dict[str, Any] | None = None) -> None:
-        """Write config.json, model.safetensors and a model card (README.md: litebert.model_card; `card` adds
+        """Write config.json, model.safetensors and a model card (README.md: litebert.hub; `card` adds
         license, metrics or a training summary). Tied weights are stored once; layers that partial sharing
         ties are stored under every layer's name (equal values), so transformers computes the same thing."""
         from safetensors.torch import save_file

@@ -4,7 +4,7 @@ majority class and beats random initialisation).
 
     python scripts/finetune_all.py --model out/long/step_N --out out/finetune_all [--steps 400] [--seeds 1 2]
 
-A thin wrapper over the grids of `litebert finetune --seeds` (litebert.sweep): one grid of seeds per task and
+A thin wrapper over the grids of `litebert finetune --seeds` (litebert.training.sweep): one grid of seeds per task and
 initialisation, in <out>/<task>_<init>/seed=N/, resumable (finished runs are kept). Every run's best dev
 checkpoint is scored once on test. The table gives means over the seeds and counts the diverged runs (a best dev
 score that does not beat the trivial baseline): from random initialisation that is itself the finding.
@@ -20,9 +20,9 @@ from pathlib import Path
 from litebert.config import AlbertConfig
 from litebert.devdata import SHARED_DATA
 from litebert.finetune import FinetuneConfig, finetune
-from litebert.sweep import grid_runs, run_grid, scored_once
 from litebert.tasks.loading import evaluate_checkpoint
 from litebert.training.loop import TrainConfig
+from litebert.training.sweep import grid_runs, run_grid, scored_once
 
 TASKS = SHARED_DATA / "tasks"
 MAX_LENGTH = {"novel_authorship": 64, "bible_paraphrase": 128, "wordnet_qa": 128, "wordnet_defmc": 48}

@@ -118,7 +118,7 @@ def student_from_teacher(teacher: str, tok, max_positions: int, transfer_embeddi
 
 
 def lee(model_dir: str, max_length: int = 128) -> dict:
-    from litebert.sts import read_benchmark, score_models
+    from litebert.sentences.sts import read_benchmark, score_models
 
     pairs, labels = read_benchmark("gensim:lee")
     return score_models([model_dir], pairs, labels, max_length=max_length, recall=False)[model_dir]
@@ -151,9 +151,9 @@ def main() -> None:
 
     from litebert.config import AlbertConfig
     from litebert.corpus.tokenizer_training import train_tokenizer
-    from litebert.distill import DistillConfig, train_distilled
     from litebert.embed import SentenceConfig, train_sentence_encoder
     from litebert.model import AlbertModel
+    from litebert.sentences.distill import DistillConfig, train_distilled
     from litebert.training.loop import TrainConfig
 
     torch.set_num_threads(a.threads)
@@ -257,7 +257,7 @@ def run_silver(a, start: str, distilled: str, train_kw: dict) -> dict:
     """Augmented SBERT: cross-encoder on gold pairs -> labels for sampled pairs -> bi-encoder with/without them."""
     from litebert.embed import SentenceConfig, train_sentence_encoder
     from litebert.finetune import FinetuneConfig, finetune
-    from litebert.silver import label_pairs, sample_pairs, write_pairs
+    from litebert.sentences.silver import label_pairs, sample_pairs, write_pairs
     from litebert.training.loop import TrainConfig
 
     gold = os.path.join(a.out, "gold.jsonl")  # the bi-encoder's gold pairs: bible_paraphrase train, 0/1 scores
@@ -280,7 +280,7 @@ def run_silver(a, start: str, distilled: str, train_kw: dict) -> dict:
     silver = os.path.join(a.out, "silver.jsonl")
 
     def make_silver() -> dict:
-        from litebert.distill import monolingual_texts
+        from litebert.sentences.distill import monolingual_texts
 
         texts = monolingual_texts(TEXT, span=1, seed=7, limit=20000)
         pairs = sample_pairs(texts, distilled, a.silver_pairs, seed=7, pool=3000)

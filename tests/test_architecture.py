@@ -9,13 +9,13 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "litebert"
 RUNTIME = "litebert.runtime"  # how this machine runs the math: beneath the model core, importing only these two
 CORE = {"litebert.config", "litebert.errors", "litebert.model", "litebert.heads", "litebert.weights",
-        "litebert.tokenizer", "litebert.hub", "litebert.files", "litebert.sentence", "litebert.model_card",
+        "litebert.tokenizer", "litebert.hub", "litebert.files", "litebert.sentence", "litebert.hub",
         "litebert.progress",
         "litebert.pretokenize"}
 STAGES = ("litebert.corpus", "litebert.tasks", "litebert.training", "litebert.interop", "litebert.paper",
-          "litebert.serving")
+          "litebert.serving", "litebert.sentences")
 VERBS = {"litebert.pretrain", "litebert.finetune", "litebert.evaluate", "litebert.embed", "litebert.vocab",
-         "litebert.demo", "litebert.cli", "litebert.ensemble", "litebert.sweep"}
+         "litebert.demo", "litebert.cli", "litebert.ensemble"}
 
 
 def module_name(path: Path) -> str:

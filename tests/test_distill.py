@@ -16,7 +16,11 @@ import torch
 from litebert.cli import main as litebert_main
 from litebert.config import AlbertConfig
 from litebert.corpus.tokenizer_training import train_tokenizer
-from litebert.distill import (
+from litebert.embed import SentenceConfig
+from litebert.model import AlbertModel
+from litebert.sentence import pool
+from litebert.sentences.directories import Dense, add_dense, load_sentence_model
+from litebert.sentences.distill import (
     DistillConfig,
     DistillStudent,
     distill_items,
@@ -24,11 +28,7 @@ from litebert.distill import (
     student_vectors,
     train_distilled,
 )
-from litebert.embed import SentenceConfig
-from litebert.model import AlbertModel
-from litebert.sentence import pool
-from litebert.stdir import Dense, add_dense, load_sentence_model
-from litebert.sts import lee_pairs, pair_metrics, pair_scores, read_benchmark, score_models, word_pairs
+from litebert.sentences.sts import lee_pairs, pair_metrics, pair_scores, read_benchmark, score_models, word_pairs
 from litebert.tokenizer import Tokenizer
 from litebert.training.loop import TrainConfig
 
@@ -145,7 +145,7 @@ def test_distillation_items_monolingual_and_parallel(text_file, tmp_path):
     pairs = tmp_path / "parallel.jsonl"
     pairs.write_text("".join(json.dumps({"sentence1": s, "sentence2": t}) + "\n" for s, t in
                              [("a source", "its translation"), ("b source", "b translation")]))
-    from litebert.sts import read_scored_pairs
+    from litebert.sentences.sts import read_scored_pairs
     sources, items = distill_items(DistillConfig(distill="t", distill_pairs=[str(pairs)]),
                                    lambda p: read_scored_pairs(p, ["sentence1", "sentence2"], "")[0], seed=0)
     assert sources == ["a source", "b source"]  # the teacher sees the source side only
@@ -267,8 +267,8 @@ def test_silver_pairs_are_sampled_labelled_by_a_regression_cross_encoder_and_tra
                                                                                                  tmp_path):
     from litebert.embed import read_pairs, train_sentence_encoder
     from litebert.finetune import FinetuneConfig, finetune
-    from litebert.silver import label_pairs, sample_pairs, write_pairs
-    from litebert.silver import main as silver_main
+    from litebert.sentences.silver import label_pairs, sample_pairs, write_pairs
+    from litebert.sentences.silver import main as silver_main
 
     lines = corpus_lines(80)
     gold = tmp_path / "gold"

@@ -18,7 +18,7 @@ from litebert.corpus.tokenizer_training import train_tokenizer
 from litebert.embed import SentenceConfig, embed, evaluate_pairs, read_pairs, train_sentence_encoder
 from litebert.model import AlbertForPreTraining, AlbertModel
 from litebert.sentence import SentenceEncoder, pool
-from litebert.sts import paired_cosine, recall_at_1
+from litebert.sentences.sts import paired_cosine, recall_at_1
 from litebert.tokenizer import Tokenizer
 from litebert.training.loop import TrainConfig
 

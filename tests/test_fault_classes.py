@@ -24,12 +24,13 @@ import test_faults
 from test_faults import debris
 
 import litebert
-from litebert import files, sweep
+from litebert import files
 from litebert.cli import main as litebert_main
 from litebert.errors import ConfigError, NonFiniteError
 from litebert.files import atomic_open, write_dir_atomically
 from litebert.finetune import FinetuneConfig, check_out_dir
 from litebert.runconfig import _unwrap_optional, dump_toml, parse_range, resolve_config
+from litebert.training import sweep
 from litebert.training.loop import CONFIG_NAME, TrainConfig
 
 # test_faults' module fixtures, built once for this module too: a tokenizer, a tiny model, a finished 4-step run

@@ -9,12 +9,12 @@ import pytest
 from test_ensemble import tiny_task
 from test_finetune import tiny_model_dir
 
-import litebert.sweep as sweep
+import litebert.training.sweep as sweep
 from litebert.cli import main as litebert_main
 from litebert.finetune import FinetuneConfig, finetune
-from litebert.sweep import diverged, summarize, sweepable_fields, trivial_score
 from litebert.tasks.loading import evaluate_checkpoint
 from litebert.training.loop import TrainConfig
+from litebert.training.sweep import diverged, summarize, sweepable_fields, trivial_score
 
 
 def split_argv(argv):

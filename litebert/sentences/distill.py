@@ -8,7 +8,7 @@ the student learns to put each text where the teacher puts it, by mean squared e
 Both reduce to one list of (text, target row) items, shuffled and batched by the one training loop, so
 distillation is resumable, atomic, torchrun-aware and plotted like every other training verb.
 
-The teacher is any directory litebert.stdir reads (a sentence-transformers model such as all-MiniLM-L6-v2,
+The teacher is any directory litebert.sentences.directories reads (a sentence-transformers model such as all-MiniLM-L6-v2,
 a plain encoder with mean pooling, another litebert S-ALBERT). Its vectors are computed once, before
 training, and cached in OUT_DIR/teacher_vectors.npy (with the texts' and the teacher's fingerprint beside it in
 teacher_vectors.json), so a resume does not recompute them and training runs the student alone. Under
@@ -44,8 +44,8 @@ from litebert.errors import ConfigError, DataError
 from litebert.files import atomic_open, write_json
 from litebert.model import AlbertModel
 from litebert.sentence import SentenceEncoder, embed, sentence_settings
-from litebert.stdir import Dense, add_dense, load_sentence_model
-from litebert.sts import is_benchmark, pair_scores, read_benchmark, read_scored_pairs
+from litebert.sentences.directories import Dense, add_dense, load_sentence_model
+from litebert.sentences.sts import is_benchmark, pair_scores, read_benchmark, read_scored_pairs
 from litebert.tokenizer import Tokenizer
 from litebert.training.data import ShuffledData
 from litebert.training.distributed import is_main_process

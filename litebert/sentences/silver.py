@@ -6,7 +6,7 @@ encodes each side alone, learns only from many. The recipe, in three commands:
 
     litebert finetune --task table --regression --data-dir GOLD_DIR --text-columns sentence1 sentence2 \\
         --model ALBERT_DIR --out-dir out/cross                             # 1. the cross-encoder, on gold scores
-    python -m litebert.silver --cross-encoder out/cross/best --bi-encoder BI_DIR --text corpus.txt \\
+    python -m litebert.sentences.silver --cross-encoder out/cross/best --bi-encoder BI_DIR --text corpus.txt \\
         --pairs 3000 --out silver.jsonl                                    # 2. sample pairs and label them
     cat GOLD_DIR/train.jsonl silver.jsonl > both.jsonl
     litebert embed --model ALBERT_DIR --train both.jsonl --objective cosine --out-dir out/bi   # 3. the bi-encoder
@@ -27,11 +27,11 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from litebert.distill import monolingual_texts
 from litebert.errors import ConfigError
 from litebert.files import atomic_open
 from litebert.heads import AlbertForSequenceClassification
-from litebert.stdir import load_sentence_model
+from litebert.sentences.directories import load_sentence_model
+from litebert.sentences.distill import monolingual_texts
 from litebert.tokenizer import Tokenizer
 
 
@@ -84,7 +84,7 @@ def write_pairs(path: str, pairs: Sequence[tuple[str, str]], scores: Sequence[fl
 
 def main(argv: list[str] | None = None) -> int:
 
-    p = argparse.ArgumentParser(prog="python -m litebert.silver", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m litebert.sentences.silver", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cross-encoder", required=True, help="a regression model of `litebert finetune --regression`")
     p.add_argument("--bi-encoder", required=True, help="the sentence model that picks nearest neighbours")

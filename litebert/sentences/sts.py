@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from litebert.errors import ConfigError, DataError
-from litebert.stdir import load_sentence_model
+from litebert.sentences.directories import load_sentence_model
 from litebert.tasks.metrics import pearson, spearman
 from litebert.tasks.readers import read_table
 

@@ -7,4 +7,6 @@
     distributed   rank, world size and device, from one place; the process group
     metrics_log   metrics.jsonl and its plot
     optim         LAMB, the parameter groups, the learning-rate schedule, gradient clipping
+    prerelease    reading litebert's own files from before the release, gathered to be dropped after 2027-06-01
+    sweep         grids of runs (seeds x swept values): resumable, compared by settings, summarised over seeds
 """
