@@ -33,7 +33,8 @@ from litebert.errors import CheckpointError, ConfigError, DataError
 from litebert.files import write_json
 from litebert.model import AlbertForPreTraining
 from litebert.runconfig import parse_verb, verb_parser
-from litebert.tokenizer import SPIECE_FILE, Tokenizer
+from litebert.text.transformers_files import SPIECE_FILE
+from litebert.tokenizer import Tokenizer
 from litebert.training import prerelease
 from litebert.training.data import ShuffledData
 from litebert.training.distributed import is_main_process

@@ -1,8 +1,8 @@
 """SentencePiece tokenizer with ALBERT's conventions, id-for-id equal to HF's sentencepiece `AlbertTokenizer`.
 
-ALBERT tokenizes in three steps, and all three live here:
-1. `preprocess_text`: collapse whitespace, ``/'' -> ", strip accents (NFKD, drop combining marks), lowercase
-   (character by character, as transformers does: a word-final capital sigma becomes "σ", not "ς").
+ALBERT tokenizes in three steps (the Tokenizer runs them; the parts it shares live in litebert/text/):
+1. `preprocess_text` (text.conventions): collapse whitespace, ``/'' -> ", strip accents (NFKD, drop combining
+   marks), lowercase (character by character, as transformers does: a word-final capital sigma becomes "σ", not "ς").
 2. SentencePiece unigram on the result (its own NFKC normalisation runs inside sentencepiece).
 3. The digit-comma rule: a piece like "▁1990," is re-split into "▁1990" + "," so numbers are not glued to commas.
 Special tokens written in the text ("[MASK]", "[SEP]", ...) are cut out first and map straight to their ids, as
@@ -17,115 +17,35 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import unicodedata
 import warnings
-from dataclasses import dataclass
-from functools import cache
 
 import numpy as np
 import sentencepiece as spm
 
 from litebert.errors import CheckpointError, ConfigError
-from litebert.files import read_json_object, write_json
-from litebert.hub import fetch_from_hub, looks_like_hub_id
-from litebert.pretokenize import segmenter_for
-
-SPIECE_UNDERLINE = "▁"
-SPECIALS = {"pad_token": "<pad>", "unk_token": "<unk>", "cls_token": "[CLS]", "sep_token": "[SEP]", "mask_token": "[MASK]"}
-TRUNCATION = ("longest_first", "only_first", "only_second", "do_not_truncate")
-PADDING = ("longest", "max_length", "do_not_pad")
-UNREPRODUCIBLE_CLASS = "LitebertPreTokenizedTokenizer"  # tokenizer_config.json of a pre-tokenized tokenizer
-MODEL_MAX_LENGTH = 512  # ALBERT's positions: model_max_length when neither tokenizer_config.json nor a model says
-# A tokenizer directory, in transformers' layout: the SentencePiece model, then the files transformers reads
-SPIECE_FILE, CONFIG_FILE, SPECIAL_TOKENS_FILE, FAST_FILE = (
-    "spiece.model", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json")
-TOKENIZER_FILES = (SPIECE_FILE, CONFIG_FILE, SPECIAL_TOKENS_FILE, FAST_FILE)
-
-# ----------------------------------------------------------------------------- normalisation
-
-
-def preprocess_text(text: str, lower: bool = True, keep_accents: bool = False, remove_space: bool = True) -> str:
-    """ALBERT's `preprocess_text` (tokenization.py of google-research/albert; HF's slow AlbertTokenizer)."""
-    out = " ".join(text.strip().split()) if remove_space else text
-    out = out.replace("``", '"').replace("''", '"')
-    if not keep_accents and not out.isascii():  # ASCII has nothing to decompose: the fast path for English
-        out = unicodedata.normalize("NFKD", out)
-        out = "".join(c for c in out if not unicodedata.combining(c))
-    # Σ first: str.lower() writes a word-final capital sigma as "ς" (a rule that looks at context); transformers'
-    # tokenizers lowercase one character at a time ("σ"), and the files we write are read there.
-    return out.replace("Σ", "σ").lower() if lower else out
-
-
-def preprocess_with_alignment(text: str, lower=True, keep_accents=False, remove_space=True) -> tuple[str, list[int]]:
-    """`preprocess_text` done character by character, also returning, for each output char, its source char index.
-
-    Only used for offsets (span tasks). The string equals `preprocess_text(text)`; should a rule ever look at
-    context (NFKD's reordering of marks), the whole-string result wins when it has the same length.
-    """
-    chars: list[str] = []
-    src: list[int] = []
-    n, i = len(text), 0
-    if remove_space:  # strip() + split() + " ".join(): whitespace runs become one space mapped to the run's first char
-        start, end = 0, n
-        while start < end and text[start].isspace():
-            start += 1
-        while end > start and text[end - 1].isspace():
-            end -= 1
-        i, n = start, end
-    while i < n:
-        c = text[i]
-        if remove_space and c.isspace():
-            j = i
-            while j < n and text[j].isspace():
-                j += 1
-            chars.append(" ")
-            src.append(i)
-            i = j
-            continue
-        if text.startswith(("``", "''"), i):
-            chars.append('"')
-            src.append(i + 1)  # map to the pair's second char, so a span ending here covers both
-            i += 2
-            continue
-        piece = c
-        if not keep_accents:
-            piece = "".join(d for d in unicodedata.normalize("NFKD", c) if not unicodedata.combining(d))
-        if lower:
-            piece = piece.lower()
-        chars.extend(piece)
-        src.extend([i] * len(piece))
-        i += 1
-    out = "".join(chars)
-    exact = preprocess_text(text, lower, keep_accents, remove_space)
-    if exact != out and len(exact) == len(out):
-        out = exact
-    return out, src
-
-
-def _is_word_start_piece(piece: str) -> bool:
-    """Whether a piece begins a new word for whole-word masking (the original `_is_start_piece_sp`).
-
-    A piece continues the previous word only if it has no "▁" and is made of ASCII letters (plus punctuation);
-    non-Latin scripts (Korean, Chinese, ...), digits and lone punctuation always start their own unit.
-    """
-    punct = set("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
-    if piece.startswith((SPIECE_UNDERLINE, "<")) or piece in punct or piece in ("€", "£"):
-        return True
-    return not all(ch.lower() in "abcdefghijklmnopqrstuvwxyz" or ch in punct for ch in piece)
-
-
-# ----------------------------------------------------------------------------- tokenizer
+from litebert.hub import looks_like_hub_id
+from litebert.text import encoding
+from litebert.text.conventions import (
+    SPECIALS,
+    SPIECE_UNDERLINE,
+    NormalizerOptions,
+    is_word_start_piece,
+    preprocess_text,
+    preprocess_with_alignment,
+)
+from litebert.text.encoding import BatchEncoding
+from litebert.text.pretokenize import segmenter_for
+from litebert.text.transformers_files import (
+    MODEL_MAX_LENGTH,
+    SPIECE_FILE,
+    albert_tokenizer_agrees,
+    download_tokenizer,
+    fast_tokenizer,
+    read_tokenizer_config,
+    save_tokenizer,
+)
 
 THREADED_ENCODE_MIN_TEXTS = 64  # below this many texts sentencepiece's thread pool costs more than it saves
-
-
-@dataclass
-class NormalizerOptions:
-    """How raw text is normalised before sentencepiece; saved in tokenizer_config.json beside spiece.model."""
-
-    do_lower_case: bool = True
-    keep_accents: bool = False
-    remove_space: bool = True
 
 
 class Tokenizer:
@@ -138,7 +58,7 @@ class Tokenizer:
         with open(model_file, "rb") as f:
             self.model_proto = f.read()
         self.sha256 = hashlib.sha256(self.model_proto).hexdigest()
-        # Morphemes segmented before sentencepiece (litebert/pretokenize.py): the record names the segmenter, and
+        # Morphemes segmented before sentencepiece (litebert/text/pretokenize.py): the record names the segmenter, and
         # it is part of the tokenizer's identity (prepared shards check sha256), as the same pieces give other ids.
         self.pre_tokenizer, self._segment = pre_tokenizer, None
         if pre_tokenizer:
@@ -167,15 +87,13 @@ class Tokenizer:
                 raise CheckpointError(f"{model_file}: the vocabulary has no {piece} piece (not an ALBERT-style model)")
         # Special tokens typed in the text are matched verbatim (case-sensitive), longest first.
         self._special_re = re.compile("(" + "|".join(re.escape(p) for p in sorted(SPECIALS.values(), key=len, reverse=True)) + ")")
-        self._special_ids = {p: self.sp.piece_to_id(p) for p in SPECIALS.values()}
+        self.special_ids = {p: self.sp.piece_to_id(p) for p in SPECIALS.values()}
         # ids of pieces that the digit-comma rule re-splits ("9,", "▁1990,")
-        self._comma_ids = {i for i, p in enumerate(self.pieces) if len(p) > 1 and p[-1] == "," and p[-2].isdigit()}
+        self.comma_ids = {i for i, p in enumerate(self.pieces) if len(p) > 1 and p[-1] == "," and p[-2].isdigit()}
         special = np.array([self.sp.is_control(i) or self.sp.is_unknown(i) for i in range(self.vocab_size)])
         special[self.pad_id] = True
         self.special_table = special  # (V,) bool
-        self.word_start_table = np.array([_is_word_start_piece(p) for p in self.pieces]) | special  # (V,) bool
-
-    # -- loading and saving
+        self.word_start_table = np.array([is_word_start_piece(p) for p in self.pieces]) | special  # (V,) bool
 
     @classmethod
     def from_pretrained(cls, path: str) -> "Tokenizer":
@@ -184,126 +102,30 @@ class Tokenizer:
         if os.path.isfile(path):
             model_file, config_dir = path, os.path.dirname(path)
         elif os.path.isdir(path):
-            model_file, config_dir = os.path.join(path, "spiece.model"), path
+            model_file, config_dir = os.path.join(path, SPIECE_FILE), path
             if not os.path.isfile(model_file):
                 raise FileNotFoundError(f"{path} has no spiece.model (train one with `litebert tokenizer`)")
         elif looks_like_hub_id(path):
-            model_file = _download_from_hub(path)
+            model_file = download_tokenizer(path)
             config_dir = os.path.dirname(model_file)
         else:
             raise FileNotFoundError(f"no such directory: {path}")
-        opts, limits = NormalizerOptions(), [MODEL_MAX_LENGTH]
-        config_file = os.path.join(config_dir, "tokenizer_config.json")
-        if os.path.isfile(config_file):
-            cfg = read_json_object(config_file, CheckpointError)
-            opts = NormalizerOptions(**{k: cfg[k] for k in vars(opts) if k in cfg})
-            if isinstance(cfg.get("model_max_length"), int):
-                limits = [cfg["model_max_length"]]
-            pre_tokenizer = cfg.get("pre_tokenizer")
-        else:
-            pre_tokenizer = None
-        # Beside a model, its positions bound the length too (directories written before tokenizer_config.json
-        # carried them say 512 for every model).
-        positions = model_positions(config_dir)
-        return cls(model_file, **vars(opts), model_max_length=min(limits + ([positions] if positions else [])),
-                   pre_tokenizer=pre_tokenizer)
+        options, model_max_length, pre_tokenizer = read_tokenizer_config(config_dir)
+        return cls(model_file, **options, model_max_length=model_max_length, pre_tokenizer=pre_tokenizer)
 
     def save_pretrained(self, out_dir: str) -> None:
-        """Write spiece.model and what transformers reads, so that `AutoTokenizer.from_pretrained(out_dir)` gives
-        our ids: tokenizer_config.json, special_tokens_map.json and (when `tokenizers` is installed) tokenizer.json.
-
-        The class named in tokenizer_config.json matters. transformers 5's AlbertTokenizer takes the vocabulary from
-        tokenizer.json but rebuilds the normaliser from do_lower_case/keep_accents, and that normaliser is not
-        ALBERT's (see `hf_albert_agrees`): on ko_small.txt, a Korean vocabulary trained with ALBERT's default
-        keep_accents=False came out with 12,622 <unk> there against our 0. Where it would differ we name the
-        generic PreTrainedTokenizerFast, which runs tokenizer.json as written (our normaliser, exact in every
-        script we measured); elsewhere the familiar AlbertTokenizer. model_max_length is the positions of the model
-        saved in `out_dir` when there is one (`match_model_max_length` keeps them equal whichever is saved last):
-        transformers' pipelines cut their input to it. model_input_names puts token_type_ids back
-        into transformers 5's output: its AlbertTokenizer leaves them out, and ALBERT's sentence pairs need them.
-        """
-        os.makedirs(out_dir, exist_ok=True)
-        with open(os.path.join(out_dir, "spiece.model"), "wb") as f:
-            f.write(self.model_proto)
-        try:
-            fast = None if self.pre_tokenizer else self.to_hf_fast()
-        except ImportError:  # `tokenizers` is optional; HF can still convert spiece.model itself
-            fast = None
-        albert_agrees = self.hf_albert_agrees()
-        if fast is None and not albert_agrees and not self.pre_tokenizer:
-            warnings.warn("the `tokenizers` package is not installed, so no tokenizer.json was written, and "
-                          "transformers' AlbertTokenizer will not encode all text as litebert does (see "
-                          "Tokenizer.hf_albert_agrees): install tokenizers and save again", stacklevel=2)
-        added = {str(self._special_ids[p]): {"content": p, "lstrip": False, "normalized": False, "rstrip": False,
-                                             "single_word": False, "special": True} for p in SPECIALS.values()}
-        config = {"tokenizer_class": "AlbertTokenizer" if albert_agrees or fast is None else "PreTrainedTokenizerFast",
-                  **vars(self.options), **SPECIALS, "bos_token": "[CLS]", "eos_token": "[SEP]",
-                  "model_max_length": model_positions(out_dir) or self.model_max_length, "added_tokens_decoder": added,
-                  "model_input_names": ["input_ids", "token_type_ids", "attention_mask"]}
-        if self.pre_tokenizer:  # transformers cannot segment morphemes: a class it does not know and no
-            # tokenizer.json make AutoTokenizer refuse, rather than give ids of unsegmented text
-            config.update(tokenizer_class=UNREPRODUCIBLE_CLASS, pre_tokenizer=self.pre_tokenizer)
-        write_json(os.path.join(out_dir, "tokenizer_config.json"), config)
-        write_json(os.path.join(out_dir, "special_tokens_map.json"),
-                    {**SPECIALS, "bos_token": "[CLS]", "eos_token": "[SEP]"})
-        if fast is not None:
-            fast.save(os.path.join(out_dir, "tokenizer.json"))
+        """Write spiece.model and what transformers reads (text.transformers_files.save_tokenizer says which
+        files, and why), so that `AutoTokenizer.from_pretrained(out_dir)` gives our ids."""
+        save_tokenizer(self, out_dir)
 
     def hf_albert_agrees(self) -> bool:
-        """Whether transformers' AlbertTokenizer, which rebuilds its normaliser from our flags, encodes as we do.
-
-        Only when it strips accents and this vocabulary has no character its stripping mangles (Hangul, Indic and
-        Thai vowel signs: `_hf_strips_differently`): NFKD then makes every form of the input alike. Without
-        stripping, each precomposed character still agrees (all 139,402 assigned ones), but its Precompiled map
-        works one grapheme at a time and never composes one of 6+ bytes, so decomposed text (NFD, as macOS
-        writes Hangul) does not: 12,622 <unk> on ko_small.txt in NFD, against our 0.
-        """
-        if self.options.keep_accents:
-            return False
-        chars = {c for i, piece in enumerate(self.pieces) if not self.special_table[i] for c in piece}
-        return not self.pre_tokenizer and not any(_hf_strips_differently(c) for c in chars)
+        """Whether transformers' AlbertTokenizer, which rebuilds its normaliser from our flags, encodes as we do
+        (text.transformers_files.albert_tokenizer_agrees)."""
+        return albert_tokenizer_agrees(self)
 
     def to_hf_fast(self):
-        """A `tokenizers.Tokenizer` that encodes like this one (HF's AlbertTokenizerFast conversion, with ALBERT's
-        accent stripping made exact).
-
-        It approximates two sentencepiece behaviours: the digit-comma rule (pieces like "9," get their score
-        lowered by 100, as HF's converter does) and user-defined symbols (ordinary vocab entries there). Expect
-        rare id differences on such text; `Tokenizer.encode` is the reference.
-        """
-        from sentencepiece import sentencepiece_model_pb2 as pb
-        from tokenizers import AddedToken, Regex, decoders, normalizers, pre_tokenizers, processors
-        from tokenizers import Tokenizer as HFTokenizer
-        from tokenizers.models import Unigram
-
-        proto = pb.ModelProto.FromString(self.model_proto)
-        vocab = [(p.piece, p.score - 100.0 if i in self._comma_ids else p.score) for i, p in enumerate(proto.pieces)]
-        tok = HFTokenizer(Unigram(vocab, unk_id=self.unk_id, byte_fallback=False))
-        norm = [normalizers.Replace("``", '"'), normalizers.Replace("''", '"')]
-        if not self.options.keep_accents:
-            # ALBERT's stripping exactly: drop what has a combining class (tokenizers' StripAccents drops every
-            # Unicode mark, Indic vowel signs included).
-            norm += [normalizers.NFKD(), normalizers.Replace(Regex(_combining_class_regex()), "")]
-        # NFC: sentencepiece's NFKC composes, tokenizers' Precompiled map does not always. It leaves the jamo
-        # NFKD makes of a Hangul syllable, and it loses a mark of decomposed input ("e" + U+0323 + U+0302 -> "ẹ").
-        norm.append(normalizers.NFC())
-        if self.options.do_lower_case:
-            norm.append(normalizers.Lowercase())
-        if proto.normalizer_spec.precompiled_charsmap:
-            # NFC after: Precompiled maps one grapheme at a time and leaves one of 6+ bytes decomposed
-            # (halfwidth "ｶﾞ" -> "カ" + U+3099), where sentencepiece composes ("ガ").
-            norm += [normalizers.Precompiled(proto.normalizer_spec.precompiled_charsmap), normalizers.NFC()]
-        norm.append(normalizers.Replace(Regex(" {2,}"), " "))
-        tok.normalizer = normalizers.Sequence(norm)
-        tok.pre_tokenizer = pre_tokenizers.Sequence(
-            [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace(replacement=SPIECE_UNDERLINE, prepend_scheme="always")])
-        tok.decoder = decoders.Metaspace(replacement=SPIECE_UNDERLINE, prepend_scheme="always")
-        tok.post_processor = processors.TemplateProcessing(
-            single="[CLS]:0 $A:0 [SEP]:0", pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
-            special_tokens=[("[CLS]", self.cls_id), ("[SEP]", self.sep_id)])
-        # normalized=False: "[MASK]" is matched in the raw text, before lowercasing could turn it into "[mask]".
-        tok.add_special_tokens([AddedToken(p, normalized=False, special=True) for p in SPECIALS.values()])
-        return tok
+        """A `tokenizers.Tokenizer` that encodes like this one (text.transformers_files.fast_tokenizer)."""
+        return fast_tokenizer(self)
 
     # -- encoding
 
@@ -324,8 +146,8 @@ class Tokenizer:
         for text in texts:
             row: list[int | None] = []
             for part in self._split_specials(text):
-                if part in self._special_ids:
-                    row.append(self._special_ids[part])
+                if part in self.special_ids:
+                    row.append(self.special_ids[part])
                 else:
                     row.append(None)
                     chunks.append(self.preprocess(part))
@@ -351,11 +173,11 @@ class Tokenizer:
 
     def _comma_fix(self, ids: list[int]) -> list[int]:
         """The digit-comma rule of ALBERT's tokenizer: re-split "▁12," as "▁12" "," (and "12," as "12" ",")."""
-        if not self._comma_ids.intersection(ids):
+        if not self.comma_ids.intersection(ids):
             return ids
         out = []
         for i in ids:
-            if i in self._comma_ids:
+            if i in self.comma_ids:
                 out.extend(self._split_comma_piece(self.pieces[i]))
             else:
                 out.append(i)
@@ -376,7 +198,7 @@ class Tokenizer:
         cut to max_length (if given) by `truncation`: True/"longest_first", "only_first", "only_second", or
         False/"do_not_truncate"."""
         ids = self._encode_plain([text] if pair is None else [text, pair])
-        strategy = _truncation_strategy(truncation)
+        strategy = encoding.truncation_strategy(truncation)
         return self._assemble(ids[0], ids[1] if pair is not None else None, add_special_tokens, max_length, strategy)[0]
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
@@ -391,7 +213,7 @@ class Tokenizer:
         if max_length is not None and truncation != "do_not_truncate":
             if max_length < n_special:  # transformers returns such rows uncut
                 raise ConfigError(f"max_length={max_length} leaves no room for the {n_special} special tokens")
-            a, b = truncate_pair(a, b, max_length - n_special, truncation)
+            a, b = encoding.truncate_pair(a, b, max_length - n_special, truncation)
         if not add_special_tokens:
             ids = a + (b or [])
             return ids, [0] * len(a) + [1] * len(b or [])
@@ -426,14 +248,14 @@ class Tokenizer:
         Offsets (return_offsets_mapping) follow AlbertTokenizerFast, except that a quote written as `` or ''
         spans both characters (transformers: the second).
         """
-        strategy, pad = _truncation_strategy(truncation), _padding_strategy(padding)
+        strategy, pad = encoding.truncation_strategy(truncation), encoding.padding_strategy(padding)
         if return_tensors not in ("pt", "np", None):
             raise ConfigError(f"return_tensors must be 'pt', 'np' or None, got {return_tensors!r}")
         if text is None:
             raise ConfigError("nothing to encode: pass text (a string, a list of strings, or words with "
                               "is_split_into_words=True)")
-        texts, single = _as_batch(text, is_split_into_words)
-        pairs = None if text_pair is None else _as_batch(text_pair, is_split_into_words)[0]
+        texts, single = encoding.as_batch(text, is_split_into_words)
+        pairs = None if text_pair is None else encoding.as_batch(text_pair, is_split_into_words)[0]
         if pairs is not None and len(pairs) != len(texts):
             raise ConfigError(f"got {len(texts)} texts but {len(pairs)} pairs")
         implicit = truncation is None and max_length is None  # transformers' default: no cut, a warning
@@ -447,7 +269,8 @@ class Tokenizer:
         for i in range(len(texts)):
             pieces_a, pieces_b = a[i], (b[i] if b is not None else None)
             # one (id, word index, offsets) triple per token travels through truncation and [CLS]/[SEP]
-            ids, types = self._assemble(pieces_a, pieces_b, add_special_tokens, max_length, strategy, _added_special)
+            ids, types = self._assemble(pieces_a, pieces_b, add_special_tokens, max_length, strategy,
+                                        encoding.added_special)
             rows.append((ids, types))
         if implicit and any(len(ids) > self.model_max_length for ids, _ in rows):
             warnings.warn(f"a row has {max(len(ids) for ids, _ in rows)} tokens, more than model_max_length "
@@ -516,7 +339,7 @@ class Tokenizer:
         in the text starts a word, and so does whatever follows such a special token."""
         numbers, n, after_special = [], -1, True
         for i in ids:
-            special = self.pieces[i] in self._special_ids
+            special = self.pieces[i] in self.special_ids
             if special or after_special or self.pieces[i].startswith(SPIECE_UNDERLINE):
                 n += 1
             numbers.append(n)
@@ -532,8 +355,8 @@ class Tokenizer:
         spans: list[tuple[int, int]] = []
         pos = 0
         for part in self._split_specials(text):
-            if part in self._special_ids:
-                ids.append(self._special_ids[part])
+            if part in self.special_ids:
+                ids.append(self.special_ids[part])
                 spans.append((pos, pos + len(part)))
             else:
                 self._offsets_of_chunk(part, pos, ids, spans)
@@ -571,7 +394,7 @@ class Tokenizer:
 
         for p in self.sp.encode(norm, return_type="proto").pieces:
             cb, ce = int(byte_to_char[p.begin]), int(byte_to_char[p.end])
-            if p.id not in self._comma_ids:
+            if p.id not in self.comma_ids:
                 ids.append(p.id)
                 spans.append(to_original(cb, ce))
                 continue
@@ -590,7 +413,7 @@ class Tokenizer:
     def decode(self, ids, skip_special_tokens: bool = False) -> str:
         """Text of ids (a list, a 1-D tensor or array, or one id), as transformers decodes: pieces joined, "▁" ->
         space, the first piece's leading space dropped; special tokens written as they are unless skipped."""
-        tokens = self.convert_ids_to_tokens(_id_list(ids), skip_special_tokens=skip_special_tokens)
+        tokens = self.convert_ids_to_tokens(encoding.id_list(ids), skip_special_tokens=skip_special_tokens)
         return "".join(tokens).replace(SPIECE_UNDERLINE, " ").removeprefix(" " if tokens and tokens[0][:1] == SPIECE_UNDERLINE else "")
 
     def batch_decode(self, sequences, skip_special_tokens: bool = False) -> list[str]:
@@ -602,7 +425,7 @@ class Tokenizer:
         [CLS], [SEP] and [MASK]."""
         if not isinstance(ids, (list, tuple)) and np.ndim(ids) == 0:
             return self.pieces[int(ids)]
-        return [self.pieces[i] for i in _id_list(ids) if not (skip_special_tokens and self.special_table[i])]
+        return [self.pieces[i] for i in encoding.id_list(ids) if not (skip_special_tokens and self.special_table[i])]
 
     def convert_tokens_to_ids(self, tokens: str | list[str]) -> int | list[int]:
         """The ids of pieces (one piece gives one id); a piece outside the vocabulary is <unk>."""
@@ -644,162 +467,3 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         return f"Tokenizer(vocab_size={self.vocab_size}, {self.options}, sha256={self.sha256[:12]})"
-
-
-def _truncation_strategy(truncation: bool | str | None) -> str:
-    """HF's `truncation` argument as one of TRUNCATION; None (litebert's default) is longest_first."""
-    if truncation is None or truncation is True:
-        return "longest_first"
-    if truncation is False:
-        return "do_not_truncate"
-    if truncation not in TRUNCATION:
-        raise ConfigError(f"truncation must be True, False or one of {', '.join(TRUNCATION)}; got {truncation!r}")
-    return truncation
-
-
-def _padding_strategy(padding: bool | str) -> str:
-    """HF's `padding` argument as one of PADDING."""
-    if isinstance(padding, bool):
-        return "longest" if padding else "do_not_pad"
-    if padding not in PADDING:
-        raise ConfigError(f"padding must be True, False or one of {', '.join(PADDING)}; got {padding!r}")
-    return padding
-
-
-def _id_list(ids) -> list[int]:
-    """Token ids as a list of ints, from a list, a 1-D tensor or array, or one id."""
-    if hasattr(ids, "tolist"):
-        ids = ids.tolist()
-    return [int(ids)] if isinstance(ids, int) else [int(i) for i in ids]
-
-
-def _added_special(token_id: int) -> tuple:
-    """An added [CLS]/[SEP] among the (id, word, offsets) items of a call: no word, an empty span."""
-    return token_id, None, (0, 0)
-
-
-def _as_batch(text, split_into_words: bool) -> tuple[list, bool]:
-    """(a list of inputs, whether one was given): an input is a string, or a list of words with is_split_into_words."""
-    single = isinstance(text, str) or (split_into_words and isinstance(text, (list, tuple))
-                                       and all(isinstance(w, str) for w in text))
-    if isinstance(text, str) and split_into_words:
-        raise ConfigError("is_split_into_words=True takes a list of words (or a list of such lists), got a string")
-    return ([text] if single else list(text)), single
-
-
-class BatchEncoding(dict):
-    """What a tokenizer call returns, as transformers' BatchEncoding: a dict (input_ids, token_type_ids,
-    attention_mask, and what was asked for) whose keys are also attributes, with `.to(device)` and `word_ids(i)`."""
-
-    def __init__(self, data: dict, word_ids: list[list[int | None]] | None = None):
-        super().__init__(data)
-        self._word_ids = word_ids or []
-
-    def __getattr__(self, name: str):
-        try:
-            return self[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-    def to(self, device) -> "BatchEncoding":
-        return BatchEncoding({k: v.to(device) if hasattr(v, "to") else v for k, v in self.items()}, self._word_ids)
-
-    def word_ids(self, batch_index: int = 0) -> list[int | None]:
-        """The word (a whitespace-separated word, or the index into is_split_into_words' list) of each token;
-        None for [CLS], [SEP] and padding. With a pair, each text counts its words from 0, as in transformers."""
-        return self._word_ids[batch_index]
-
-
-def truncate_pair(a: list[int], b: list[int] | None, budget: int, strategy: str) -> tuple[list[int], list[int] | None]:
-    """Cut tokens from the end until len(a) + len(b) <= budget, as transformers' tokenizers do.
-
-    longest_first cuts the longer side down to the budget left by the shorter; if both must be cut, each keeps
-    half and the longer (`b` on a tie) the odd token. That is the rule of the `tokenizers` library, behind
-    transformers 5's AlbertTokenizer and every fast tokenizer of transformers 4. ALBERT's own `_truncate_seq_pair`
-    (and transformers 4's slow tokenizer) removed one token at a time instead, which gives the odd token to `a`.
-    only_first/only_second cut one side and raise if that cannot reach the budget.
-    """
-    total = len(a) + len(b or [])
-    if total <= budget:
-        return a, b
-    if budget <= 0:  # as in tokenizers: whatever the strategy, no room leaves both sides empty
-        return a[:0], None if b is None else b[:0]
-    if strategy == "longest_first" and b is None:
-        return a[:budget], b
-    if strategy == "longest_first":
-        short, long = sorted((len(a), len(b)))
-        long = short if short > budget else max(short, budget - short)
-        if short + long > budget:
-            short, long = budget // 2, budget // 2 + budget % 2
-        la, lb = (short, long) if len(a) <= len(b) else (long, short)
-        return a[:la], b[:lb]
-    if strategy == "only_second" and b is None:
-        raise ConfigError("truncation='only_second' needs a pair of texts")
-    side, excess = (a if strategy == "only_first" else b), total - budget
-    if excess >= len(side):
-        which = "first" if strategy == "only_first" else "second"
-        raise ConfigError(f"cannot truncate the {which} sequence ({len(side)} tokens) by {excess}; use longest_first")
-    side = side[: len(side) - excess]
-    return (side, b) if strategy == "only_first" else (a, side)
-
-
-@cache
-def _hf_strips_differently(ch: str) -> bool:
-    """Whether transformers' AlbertTokenizer strips accents from `ch` otherwise than ALBERT (keep_accents=False).
-
-    ALBERT: NFKD, drop what has a combining class, and sentencepiece's NFKC recomposes what is left.
-    transformers (tokenizers' StripAccents, then Precompiled): NFKD, drop every Unicode mark, and no recomposition
-    of a sequence of 6 bytes or more. They part where a mark without combining class survives ALBERT (Indic and
-    Thai vowel signs, emoji variation selectors: transformers deletes them) or where what is left recomposes
-    (Hangul: transformers keeps the jamo, which no Korean vocabulary holds). Checked against tokenizers 0.23 on
-    every assigned character: of the 12,364 that differ this misses 104, 98 that ALBERT strips (so no vocabulary
-    holds them) and 6 that Unicode decomposes since tokenizers' tables were made.
-    """
-    s = "".join(c for c in unicodedata.normalize("NFKD", ch) if not unicodedata.combining(c))
-    return s != unicodedata.normalize("NFC", s) or any(unicodedata.category(c)[0] == "M" for c in s)
-
-
-@cache
-def _combining_class_regex() -> str:
-    """A regex character class of the characters with a nonzero canonical combining class (what ALBERT strips)."""
-    ranges: list[list[int]] = []
-    for cp in range(0x110000):
-        if unicodedata.combining(chr(cp)):
-            if ranges and ranges[-1][1] == cp - 1:
-                ranges[-1][1] = cp
-            else:
-                ranges.append([cp, cp])
-    return "[" + "".join(f"\\x{{{a:X}}}-\\x{{{b:X}}}" for a, b in ranges) + "]"
-
-
-def model_positions(directory: str) -> int | None:
-    """max_position_embeddings of the model saved in `directory` (its config.json), or None when there is none."""
-    path = os.path.join(directory, "config.json")
-    if not os.path.isfile(path):
-        return None
-    positions = read_json_object(path, CheckpointError).get("max_position_embeddings")
-    return positions if isinstance(positions, int) and not isinstance(positions, bool) else None
-
-
-def match_model_max_length(directory: str) -> None:
-    """Make tokenizer_config.json's model_max_length the positions of the model beside it, when `directory` holds
-    both: transformers' pipelines cut their input to model_max_length, and a longer cut crashes the model.
-    Called by every writer of a model directory, whichever of model and tokenizer it saves last."""
-    path, positions = os.path.join(directory, "tokenizer_config.json"), model_positions(directory)
-    if positions is None or not os.path.isfile(path):
-        return
-    config = read_json_object(path, CheckpointError)
-    if config.get("model_max_length") != positions:
-        write_json(path, {**config, "model_max_length": positions})
-
-
-def _download_from_hub(repo_id: str) -> str:
-    """spiece.model of a Hub repo, and its tokenizer_config.json (the normalisation flags) when it has one."""
-    def fetch(hub) -> str:
-        path = hub.hf_hub_download(repo_id, "spiece.model")
-        try:
-            hub.hf_hub_download(repo_id, "tokenizer_config.json")
-        except Exception:
-            pass
-        return path
-    return fetch_from_hub(repo_id, fetch)

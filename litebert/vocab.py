@@ -41,7 +41,9 @@ from litebert.model import encoder_of
 from litebert.runconfig import parse_verb, verb_parser
 from litebert.sentence import SentenceEncoder, sentence_settings
 from litebert.tasks.records import open_text  # a file that is not UTF-8 is an error naming it
-from litebert.tokenizer import SPECIALS, SPIECE_FILE, SPIECE_UNDERLINE, Tokenizer
+from litebert.text.conventions import SPECIALS, SPIECE_UNDERLINE
+from litebert.text.transformers_files import SPIECE_FILE
+from litebert.tokenizer import Tokenizer
 from litebert.weights import resolve_model_dir
 
 log = logging.getLogger("litebert")

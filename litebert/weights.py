@@ -19,7 +19,7 @@ from torch import nn
 from litebert.config import AlbertConfig
 from litebert.errors import CheckpointError, ConfigError, NonFiniteError
 from litebert.hub import fetch_from_hub, looks_like_hub_id, write_model_card
-from litebert.tokenizer import match_model_max_length
+from litebert.text.transformers_files import match_model_max_length
 
 log = logging.getLogger("litebert")
 

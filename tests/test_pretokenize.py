@@ -37,7 +37,7 @@ def tokenizers(corpus, tmp_path_factory):
 
 
 def test_segmentation_only_inserts_spaces_at_morpheme_boundaries():
-    from litebert.pretokenize import make_segmenter
+    from litebert.text.pretokenize import make_segmenter
 
     kiwi = make_segmenter("kiwi")
     assert kiwi.segment("학교에서 공부했습니다") == "학교 에서 공부 했 습니다"  # 했 = 하 + 었 keeps its one span

@@ -22,7 +22,8 @@ from paths import SHARED_DATA
 
 from litebert.corpus.tokenizer_training import train_tokenizer
 from litebert.errors import ConfigError
-from litebert.tokenizer import Tokenizer, preprocess_text
+from litebert.text.conventions import preprocess_text
+from litebert.tokenizer import Tokenizer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURE = os.path.join(HERE, "fixtures", "albert_spiece")
@@ -350,7 +351,7 @@ def test_normalisation_options(tmp_path):
 def test_digit_comma_rule(albert_tok):
     pieces = albert_tok.tokenize("In 1990, 23, and 4,5.")
     assert all(not (len(p) > 1 and p.endswith(",") and p[-2].isdigit()) for p in pieces)
-    assert albert_tok._comma_ids, "fixture vocab should contain digit-comma pieces"
+    assert albert_tok.comma_ids, "fixture vocab should contain digit-comma pieces"
 
 
 def test_offsets_point_into_original_text(albert_tok, bundled_tok):

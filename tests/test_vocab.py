@@ -12,7 +12,8 @@ from litebert.cli import main as litebert_main
 from litebert.config import AlbertConfig
 from litebert.corpus.tokenizer_training import train_tokenizer
 from litebert.model import AlbertForMaskedLM, AlbertForPreTraining
-from litebert.tokenizer import SPIECE_UNDERLINE, Tokenizer
+from litebert.text.conventions import SPIECE_UNDERLINE
+from litebert.tokenizer import Tokenizer
 from litebert.vocab import best_split, extend_vocab
 
 DATA = str(SHARED_DATA)

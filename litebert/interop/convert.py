@@ -30,7 +30,7 @@ from litebert.files import same_path, write_files_atomically
 from litebert.heads import MODEL_CLASSES, model_class
 from litebert.interop.tf_checkpoint import TFCheckpoint
 from litebert.runconfig import parse_verb, verb_parser
-from litebert.tokenizer import SPIECE_FILE, TOKENIZER_FILES, match_model_max_length
+from litebert.text.transformers_files import SPIECE_FILE, TOKENIZER_FILES, match_model_max_length
 from litebert.weights import resolve_model_dir
 
 # -- the rename table -----------------------------------------------------------------------------------------

@@ -42,7 +42,7 @@ from litebert.heads import model_class
 from litebert.interop import quantize as q
 from litebert.interop.quantize import share_transposed_initializers
 from litebert.runconfig import parse_verb, verb_parser
-from litebert.tokenizer import TOKENIZER_FILES
+from litebert.text.transformers_files import TOKENIZER_FILES
 from litebert.weights import resolve_model_dir
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")

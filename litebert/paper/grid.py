@@ -17,7 +17,8 @@ from litebert.corpus.tokenizer_training import train_tokenizer
 from litebert.errors import ConfigError
 from litebert.files import write_text_atomically
 from litebert.paper.experiments import EXPERIMENTS, Experiment, Row, Scale
-from litebert.tokenizer import SPIECE_FILE, Tokenizer
+from litebert.text.transformers_files import SPIECE_FILE
+from litebert.tokenizer import Tokenizer
 
 # -- the verb's options, the grid's data -----------------------------------------------------------------------
 

@@ -11,7 +11,8 @@ import numpy as np
 
 from litebert.errors import ConfigError
 from litebert.serving.options import qa_answers, target_ids
-from litebert.tokenizer import SPIECE_UNDERLINE, Tokenizer
+from litebert.text.conventions import SPIECE_UNDERLINE
+from litebert.tokenizer import Tokenizer
 
 LEGACY = object()  # top_k not given: transformers' single-dict output
 

@@ -20,7 +20,7 @@ import torch
 from litebert.config import IGNORE_INDEX
 from litebert.errors import DataError
 from litebert.tasks.records import ChoiceExample, TagExample, TextExample
-from litebert.tokenizer import SPECIALS
+from litebert.text.conventions import SPECIALS
 
 
 @dataclass

@@ -22,7 +22,8 @@ from litebert.tasks.families import Family, FeatureSettings, Scored, family_of, 
 from litebert.tasks.inference import check_finite_scores, model_scores
 from litebert.tasks.records import Examples
 from litebert.tasks.registry import TASKS, Task, read_task
-from litebert.tokenizer import SPIECE_FILE, Tokenizer
+from litebert.text.transformers_files import SPIECE_FILE
+from litebert.tokenizer import Tokenizer
 from litebert.weights import resolve_model_dir
 
 

@@ -13,7 +13,7 @@ from litebert.tasks.answers import MaskFill
 from litebert.tasks.families import Family, _softmax
 from litebert.tasks.features import Feature, featurize_classification
 from litebert.tasks.records import TextExample, nonblank, text_example
-from litebert.tokenizer import SPECIALS
+from litebert.text.conventions import SPECIALS
 
 
 @dataclass

@@ -34,7 +34,7 @@ from torch import nn
 
 from litebert.errors import CheckpointError
 from litebert.files import write_dir_atomically, write_json
-from litebert.tokenizer import SPIECE_FILE, match_model_max_length
+from litebert.text.transformers_files import SPIECE_FILE, match_model_max_length
 from litebert.training import prerelease
 from litebert.weights import read_state_dict
 
