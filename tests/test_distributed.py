@@ -5,7 +5,6 @@ process-group timeout, one resume decision, this device's RNG state, gradient ch
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -14,13 +13,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from fixtures.runs import free_ports, prepare_tiny_pretraining
 from test_train import make_toy, toy_batches, toy_config
 from torch import nn
 
 from litebert.cli import main as litebert_main
 from litebert.config import AlbertConfig
-from litebert.corpus.shards import prepare
-from litebert.corpus.tokenizer_training import train_tokenizer
 from litebert.model import AlbertForPreTraining
 from litebert.training import checkpoint as ckpt
 from litebert.training.loop import train
@@ -31,18 +29,6 @@ TESTS = str(Path(__file__).parent)
 TINY = dict(embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
             max_position_embeddings=32)
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")])}
-
-
-def free_ports(n: int) -> list[int]:
-    """n distinct free ports, held together while chosen: runs started side by side must not share one."""
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def free_port() -> int:
@@ -170,11 +156,7 @@ def test_a_model_with_parameters_outside_the_loss_is_named_at_the_first_ddp_step
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory):
-    root = tmp_path_factory.mktemp("dist")
-    train_tokenizer(None, str(root / "tok"), vocab_size=1000)
-    prepare(None, str(root / "data"), str(root / "tok"), max_seq_length=32, num_workers=1, progress=False)
-    (root / "m.toml").write_text("[model]\n" + "".join(f"{k} = {v}\n" for k, v in TINY.items()))
-    return root
+    return prepare_tiny_pretraining(tmp_path_factory.mktemp("dist"), TINY)
 
 
 def pretrain_args(prepared, out, *extra):

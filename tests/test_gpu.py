@@ -13,7 +13,6 @@ LITEBERT_GPU_TESTS_DEVICE=cpu runs this file on the CPU: a check of the tests' o
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -22,13 +21,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from fixtures.runs import free_ports, prepare_tiny_pretraining
 from safetensors.torch import load_file
 
 import litebert
 from litebert.cli import main as litebert_main
 from litebert.config import AlbertConfig
-from litebert.corpus.shards import prepare
-from litebert.corpus.tokenizer_training import train_tokenizer
 from litebert.demo import TASK_DIR
 from litebert.model import AlbertForPreTraining
 from litebert.runtime.precision import device_name
@@ -48,11 +46,7 @@ TOLERANCE = {"fp32": dict(rtol=1e-4, atol=1e-5), "tf32": dict(rtol=1e-2, atol=1e
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory):
     """A tokenizer and sentence-order pairs (seq 32) from the bundled corpus; a TOML with the tiny model."""
-    root = tmp_path_factory.mktemp("gpu")
-    train_tokenizer(None, str(root / "tok"), vocab_size=1000)
-    prepare(None, str(root / "data"), str(root / "tok"), max_seq_length=32, num_workers=1, progress=False)
-    (root / "m.toml").write_text("[model]\n" + "".join(f"{k} = {v}\n" for k, v in TINY.items()))
-    return root
+    return prepare_tiny_pretraining(tmp_path_factory.mktemp("gpu"), TINY)
 
 
 def pretrain_args(prepared, out, *extra):
@@ -122,12 +116,6 @@ def test_precision_auto_names_the_card_it_compared_on(prepared, tmp_path, capsys
         assert "cuBLAS" in line and "mkl" not in line and "onednn" not in line, line
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_torchrun_on_nccl_equals_one_process(prepared, tmp_path):
     """torchrun with one process per GPU (at most 2) on NCCL: the same losses and weights as one process with the
     same global batch, to fp32 tolerance (the all-reduce sums in another order). MLM alone, as
@@ -138,7 +126,7 @@ def test_torchrun_on_nccl_equals_one_process(prepared, tmp_path):
              str(16 // nproc))
     assert litebert_main(pretrain_args(prepared, tmp_path / "one", *extra)) == 0
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-                           "--master-port", str(free_port()), "-m", "litebert.cli",
+                           "--master-port", str(free_ports(1)[0]), "-m", "litebert.cli",
                            *pretrain_args(prepared, tmp_path / "many", *extra)],
                           env=ENV, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -198,7 +186,7 @@ def test_serve_on_the_gpu_answers_as_the_cpu_pipeline(finetuned):
     httpx = pytest.importorskip("httpx")
     pytest.importorskip("uvicorn")
     texts = ["It is a truth universally acknowledged.", "The sea was calm.", "Call me Ishmael."]
-    port = free_port()
+    port = free_ports(1)[0]
     server = subprocess.Popen([sys.executable, "-m", "litebert.cli", "serve", "--model", str(finetuned / "best"),
                                "--device", DEVICE, "--port", str(port), "--host", "127.0.0.1"],
                               env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

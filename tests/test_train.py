@@ -14,6 +14,7 @@ from typing import NamedTuple
 import pytest
 import torch
 import torch.nn.functional as F
+from fixtures.runs import free_ports
 from torch import nn
 
 from litebert.runconfig import add_config_args, dump_toml, load_toml, resolve_config
@@ -292,10 +293,7 @@ def test_two_process_ddp_equals_single_process(tmp_path):
                                                         log_every=2))
     script = tmp_path / "worker.py"
     script.write_text(DDP_WORKER.format(tests=str(Path(__file__).parent), tmp=str(tmp_path / "ddp")))
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_ports(1)[0]
     procs = []
     for rank in range(2):
         env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
