@@ -18,7 +18,7 @@ from litebert import tasks as T
 from litebert.config import AlbertConfig
 from litebert.errors import ConfigError, DataError
 from litebert.files import atomic_open, check_replaceable, write_json
-from litebert.runconfig import load_toml, parse_verb, verb_parser
+from litebert.runconfig import given_fields, parse_verb, verb_parser
 from litebert.runtime.device import check_device
 from litebert.runtime.precision import INFERENCE_PRECISIONS
 from litebert.serving.inputs import OutputWriter, input_format, output_format, read_inputs, split_hint
@@ -73,12 +73,6 @@ class PredictConfig:
         check_device(self.device)
 
 
-def given(parser, args) -> set[str]:
-    """The TaskConfig fields the user set, by a flag or in --config's [finetune] table (the others are defaults)."""
-    table = load_toml(args.config, parser.get_default("_tables")).get("finetune", {}) if args.config else {}
-    return set(vars(args)) | set(table)
-
-
 def check_task_given(cfg: TaskConfig, given: set[str]) -> None:
     """A split is read as its task's files: without --task, TaskConfig's default (the demo's task) would read
     another task's data with the wrong reader and fail with a misleading message."""
@@ -92,7 +86,7 @@ def cli_evaluate(argv: list[str]) -> int:
                          {"task and model": TaskConfig, "evaluation": EvaluateConfig}, other_tables=("train",))
     args = parser.parse_args(argv)
     cfg, ev, _ = parse_verb(parser, args)
-    check_task_given(cfg, given(parser, args))
+    check_task_given(cfg, given_fields(args))
     check_replaceable(ev.out, _is_metrics, "a metrics file of litebert evaluate", cfg.overwrite)
     scored, task, examples = evaluate_checkpoint(cfg.model, cfg, ev.split, ev.device)
     metrics = scored.metrics
@@ -120,8 +114,8 @@ def cli_predict(argv: list[str]) -> int:
     cfg, pr, _ = parse_verb(parser, args)
     check_replaceable(pr.out, _is_predictions, "a predictions file of litebert predict", cfg.overwrite)
     if not cfg.data_dir:
-        return predict_inputs(cfg, pr, given(parser, args))
-    check_task_given(cfg, given(parser, args))
+        return predict_inputs(cfg, pr, given_fields(args))
+    check_task_given(cfg, given_fields(args))
     if pr.text or pr.input:
         raise ConfigError("--text/--input are raw inputs for the checkpoint's task; --data-dir predicts a split of "
                           "a task from its files: give one or the other")

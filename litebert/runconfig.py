@@ -221,7 +221,14 @@ def parse_verb(parser: argparse.ArgumentParser, argv: list[str] | argparse.Names
                                  for f in missing)
                      + (" (or set them in --config)" if config else ""))
     own = {section_of(cls, verb) for cls in classes}
+    args._given = set(vars(args)) | {key for section in own for key in toml.get(section, {})}
     return (*configs, *(dict(toml.get(t, {})) for t in tables if t not in own))
+
+
+def given_fields(args: argparse.Namespace) -> set[str]:
+    """The fields the user set, by a flag or in --config's tables of the verb (the others are defaults), as
+    `parse_verb` found them."""
+    return args._given
 
 
 def dump_toml(sections: Mapping[str, Any]) -> str:
