@@ -140,7 +140,7 @@ def onnx_side(path: str, threads: int):
 
 def agreement_batches(config: AlbertConfig, n: int, T: int, seed: int) -> list[dict]:
     """`n` random inputs of 8-T tokens, right-padded to T (transformers' export has a fixed sequence axis)."""
-    from litebert.interop.quantize import verification_batches
+    from litebert.interop.agreement import verification_batches
     batches, _ = verification_batches("", config, False, n=n, seed=seed)
     out = []
     for ids, mask, types in batches:

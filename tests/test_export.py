@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+import litebert.interop.agreement as agreement
 import litebert.interop.export as export
 import litebert.interop.quantize as quantize
 from litebert.cli import main as litebert_main
@@ -177,8 +178,8 @@ def test_int8_onnx_and_pytorch_agree_with_fp32_on_a_trained_classifier(tmp_path,
     model = MODEL_CLASSES["AlbertForSequenceClassification"].from_pretrained(trained_classifier).eval()
     int8 = quantize.quantize_model(model)
     assert type(model.classifier) is torch.nn.Linear  # the fp32 model is left as it was
-    batches, _ = quantize.verification_batches(trained_classifier, model.config, False)
-    found = quantize.compare(export.InferenceModule(model, ["logits"]), export.InferenceModule(int8, ["logits"]),
+    batches, _ = agreement.verification_batches(trained_classifier, model.config, False)
+    found = agreement.compare(export.InferenceModule(model, ["logits"]), export.InferenceModule(int8, ["logits"]),
                              ["logits"], batches)
     assert found.total == 256 and found.fraction >= 0.99 and 0 < found.max_abs_diff < 1.0
     loaded, checked = quantize.load_int8_model(trained_classifier)
@@ -359,17 +360,17 @@ def test_agreement_counts_predictions_and_refuses_nan():
     mask = np.array([[1, 1, 0]])
     fp32 = np.array([[[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]]])  # (B=1, T=3, 2) token logits
     int8 = np.array([[[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]]])  # one real token flipped, the padding too
-    found = quantize.agreement(["logits"], [fp32], [int8], mask)
+    found = agreement.agreement(["logits"], [fp32], [int8], mask)
     assert (found.unchanged, found.total, found.max_abs_diff) == (1, 2, 1.0)  # padding not counted
     labels = np.array([[2.0, -1.0, 0.5]])
-    assert quantize.agreement(["logits"], [labels], [labels * [1, 1, -1]], mask[:, :1],
+    assert agreement.agreement(["logits"], [labels], [labels * [1, 1, -1]], mask[:, :1],
                               "multi_label_classification").fraction == 0.0
     broken = int8.copy()
     broken[0, 2, 1] = np.nan  # even at a padded position
-    with pytest.raises(quantize.QuantizeError, match="int8 model's output logits has 1 NaN/inf"):
-        quantize.agreement(["logits"], [fp32], [broken], mask)
-    with pytest.raises(quantize.QuantizeError, match="fp32 model's output logits has 1 NaN/inf"):
-        quantize.agreement(["logits"], [broken], [fp32], mask)
+    with pytest.raises(agreement.QuantizeError, match="int8 model's output logits has 1 NaN/inf"):
+        agreement.agreement(["logits"], [fp32], [broken], mask)
+    with pytest.raises(agreement.QuantizeError, match="fp32 model's output logits has 1 NaN/inf"):
+        agreement.agreement(["logits"], [broken], [fp32], mask)
 
 
 def test_min_agreement_refuses_and_force_keeps(tmp_path, capsys):
@@ -423,10 +424,10 @@ def test_auto_int8_weights_try_per_tensor_then_per_column(tmp_path, monkeypatch,
         return real_quantize(src, dst, weights=weights, **kwargs)
 
     def compare(*args, **kwargs):  # the agreement this test says each scheme has
-        return quantize.Agreement(scores[tried[-1]], 100, 0.1, "predictions")
+        return agreement.Agreement(scores[tried[-1]], 100, 0.1, "predictions")
 
     monkeypatch.setattr(quantize, "quantize_onnx", quantize_onnx)
-    monkeypatch.setattr(quantize, "compare", compare)
+    monkeypatch.setattr(agreement, "compare", compare)
     result = export_model(model_dir, out, quantize="int8")
     assert tried == ["per-tensor", "per-column"] and result.int8_weights == "per-column"
     assert "int8 weights per-column" in result.summary() and "(per-tensor weights, not kept: 97.00%" in result.summary()
@@ -466,7 +467,7 @@ def test_int8_checked_on_text_lines(tmp_path, monkeypatch, capsys):
     assert result.agreement.total == 3 and f"3 lines of {text}" in result.summary()
 
     # refused on the user's own text, the way out is --force alone (random ids would also name --verify-text)
-    monkeypatch.setattr(quantize, "compare", lambda *args, **kwargs: quantize.Agreement(2, 3, 0.1, "predictions"))
+    monkeypatch.setattr(agreement, "compare", lambda *args, **kwargs: agreement.Agreement(2, 3, 0.1, "predictions"))
     assert litebert_main(["export", "--model", str(model_dir), "--out", str(tmp_path / "refused"), "--quantize",
                           "int8", "--int8-weights", "per-tensor", "--verify-text", str(text)]) == 2
     err = capsys.readouterr().err

@@ -39,6 +39,7 @@ from litebert.config import AlbertConfig
 from litebert.errors import ConfigError, LitebertError
 from litebert.files import copy_file, write_files_atomically
 from litebert.heads import model_class
+from litebert.interop import agreement as agree
 from litebert.interop import quantize as q
 from litebert.interop.quantize import share_transposed_initializers
 from litebert.runconfig import parse_verb, verb_parser
@@ -109,7 +110,7 @@ class ExportResult:
     verified_with: str | None  # "onnxruntime" | "torch.jit" | None
     not_verified_because: str | None = None  # why verified_with is None
     int8_path: str | None = None  # model.int8.onnx, with --quantize int8
-    agreement: q.Agreement | None = None  # int8 against PyTorch fp32
+    agreement: agree.Agreement | None = None  # int8 against PyTorch fp32
     agreement_inputs: str = ""  # what the agreement was measured on
     int8_weights: str | None = None  # the weight scheme kept: "per-tensor" | "per-column"
     column_storage: str | None = None  # per-column weights stored "int8" | "uint8" (q.per_column_storage)
@@ -159,7 +160,7 @@ def export_model(model_dir: str | os.PathLike, out_dir: str | os.PathLike, fmt: 
     output_names = [name for name in reference._fields if isinstance(getattr(reference, name), torch.Tensor)]
     module = InferenceModule(model, output_names).eval()
     if quantize == "int8":  # before the export, so that a bad --verify-text fails fast
-        batches, agreement_inputs = q.verification_batches(model_dir, config, choices, verify_text, verify_samples)
+        batches, agreement_inputs = agree.verification_batches(model_dir, config, choices, verify_text, verify_samples)
     result = ExportResult(os.path.join(os.fspath(out_dir), FORMATS[fmt]), cls.__name__, output_names, None, None)
 
     def fill(tmp: Path) -> None:
@@ -240,7 +241,7 @@ def _write_int8(result: ExportResult, module: InferenceModule, config: AlbertCon
             staged_files.append(os.path.join(os.path.dirname(result.path), f".tmp-{scheme}-{q.INT8_ONNX}"))
             q.quantize_onnx(result.path, staged_files[-1], weights=scheme, config=config, column_storage=storage)
             run = _runner(staged_files[-1], "onnx")
-            tried.append((q.compare(module, lambda *batch: run(batch), result.output_names, batches,
+            tried.append((agree.compare(module, lambda *batch: run(batch), result.output_names, batches,
                                     config.problem_type), scheme, staged_files[-1]))
             if tried[-1][0].fraction >= min_agreement:
                 break
@@ -252,7 +253,7 @@ def _write_int8(result: ExportResult, module: InferenceModule, config: AlbertCon
             raise ExportError(f"int8 model not kept: {found} against PyTorch fp32 on {result.agreement_inputs}, "
                               f"below --min-agreement {min_agreement:g} ({way_out})")
         os.replace(staged, final)
-    except q.QuantizeError as e:
+    except agree.QuantizeError as e:
         raise ExportError(f"int8 model not kept: {e}") from None
     finally:
         for path in staged_files:
@@ -294,7 +295,7 @@ def _verify(module: InferenceModule, run, config: AlbertConfig, choices: bool, a
             expected = [t.numpy() for t in module(*batch)]
         got = run(batch)
         for name, e, g in zip(module.output_names, expected, got):
-            problem = q.nonfinite(name, e, "the PyTorch model's") or q.nonfinite(name, g, f"{path}'s")
+            problem = agree.nonfinite(name, e, "the PyTorch model's") or agree.nonfinite(name, g, f"{path}'s")
             if problem:
                 raise ExportError(problem)
             if e.shape != g.shape:

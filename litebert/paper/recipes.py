@@ -1,0 +1,140 @@
+"""What each row of a grid runs, as the TOML tables the verbs read (`litebert pretrain --config`, `litebert
+finetune --config`): the scale's recipe with the row's changes. A cpu or gpu grid runs them here; the paper scale
+writes them out, with commands.sh to run them elsewhere, and reads back what those runs left.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shlex
+from collections.abc import Mapping
+from typing import Any
+
+from litebert.config import AlbertConfig
+from litebert.files import write_text_atomically
+from litebert.paper.experiments import DATA, SOURCE, Row, scale_model
+from litebert.paper.grid import Grid, slug
+from litebert.runconfig import dump_toml
+
+
+def train_table(grid: Grid, out_dir: str, seed: int, steps: int | None = None, **extra) -> dict[str, Any]:
+    """A [train] table of the scale's recipe: resumable (rerunning a recipe continues it), quiet."""
+    fields = {**grid.scale.train, "out_dir": out_dir, "seed": seed, "resume": True, "progress": False, **extra}
+    if steps is not None and steps != fields["max_steps"]:  # a minutes budget: warm up for 1/10 at most
+        fields["max_steps"] = steps
+        fields["warmup_steps"] = min(fields.get("warmup_steps", 0), steps // 10)
+    return fields
+
+
+def row_recipe(grid: Grid, row: Row, seed: int, steps: int, vocab_size: int, run_dir: str,
+               init_from: str | None) -> dict[str, Any]:
+    """The row's [model], [pretrain] and [train] tables: the scale's recipe with the row's changes ([model]:
+    the fields that differ from the row's preset)."""
+    data = grid.data
+    pretrain = {**grid.scale.pretrain, "data": data.path("train", row.data.get("pair_task", "sop"),
+                                                         row.data.get("extra", False)),
+                "model": row.base or grid.exp.base, "objective": row.data.get("objective", "auto"),
+                "eval_data": [data.path("heldout", t) for t in grid.exp.held_out]}
+    if init_from:
+        pretrain["init_from"] = init_from
+    model = scale_model(grid.exp, row, grid.scale, vocab_size, grid.sets["model"])
+    preset = dataclasses.asdict(AlbertConfig.from_preset(row.base or grid.exp.base))
+    return {"model": {k: v for k, v in model.items() if k != "vocab_size" and v != preset[k]}, "pretrain": pretrain,
+            "train": train_table(grid, run_dir, seed, steps)}
+
+
+def write_recipe(path: str, sections: Mapping[str, Any], header: str) -> str:
+    write_text_atomically(path, header + dump_toml(sections))
+    return path
+
+
+def finetune_recipe(grid: Grid, checkpoint: str, task: str, out_dir: str, seed: int) -> dict[str, Any]:
+    """[finetune] and [train] of the scale's one downstream recipe for `task`."""
+    recipe = dict(grid.scale.finetune)
+    recipe.pop("tasks")
+    cfg = {"model": checkpoint, "task": task, "data_dir": PAPER_TASK_DIRS.get(task, os.path.join(DATA, task))}
+    for key in ("max_length", "max_train_examples", "max_eval_examples"):
+        if key in recipe:
+            cfg[key] = recipe.pop(key)
+    train = {**recipe, "out_dir": out_dir, "seed": seed}
+    if grid.scale.name != "paper":
+        train.update(resume=True, progress=False)
+    return {"finetune": cfg, "train": train}
+
+
+def downstream_on(grid: Grid) -> bool:
+    return grid.cfg.downstream if grid.cfg.downstream is not None else grid.scale.downstream
+
+
+PAPER_TASK_DIRS = {"squad-v1.1": "$SQUAD_DIR/v1.1", "squad-v2.0": "$SQUAD_DIR/v2.0", "MNLI-m": "$GLUE_DIR/MNLI",
+                   "SST-2": "$GLUE_DIR/SST-2", "race": "$RACE_DIR"}
+
+
+def write_paper_recipes(grid: Grid) -> list[str]:
+    """One `litebert pretrain --config` recipe per row and seed (the ones a cpu grid runs, at the paper's
+    sizes), and commands.sh: split, tokenizer, prepare, torchrun pretraining in row order (a warm start after
+    its source), fine-tuning on the paper's tasks."""
+    out, scale, d, data = grid.out, grid.scale, grid.scale.data, grid.data
+    corpus = grid.cfg.corpus or "CORPUS.txt"
+    steps = int(scale.train["max_steps"])
+    q = shlex.quote
+    cmds = ["#!/bin/sh", f"# {grid.exp.table}: {grid.exp.title}. The paper's recipe: {steps} steps, batch "
+            f"{scale.train['batch_size']}, LAMB {scale.train['lr']}, sequence length {d['max_seq_length']}.",
+            "# Set NPROC (processes per node) and the task directories ($GLUE_DIR, $SQUAD_DIR, $RACE_DIR).",
+            "set -e", f"NPROC=${{NPROC:-{grid.cfg.nproc_per_node if grid.cfg.nproc_per_node > 1 else 8}}}", "",
+            "# 1. hold out the last documents, train the tokenizer on the rest, cut the pairs",
+            "python -c " + q(f"from litebert.paper.grid import split_corpus; split_corpus({json.dumps(corpus)}, "
+                             f"{json.dumps(data.split)}, {d['held_out_fraction']})"),
+            f"litebert tokenizer {q(os.path.join(data.split, 'train.txt'))} --out {q(data.tokenizer)} "
+            f"--vocab-size {d['vocab_size']}"]
+    variants = sorted({(r.data.get("pair_task", "sop"), bool(r.data.get("extra"))) for r in grid.exp.rows})
+    if any(extra for _, extra in variants):
+        cmds.append("python -c " + q(f"from litebert.paper.grid import split_corpus; split_corpus("
+                                     f"{json.dumps(list(grid.cfg.extra_corpus) or ['EXTRA_CORPUS.txt'])}, "
+                                     f"{json.dumps(data.split)}, 0, name=\"extra\")"))
+    parts = [("train", t, e) for t, e in variants] + [("heldout", t, False) for t in grid.exp.held_out]
+    for part, task, extra in parts:
+        inputs = " ".join(q(p) for p in data.inputs(part, extra))
+        cmds.append(f"litebert prepare {inputs} --tokenizer {q(data.tokenizer)} "
+                    f"--out {q(data.path(part, task, extra))} "
+                    f"--max-seq-length {d['max_seq_length']} --pair-task {task} --dupe-factor "
+                    f"{d['dupe_factor'] if part == 'train' else 1} --seed {grid.cfg.seed}")
+    cmds += ["", "# 2. pretrain every row (--nnodes N --rdzv-backend c10d --rdzv-endpoint HOST:PORT: many nodes)"]
+    written = []
+    for row in grid.exp.rows:
+        for seed in grid.seeds:
+            init_from = os.path.join(grid.row_dir(grid.row(row.warm_start), seed), "pretrain", f"step_{steps}") \
+                if row.warm_start else None
+            path = os.path.join(out, "recipes", f"{slug(row.name)}-seed{seed}.toml")
+            sections = row_recipe(grid, row, seed, steps, d["vocab_size"],
+                                  os.path.join(grid.row_dir(row, seed), "pretrain"), init_from)
+            sections["train"].pop("progress")
+            written.append(write_recipe(path, sections, (
+                f"# {grid.exp.table}, row {row.name!r}, seed {seed}: the paper's recipe ({SOURCE}).\n"
+                f"# torchrun --nproc-per-node 8 -m litebert.cli pretrain --config {path}\n")))
+            cmds.append(f"torchrun --nproc-per-node $NPROC -m litebert.cli pretrain --config {q(path)}")
+    cmds += ["", "# 3. fine-tune every row on the paper's tasks (the ALBERT README's recipes are litebert's defaults)"]
+    for row in grid.exp.rows:
+        for seed in grid.seeds:
+            ckpt = os.path.join(grid.row_dir(row, seed), "pretrain", f"step_{steps}")
+            for task in scale.finetune["tasks"]:
+                r = finetune_recipe(grid, ckpt, task, os.path.join(grid.row_dir(row, seed), f"finetune_{task}"), seed)
+                cmds.append(f"litebert finetune --model {q(ckpt)} --task {task} --data-dir {r['finetune']['data_dir']} "
+                            f"--out-dir {q(r['train']['out_dir'])} --seed {seed}")
+    cmds += ["", "# 4. the report, from what the runs above left in this directory",
+             f"litebert reproduce {grid.exp.name} --scale paper --out {q(out)} --report-only"
+             + (f" --seeds {len(grid.seeds)}" if len(grid.seeds) > 1 else "")]
+    write_text_atomically(os.path.join(out, "commands.sh"), "\n".join(cmds) + "\n")
+    return written
+
+
+def finished_elsewhere(grid: Grid, row: Row, seed: int) -> bool:
+    """Whether commands.sh's runs of a row (its pretraining and, with downstream, every fine-tuning) are done,
+    so that run_row only reads them: at the paper scale nothing is trained here."""
+    d = grid.row_dir(row, seed)
+    needed = [os.path.join(d, "pretrain", "summary.json")]
+    if downstream_on(grid):
+        needed += [os.path.join(d, f"finetune_{task}", "summary.json") for task in grid.scale.finetune["tasks"]]
+    return all(os.path.isfile(p) for p in needed)
