@@ -291,6 +291,29 @@ def test_a_full_disk_in_any_library_is_one_oserror_naming_the_destination(librar
     assert not (tmp_path / "one.json").exists()
 
 
+@pytest.mark.parametrize("library", list(_library_errors()))
+def test_a_full_disk_on_a_first_write_names_the_destination_and_the_bytes_it_got_to(library, tmp_path):
+    """No earlier result to measure: the bytes staged before the disk filled are what is known to be needed."""
+    error = _library_errors()[library]
+    final = tmp_path / "first"
+
+    def fill(directory):
+        (directory / "part.bin").write_bytes(b"y" * 300)
+        raise error
+
+    with pytest.raises(OSError) as e:
+        write_dir_atomically(final, fill)
+    assert str(final) in str(e.value) and "more than 300 needed (300 written when it filled)" in str(e.value)
+    assert "nothing written" in str(e.value) and not final.exists() and not debris(tmp_path)
+    with pytest.raises(OSError) as e:
+        with atomic_open(tmp_path / "one.bin", "wb") as f:
+            f.write(b"z" * 5000)
+            f.flush()
+            raise error
+    assert str(tmp_path / "one.bin") in str(e.value) and "more than 5000 needed" in str(e.value), e.value
+    assert not (tmp_path / "one.bin").exists() and not debris(tmp_path)
+
+
 def test_a_bug_that_is_not_a_full_disk_keeps_its_own_exception(tmp_path):
     with pytest.raises(KeyError):
         write_dir_atomically(tmp_path / "r", lambda d: {}["missing"])
@@ -309,7 +332,7 @@ def test_a_copy_onto_a_full_disk_names_the_destination_not_the_source(tmp_path, 
     monkeypatch.setattr(shutil, "copyfile", full)
     with pytest.raises(OSError) as e:
         files.copy_file(src, dst)
-    assert e.value.filename == str(dst) and "bytes free there" in str(e.value)
+    assert e.value.filename == str(dst) and "bytes free there, 10 needed" in str(e.value)  # the source's size
 
 
 def test_a_full_disk_while_a_verb_writes_is_one_line_and_the_old_result_stays(finished_run, monkeypatch, capsys,
