@@ -173,6 +173,10 @@ def predict_inputs(cfg: TaskConfig, pr: PredictConfig, given: set[str]) -> int:
         if task != "table" and family_of(T.TASKS[task]) is not family:
             raise ConfigError(f"{cfg.model} is not fine-tuned for {task}")
         task = None
+    total = None
+    if pr.input:  # every line read once before the model loads: a blank or undecodable one is refused at once
+        with open_text(Path(pr.input), newline="" if input_format(pr.input) in ("csv", "tsv") else "\n") as f:
+            total = sum(1 for _ in read_inputs(f, pr.input, input_format(pr.input)))
     options = {k: getattr(pr, k) for k in ("top_k", "aggregation_strategy") if getattr(pr, k) is not None}
     pipe = pipeline(task, cfg.model, backend=pr.backend, precision=pr.precision, batch_size=cfg.eval_batch_size,
                     max_length=cfg.max_length, max_query_length=cfg.max_query_length,
@@ -188,10 +192,12 @@ def predict_inputs(cfg: TaskConfig, pr: PredictConfig, given: set[str]) -> int:
         fmt = input_format(pr.input)
         stream = open_text(Path(pr.input), newline="" if fmt in ("csv", "tsv") else "\n")
         records = read_inputs(stream, pr.input, fmt)
-        records = tqdm(records, desc="predict", unit=" inputs", file=sys.stderr, disable=None)  # quiet unless a tty
+        records = tqdm(records, desc="predict", unit=" inputs", total=total, file=sys.stderr,
+                       disable=None)  # quiet unless a tty
     else:
-        chunk = 1 if sys.stdin.isatty() else chunk  # typed by hand: answer each line at once
-        records = read_inputs(sys.stdin, "stdin")
+        typed = sys.stdin.isatty()  # typed by hand: answer each line at once; a blank line aligns nothing
+        chunk = 1 if typed else chunk
+        records = read_inputs(sys.stdin, "stdin", skip_blank=typed)
     written = 0
     # --out is replaced when every input is done (atomic_open; a kill leaves the old file and .tmp-NAME)
     with stream or contextlib.nullcontext(), \

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import importlib
+import io
 import json
 import os
 import pkgutil
@@ -24,7 +25,7 @@ import test_faults
 from test_faults import debris
 
 import litebert
-from litebert import files
+from litebert import evaluate, files
 from litebert.cli import main as litebert_main
 from litebert.errors import ConfigError, NonFiniteError
 from litebert.files import atomic_open, write_dir_atomically
@@ -385,3 +386,60 @@ def test_embed_refuses_blank_lines_by_number_so_rows_stay_aligned(text, lines, f
                           str(out)]) == 0
     import numpy as np
     assert np.load(out).shape[0] == len(sentences.read_text().strip().splitlines())
+
+
+LINE_INPUTS = [  # (file name, content, the one line's words); each line is one input, output row i is line i
+    ("in.txt", "the sea.\n\nthe sky.\n", "in.txt: blank input(s) at line 2"),
+    ("in.txt", "\nthe sea.\n", "in.txt: blank input(s) at line 1"),
+    ("in.jsonl", '"the sea."\n  \n\n"the sky."\n', "in.jsonl: blank input(s) at line 2, 3"),
+    ("in.csv", 'text\nthe sea.\n\nthe sky.\n', "in.csv: blank row(s) at line 3"),
+    ("in.tsv", 'text\nthe sea.\n\t\nthe sky.\n', "in.tsv: blank row(s) at line 3"),
+    ("in.txt", b"the sea.\nthe \xff sky.\n", "in.txt:2: not UTF-8 text"),
+]
+
+
+@pytest.mark.parametrize("name,content,words", LINE_INPUTS,
+                         ids=[w.split(": ", 1)[1] + " " + n for n, _, w in LINE_INPUTS])
+def test_predict_input_refuses_a_blank_or_undecodable_line_by_number_before_any_work(name, content, words,
+                                                                                   finished_run, capsys, tmp_path,
+                                                                                   monkeypatch):
+    source, out = tmp_path / name, tmp_path / "p.jsonl"
+    source.write_bytes(content if isinstance(content, bytes) else content.encode())
+    out.write_text('{"input": "earlier", "output": 1}\n')
+    loaded = []
+    monkeypatch.setattr(evaluate, "pipeline", lambda *a, **k: loaded.append(1))  # the model is never loaded
+    line = one_line(["predict", "--model", str(finished_run[1] / "best"), "--input", str(source), "--out",
+                     str(out)], capsys)
+    assert words in line and not loaded and out.read_text() == '{"input": "earlier", "output": 1}\n'
+
+
+def test_predict_input_keeps_row_i_at_line_i_and_standard_input_is_held_to_the_same(finished_run, capsys,
+                                                                                  tmp_path, monkeypatch):
+    model = str(finished_run[1] / "best")
+    source = tmp_path / "in.txt"
+    source.write_text("the sea.\nthe sky.\n\n\n")  # blank lines at the end shift nothing
+    assert litebert_main(["predict", "--model", model, "--input", str(source)]) == 0
+    assert [json.loads(r)["input"] for r in capsys.readouterr().out.splitlines()] == ["the sea.", "the sky."]
+    monkeypatch.setattr("sys.stdin", io.StringIO("the sea.\n\nthe sky.\n"))
+    assert "stdin: blank input(s) at line 2" in one_line(["predict", "--model", model], capsys)
+
+
+def test_extend_vocab_words_and_analyze_text_count_what_they_skip(model_dir, capsys, tmp_path):
+    """Neither is row-aligned (a word list; sentences averaged into one figure): blank lines are passed over and
+    counted in the printed summary; a line that is not UTF-8 is refused by number (words) or counted (analyze,
+    whose corpus reader is prepare's)."""
+    words = tmp_path / "words.txt"
+    words.write_text("zeitgeist\n\n  \nquixotic\n\n")
+    assert litebert_main(["extend-vocab", "--model", str(model_dir), "--out", str(tmp_path / "ext"), "--words",
+                          str(words)]) == 0
+    printed = capsys.readouterr().out
+    assert f"--words: 2 words read from {words}, 2 blank line(s) skipped" in printed, printed
+    words.write_bytes(b"zeitgeist\nqui\xffxotic\n")
+    line = one_line(["extend-vocab", "--model", str(model_dir), "--out", str(tmp_path / "ext2"), "--words",
+                     str(words)], capsys)
+    assert "words.txt:2: not UTF-8 text" in line and not (tmp_path / "ext2").exists()
+    text = tmp_path / "text.txt"
+    text.write_bytes(b"the sea was calm.\nthe \xff sky.\n\nthe ship sailed on.\n")
+    assert litebert_main(["analyze", str(model_dir), "--text", str(text), "--max-length", "32", "--out",
+                          str(tmp_path / "t.png")]) == 0
+    assert f"2 sentences of {text}, 1 non utf8 lines skipped" in capsys.readouterr().out

@@ -164,10 +164,15 @@ def read_rows(path: Path, what: str = "line") -> list[str]:
         rows.pop()
     blank = [i for i, row in enumerate(rows, 1) if not row.strip()]
     if blank:
-        shown = ", ".join(map(str, blank[:5])) + (f" and {len(blank) - 5} more" if len(blank) > 5 else "")
-        raise DataError(f"{path}: blank {what}(s) at line {shown}: each line is one input and row i of the output "
-                        "is line i; remove them (nothing was written)")
+        raise blank_lines(path, blank, what)
     return rows
+
+
+def blank_lines(source: os.PathLike | str, numbers: list[int], what: str = "line") -> DataError:
+    """The refusal of interior blank lines in a line-oriented input (`read_rows`' rule), naming them."""
+    shown = ", ".join(map(str, numbers[:5])) + (f" and {len(numbers) - 5} more" if len(numbers) > 5 else "")
+    return DataError(f"{source}: blank {what}(s) at line {shown}: each line is one input and row i of the output "
+                     "is line i; remove them (nothing was written)")
 
 
 class _Decoded:
