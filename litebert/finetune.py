@@ -91,12 +91,14 @@ def check_out_dir(cfg: FinetuneConfig, train_cfg: TrainConfig) -> None:
     """A fresh run (no --resume) into a directory holding an earlier run's best/ or summary.json would replace
     them at its first evaluation: refused unless --overwrite. (Checkpoints are the loop's to refuse.) A --resume
     into a directory with a best/ and no checkpoint would start afresh and adopt that best/: refused unless the
-    run that made it recorded the same settings."""
+    run that made it recorded the same settings. A --resume from checkpoints is refused when the settings that
+    decide the result differ from theirs (sweep.refuse_changed_resume; --max-steps may be raised)."""
     out = train_cfg.out_dir
     earlier = [name for name in ("best", "summary.json") if os.path.exists(os.path.join(out, name))]
     if earlier and not train_cfg.resume and not cfg.overwrite:
         raise ConfigError(f"{out} holds an earlier run's {' and '.join(earlier)}: pass --resume to continue it, "
                           "--overwrite to replace it, or choose another --out-dir")
+    sweep.refuse_changed_resume(cfg, train_cfg, "finetune")
     if train_cfg.resume and "best" in earlier and not list_checkpoints(out) and not cfg.overwrite:
         # Nothing to resume: a new run would start here and take the old best/ (and its score) as its own.
         if not os.path.isfile(os.path.join(out, CONFIG_NAME)):

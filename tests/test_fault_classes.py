@@ -16,6 +16,7 @@ import io
 import json
 import os
 import pkgutil
+import re
 import shutil
 import typing
 from pathlib import Path
@@ -203,6 +204,46 @@ def test_resume_into_a_directory_holding_only_a_best_is_refused(tmp_path):
     (out / CONFIG_NAME).write_text(dump_toml({"train": train_cfg, "finetune": dataclasses.asdict(cfg)}))
     check_out_dir(cfg, train_cfg)  # the same run, killed before its first checkpoint: resumed
     check_out_dir(dataclasses.replace(cfg, overwrite=True), dataclasses.replace(train_cfg, lr=0.5))
+
+
+def test_a_single_run_resumed_with_other_settings_is_refused_by_name_but_may_be_extended(finished_run, model_dir,
+                                                                                          capsys, tmp_path):
+    """finetune --resume from checkpoints made with another --lr would go on as a run of neither: refused by
+    name before any work; a higher --max-steps extends the run (the one setting a single run's resume may
+    change)."""
+    data, run, _ = finished_run
+    out = tmp_path / "run"
+    shutil.copytree(run, out)
+    before = test_faults.tree(out)
+    argv = ["finetune", "--model", str(model_dir), "--task", "table", "--data-dir", str(data), "--text-columns",
+            "text", "--max-length", "32", "--eval-batch-size", "8", "--max-steps", "4", "--batch-size", "4",
+            "--eval-every", "2", "--save-every", "2", "--optimizer", "adamw", "--lr", "0.002", "--device", "cpu",
+            "--out-dir", str(out), "--resume", "--no-progress"]
+    line = one_line(argv, capsys)
+    assert "--lr 0.002 (was 0.001)" in line and "only --max-steps may change" in line, line
+    assert test_faults.tree(out) == before
+    line = one_line([a if a != "0.002" else "0.001" for a in argv] + ["--seed", "7"], capsys)
+    assert "--seed 7 (was 12345)" in line, line
+    from litebert.finetune import finetune
+    summary = finetune(*test_faults.finetune_configs(model_dir, data, out, resume=True, max_steps=6))
+    assert summary["steps"] == 6 and (out / "step_6").is_dir()
+
+
+def test_a_pretraining_run_resumed_with_other_settings_is_refused_before_its_data_is_read(tmp_path):
+    from litebert.pretrain import PretrainConfig, pretrain
+    out = tmp_path / "pre"
+    (out / "step_2").mkdir(parents=True)
+    (out / "step_2" / "COMPLETE").write_text("{}")
+    cfg, train_cfg = PretrainConfig(data=str(tmp_path / "no-data")), TrainConfig(out_dir=str(out), lr=1e-3,
+                                                                                   resume=True, progress=False)
+    (out / CONFIG_NAME).write_text(dump_toml({"train": train_cfg, "pretrain": dataclasses.asdict(cfg)}))
+    for change, words in [(dict(lr=2e-3), "--lr 0.002 (was 0.001)"), (dict(batch_size=7), "--batch-size 7 (was")]:
+        with pytest.raises(ConfigError, match=re.escape(words)):
+            pretrain(cfg, dataclasses.replace(train_cfg, **change))
+    with pytest.raises(ConfigError, match=re.escape("--held-out 5 (was 1000)")):
+        pretrain(dataclasses.replace(cfg, held_out=5), train_cfg)
+    sweep.refuse_changed_resume(cfg, dataclasses.replace(train_cfg, max_steps=10 ** 6), "pretrain")  # extended
+    sweep.refuse_changed_resume(cfg, dataclasses.replace(train_cfg, lr=0.5, resume=False), "pretrain")  # no resume
 
 
 # ====================================================================================== non-finite outputs
