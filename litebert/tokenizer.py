@@ -795,10 +795,10 @@ def match_model_max_length(directory: str) -> None:
 
 def _download_from_hub(repo_id: str) -> str:
     """spiece.model of a Hub repo, and its tokenizer_config.json (the normalisation flags) when it has one."""
-    def fetch(hub) -> str:
-        path = hub.hf_hub_download(repo_id, "spiece.model")
+    def fetch(hub, local: bool) -> str:
+        path = hub.hf_hub_download(repo_id, "spiece.model", local_files_only=local)
         try:
-            hub.hf_hub_download(repo_id, "tokenizer_config.json")
+            hub.hf_hub_download(repo_id, "tokenizer_config.json", local_files_only=local)
         except Exception:
             pass
         return path

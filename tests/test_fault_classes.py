@@ -484,3 +484,97 @@ def test_extend_vocab_words_and_analyze_text_count_what_they_skip(model_dir, cap
     assert litebert_main(["analyze", str(model_dir), "--text", str(text), "--max-length", "32", "--out",
                           str(tmp_path / "t.png")]) == 0
     assert f"2 sentences of {text}, 1 non utf8 lines skipped" in capsys.readouterr().out
+
+
+# ======================================================================= a bare name that is not on the Hub
+
+@pytest.fixture
+def hub_online(monkeypatch, tmp_path):
+    """huggingface_hub as it is online, with an empty cache of its own, and every connection refused: no test
+    touches the network."""
+    import socket
+
+    from huggingface_hub import constants
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+
+    def refused(*args, **kwargs):
+        raise OSError(errno.ENETUNREACH, "Network is unreachable (blocked by the test)")
+
+    monkeypatch.setattr(socket, "getaddrinfo", refused)
+    monkeypatch.setattr(socket.socket, "connect", refused)
+    return constants
+
+
+def _timed(fn, *args) -> tuple[str, float]:
+    import time
+    start = time.monotonic()
+    with pytest.raises(FileNotFoundError) as e:
+        fn(*args)
+    return str(e.value), time.monotonic() - start
+
+
+def test_a_mistyped_hub_name_fails_in_one_line_within_seconds(hub_online, monkeypatch, capsys, tmp_path):
+    import time
+
+    import huggingface_hub
+
+    from litebert.tokenizer import Tokenizer
+    from litebert.weights import resolve_model_dir
+    monkeypatch.chdir(tmp_path)
+    for load in (Tokenizer.from_pretrained, resolve_model_dir):  # no network: fast, and one line
+        message, took = _timed(load, "albrt-base-v2")
+        assert took < 3.5 and "no such directory: albrt-base-v2 (the Hub could not be asked" in message, message
+        assert "the Hugging Face cache holds no copy" in message and "\n" not in message
+    line = one_line(["predict", "--model", "albrt-base-v2", "--text", "x"], capsys)
+    assert "no such directory: albrt-base-v2" in line
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", lambda self, repo_id, **kw: _not_found(repo_id))
+    message, took = _timed(Tokenizer.from_pretrained, "albrt-base-v2")
+    assert "(the Hub has no model of that name either)" in message and took < 1, message
+
+    def hangs(self, repo_id, timeout=None, **kw):  # a name lookup that hangs, not bounded by the request timeout
+        time.sleep(30)
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", hangs)
+    message, took = _timed(resolve_model_dir, "albrt-base-v2")
+    assert "the Hub did not answer within 3 s" in message and took < 4.5, (message, took)
+
+
+def _not_found(repo_id):
+    """The Hub's answer for a name it does not have (built without the HTTP response it would carry)."""
+    from huggingface_hub.errors import RepositoryNotFoundError
+    error = RepositoryNotFoundError.__new__(RepositoryNotFoundError)
+    Exception.__init__(error, f"404 Client Error. Repository Not Found for url: {repo_id}")
+    raise error
+
+
+def test_a_hub_name_still_goes_to_the_hub_when_online_and_to_the_cache_offline(hub_online, tok_dir, monkeypatch,
+                                                                               tmp_path):
+    import huggingface_hub
+
+    from litebert.tokenizer import Tokenizer
+    monkeypatch.chdir(tmp_path)
+    spiece = tok_dir / "spiece.model"
+    asked = []
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", lambda self, repo_id, timeout=None, **kw:
+                        asked.append(("info", repo_id, timeout)))
+
+    def download(repo_id, filename, local_files_only=False, **kw):
+        asked.append(("download", filename, local_files_only))
+        if filename != "spiece.model" or (local_files_only and not cached):
+            raise huggingface_hub.errors.LocalEntryNotFoundError("not here")
+        return str(spiece)
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
+    cached = False
+    assert Tokenizer.from_pretrained("albert/albert-base-v2").vocab_size > 0  # online: the Hub, as before
+    assert asked[0] == ("info", "albert/albert-base-v2", 3.0) and ("download", "spiece.model", False) in asked
+    hub_online.HF_HUB_OFFLINE = True  # offline: the cache alone, nothing asked
+    asked.clear()
+    cached = True
+    assert Tokenizer.from_pretrained("albert/albert-base-v2").vocab_size > 0
+    assert [a[0] for a in asked] == ["download", "download"] and all(a[2] for a in asked)
+    cached = False
+    message, _ = _timed(Tokenizer.from_pretrained, "albert/albert-base-v2")
+    assert "(HF_HUB_OFFLINE is set, and the Hugging Face cache holds no copy)" in message, message
