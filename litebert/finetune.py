@@ -40,6 +40,7 @@ from litebert.tasks.loading import (
     read_split,
     resolve_task,
 )
+from litebert.tasks.records import UNKNOWN_LABEL, blank_examples
 from litebert.training import sweep
 from litebert.training.checkpoint import list_checkpoints
 from litebert.training.data import ShuffledData
@@ -153,8 +154,11 @@ def prepare(cfg: FinetuneConfig) -> Prepared:
     train_examples = read_split(task, cfg, "train", limit=cfg.max_train_examples)
     if not train_examples:
         raise DataError(f"{cfg.data_dir}: no training examples for task {task.name}")
+    if train_examples.skip_counts.get(UNKNOWN_LABEL):  # the task fixes its labels: a typo, not a row to drop
+        raise DataError(f"{train_examples.first_skip[UNKNOWN_LABEL]} (task {task.name} has a fixed label set; a "
+                        "training label outside it is a mistake to fix, not a row to leave out)")
     labels = family.labels(task, train_examples)
-    family.check_learnable(task, train_examples, labels, cfg.data_dir)
+    family.check_learnable(task, train_examples, labels, os.path.join(cfg.data_dir, task.files["train"]))
     eval_examples = read_split(task, cfg, cfg.eval_split, labels, cfg.max_eval_examples)
     if not eval_examples:
         raise DataError(f"{cfg.data_dir}: no usable {cfg.eval_split} examples for task {task.name} "
@@ -186,6 +190,8 @@ def _run_summary(cfg: FinetuneConfig, train_cfg: TrainConfig, run: Prepared, res
             "examples": {"train": len(run.train_examples), split: len(ev),
                          "skipped_train": len(run.train_examples.skipped),
                          f"skipped_{split}": len(ev.skipped),
+                         # read and used, but with an empty or blank text: the model sees [CLS] [SEP] there
+                         "blank_text": {"train": blank_examples(run.train_examples), split: blank_examples(ev)},
                          "skipped_by_reason": {"train": run.train_examples.skip_counts, split: ev.skip_counts}},
             # the metrics are over these rows only: say so beside them when some were left out
             "scored_on": ev.scored_on(split),
@@ -284,8 +290,8 @@ def cli(argv: list[str]) -> int:
     grid = sweep.split_argv(argv, sweep.sweepable_fields(FinetuneConfig, TrainConfig))
     if grid is None or any(a in ("-h", "--help") for a in argv):
         summary = finetune(*parse_args(argv))
-        print(json.dumps({"task": summary["task"], "best": summary["best"], "baseline": summary["baseline"],
-                          "best_dir": summary["best_dir"]}, indent=1))
+        print(json.dumps({"task": summary["task"], "examples": summary["examples"], "best": summary["best"],
+                          "baseline": summary["baseline"], "best_dir": summary["best_dir"]}, indent=1))
         return 0
     cfg, train_cfg = parse_args(grid.base)
 

@@ -398,7 +398,9 @@ def test_a_full_disk_while_a_verb_writes_is_one_line_and_the_old_result_stays(fi
 @pytest.mark.parametrize("rows,words", [
     ([("the sea was calm", "a")] * 8, "every training example of task table has the label 'a'"),
     ([("the sea was calm", "a"), ("   ", "b")] * 4, "every training text of class(es) ['b'] is empty or blank"),
-], ids=["one class", "a class of blank texts"])
+    ([("the sea was calm", "neg"), ("the sky was blue", "pos")] * 4 + [("a ship", 1)],
+     "train.jsonl: training label(s) ['1'] are numbers among the names ['neg', 'pos'] (first: row 8)"),
+], ids=["one class", "a class of blank texts", "a number among names"])
 def test_training_data_that_cannot_be_learned_from_is_refused_before_training(rows, words, model_dir, capsys,
                                                                              tmp_path):
     data = tmp_path / "task"
@@ -410,6 +412,37 @@ def test_training_data_that_cannot_be_learned_from_is_refused_before_training(ro
                      "--text-columns", "text", "--max-length", "32", "--max-steps", "2", "--out-dir", str(out),
                      "--no-progress"], capsys)
     assert words in line and not out.exists()
+
+
+def test_a_training_label_outside_a_fixed_label_set_is_refused_naming_it_and_the_file(model_dir, capsys, tmp_path):
+    """SST-2's labels are "0" and "1": a 3 in its training file is a typo to fix, not a third class (nor a row
+    to drop without a word)."""
+    data = tmp_path / "SST-2"
+    data.mkdir()
+    rows = [("the sea was calm", "0"), ("the sky was blue", "1")] * 4
+    (data / "train.tsv").write_text("sentence\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in rows + [("a ship", "3")]))
+    (data / "dev.tsv").write_text("sentence\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in rows))
+    out = tmp_path / "run"
+    line = one_line(["finetune", "--model", str(model_dir), "--task", "SST-2", "--data-dir", str(data),
+                     "--max-length", "32", "--max-steps", "2", "--out-dir", str(out), "--no-progress"], capsys)
+    assert f"{data / 'train.tsv'}:10: label '3' is not one of ['0', '1']" in line and "fixed label set" in line
+    assert not out.exists()
+
+
+def test_blank_training_texts_are_counted_in_the_summary(model_dir, capsys, tmp_path):
+    data = tmp_path / "task"
+    data.mkdir()
+    rows = [("the sea was calm", "a"), ("the sky was blue", "b"), ("", "a"), ("  ", "b")] * 2
+    for split in ("train", "dev"):
+        (data / f"{split}.jsonl").write_text("".join(json.dumps({"text": t, "label": y}) + "\n"
+                                                     for t, y in rows[:6 if split == "dev" else 8]))
+    out = tmp_path / "run"
+    assert litebert_main(["finetune", "--model", str(model_dir), "--task", "table", "--data-dir", str(data),
+                          "--text-columns", "text", "--max-length", "32", "--max-steps", "2", "--batch-size", "4",
+                          "--eval-every", "2", "--out-dir", str(out), "--no-progress"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["examples"]["blank_text"] == {"train": 4, "dev": 2}
+    assert json.loads((out / "summary.json").read_text())["examples"]["blank_text"] == {"train": 4, "dev": 2}
 
 
 # ======================================================================== line-oriented input: row i = line i
