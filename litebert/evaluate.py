@@ -96,6 +96,9 @@ def cli_evaluate(argv: list[str]) -> int:
     check_replaceable(ev.out, _is_metrics, "a metrics file of litebert evaluate", cfg.overwrite)
     scored, task, examples = evaluate_checkpoint(cfg.model, cfg, ev.split, ev.device)
     metrics = scored.metrics
+    if not examples:
+        why = f"{len(examples.skipped)} skipped; first: {examples.skipped[0]}" if examples.skipped else "none there"
+        raise DataError(f"{cfg.data_dir}: no usable {ev.split} rows for task {task.name} ({why})")
     if not metrics:  # a test file without its label column reads as unlabelled: nothing to score against
         raise DataError(f"{cfg.data_dir}: the {ev.split} split of {task.name} has no labels to score "
                         "(use litebert predict)")
