@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 import test_faults
+import torch
 from test_faults import debris
 
 import litebert
@@ -611,3 +612,210 @@ def test_a_hub_name_still_goes_to_the_hub_when_online_and_to_the_cache_offline(h
     cached = False
     message, _ = _timed(Tokenizer.from_pretrained, "albert/albert-base-v2")
     assert "(HF_HUB_OFFLINE is set, and the Hugging Face cache holds no copy)" in message, message
+
+
+# ================================================= generated bad files, through the verbs that read them
+# Each generator damages a valid file of one format in the ways such files come damaged. Whatever the damage, the
+# verb either refuses in one line (exit 2, no traceback) and leaves an earlier result as it was, or scores what it
+# could read, says over which rows (`scored_on`), and writes no NaN.
+
+TABLE_ROWS = [("the sea was calm and the ship sailed on", "a"), ("she wrote a letter to her sister", "b")] * 3
+
+
+def _table(fmt: str, rows=TABLE_ROWS, header="text,label") -> str:
+    sep = "\t" if fmt == "tsv" else ","
+    return header.replace(",", sep) + "\n" + "".join(f"{t}{sep}{y}\n" for t, y in rows)
+
+
+def table_damage(fmt: str) -> dict[str, bytes]:
+    good = _table(fmt)
+    sep = "\t" if fmt == "tsv" else ","
+    cases = {
+        "a row of one cell": _table(fmt, TABLE_ROWS[:2]) + "a lone cell\n" + _table(fmt, TABLE_ROWS[2:], "")[1:],
+        "a row of three cells": good + f"x{sep}a{sep}extra\n",
+        "a label training never had": good + f"the sea{sep}zz\n",
+        "no label column": _table(fmt, header="text,gold"),
+        "no text column": _table(fmt, header="body,label"),
+        "header only": _table(fmt, []),
+        "blank rows": good.replace("\n", "\n\n", 3),
+        "an empty text": good + f"{sep}a\n",
+    }
+    if fmt == "csv":
+        cases["an unclosed quote"] = good + '"the sea,a\nmore,b\n'
+        cases["a NUL byte"] = good + "the\0sea,a\n"
+    return {name: text.encode() for name, text in cases.items()} | _bytes_damage(good.encode())
+
+
+def _bytes_damage(good: bytes) -> dict[str, bytes]:
+    """What any file suffers: cut short, a byte that is not UTF-8, emptied."""
+    middle, cut = len(good) // 2, good.rfind(b"\n", 0, len(good) * 2 // 3) + 3  # cut inside a line
+    return {"truncated": good[:cut], "not UTF-8": good[:middle] + b"\xff" + good[middle:], "empty": b""}
+
+
+def _squad(paragraphs) -> str:
+    return json.dumps({"version": "v2.0", "data": [{"title": "t", "paragraphs": paragraphs}]})
+
+
+SQUAD_CONTEXT = "the sea was calm and the ship sailed on to the town"
+
+
+def _qa(ident, question="what sailed on?", text="the ship", start=21):
+    return {"id": ident, "question": question, "answers": [{"text": text, "answer_start": start}],
+            "is_impossible": False}
+
+
+def squad_damage() -> dict[str, bytes]:
+    good = _squad([{"context": SQUAD_CONTEXT, "qas": [_qa("q1"), _qa("q2", "what was calm?", "the sea", 0)]}])
+    cases = {
+        "an answer not at its offset": _squad([{"context": SQUAD_CONTEXT, "qas": [_qa("q1"), _qa("q2", start=3)]}]),
+        "a question that is not a string": _squad([{"context": SQUAD_CONTEXT, "qas": [_qa("q1"), _qa("q2", 7)]}]),
+        "a duplicate id": _squad([{"context": SQUAD_CONTEXT, "qas": [_qa("q1"), _qa("q1")]}]),
+        "no data key": json.dumps({"version": "v2.0"}),
+        "data not a list": json.dumps({"data": {"paragraphs": []}}),
+        "a paragraph without qas": _squad([{"context": SQUAD_CONTEXT}]),
+        "an empty question": _squad([{"context": SQUAD_CONTEXT, "qas": [_qa("q1"), _qa("q2", "  ")]}]),
+        "a negative offset": _squad([{"context": SQUAD_CONTEXT, "qas": [_qa("q1"), _qa("q2", start=-5)]}]),
+    }
+    return {name: text.encode() for name, text in cases.items()} | _bytes_damage(good.encode())
+
+
+CONLL_GOOD = "-DOCSTART- O\n\nAnna B-PER\nsailed O\non O\n\nthe O\nship O\nof O\nAnna B-PER\nLee I-PER\n"
+
+
+def conll_damage() -> dict[str, bytes]:
+    cases = {
+        "a word without a tag": CONLL_GOOD + "\nlone\n",
+        "a tag the model does not have": CONLL_GOOD + "\nParis B-LOC\n",
+        "a BILOU tag": CONLL_GOOD + "\nAnna U-PER\n",
+        "tabs and spaces": CONLL_GOOD.replace(" ", "\t", 2) + "\nAnna   B-PER\n",
+        "only a DOCSTART": "-DOCSTART- O\n",
+        "blank lines only": "\n\n\n",
+    }
+    return {name: text.encode() for name, text in cases.items()} | _bytes_damage(CONLL_GOOD.encode())
+
+
+def _tiny_head(head: str, tok_dir: Path, directory: Path, **config) -> Path:
+    from litebert import heads
+    from litebert.config import AlbertConfig
+    from litebert.tokenizer import Tokenizer
+    tok = Tokenizer.from_pretrained(str(tok_dir))
+    torch.manual_seed(0)
+    getattr(heads, head)(AlbertConfig(vocab_size=tok.vocab_size, embedding_size=16, hidden_size=32,
+                                      num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                                      max_position_embeddings=64, **config)).save_pretrained(directory)
+    tok.save_pretrained(str(directory))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def damaged_inputs_models(finished_run, tok_dir, tmp_path_factory) -> dict[str, tuple[Path, list[str]]]:
+    """Per format: a model of its family, and the task flags that read the format's dev file."""
+    root = tmp_path_factory.mktemp("damaged")
+    labels = {0: "O", 1: "B-PER", 2: "I-PER"}
+    return {
+        "csv": (finished_run[1] / "best", ["--task", "table", "--text-columns", "text", "--dev-file", "dev.csv"]),
+        "tsv": (finished_run[1] / "best", ["--task", "table", "--text-columns", "text", "--dev-file", "dev.tsv"]),
+        "squad": (_tiny_head("AlbertForQuestionAnswering", tok_dir, root / "qa"),
+                  ["--task", "squad-v2.0", "--max-query-length", "8"]),
+        "conll": (_tiny_head("AlbertForTokenClassification", tok_dir, root / "tag", num_labels=3, id2label=labels),
+                  ["--task", "conll2003"]),
+    }
+
+
+DEV_FILE = {"csv": "dev.csv", "tsv": "dev.tsv", "squad": "dev-v2.0.json", "conll": "valid.txt"}
+DAMAGE = [(fmt, name, content) for fmt, cases in
+          [("csv", table_damage("csv")), ("tsv", table_damage("tsv")), ("squad", squad_damage()),
+           ("conll", conll_damage())] for name, content in cases.items()]
+# What each damage must come to, by the name of the damage (the same for every format that has it); any other
+# damage loses the records it hits: "left out", and said beside the score.
+REFUSED = {"no label column", "no text column", "header only", "not UTF-8", "empty", "no data key",
+           "data not a list", "a paragraph without qas", "only a DOCSTART", "blank lines only"}
+READ = {"blank rows",  # a blank row of a task file is no record: ids are data rows, not lines
+        "an empty text", "an empty question",  # a text, empty: read (counted in fine-tuning's summary)
+        "a NUL byte",  # a character like any other inside a CSV cell
+        "tabs and spaces"}  # CoNLL columns are split on any whitespace
+
+
+def _no_nan(value) -> bool:
+    if isinstance(value, float):
+        return value == value and value not in (float("inf"), float("-inf"))
+    if isinstance(value, dict):
+        return all(_no_nan(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_no_nan(v) for v in value)
+    return True
+
+
+@pytest.mark.parametrize("fmt,damage,content", DAMAGE, ids=[f"{f}: {d}" for f, d, _ in DAMAGE])
+def test_a_damaged_task_file_is_refused_in_one_line_or_scored_on_what_could_be_read(fmt, damage, content,
+                                                                                   damaged_inputs_models, capsys,
+                                                                                   tmp_path):
+    model, flags = damaged_inputs_models[fmt]
+    expected = "refused" if damage in REFUSED else "read" if damage in READ else "left out"
+    if (fmt, damage) == ("squad", "truncated"):
+        expected = "refused"  # one JSON document: cut short, none of it reads
+    data = tmp_path / "task"
+    data.mkdir()
+    (data / DEV_FILE[fmt]).write_bytes(content)
+    out = tmp_path / "metrics.json"
+    earlier = '{\n "accuracy": 0.5\n}\n'
+    out.write_text(earlier)
+    code = litebert_main(["evaluate", "--model", str(model), "--data-dir", str(data), *flags, "--max-length", "32",
+                          "--split", "dev", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err, captured.err
+    if code == 2:
+        assert captured.err.count("\n") == 1 and captured.err.startswith("litebert evaluate: error: "), captured.err
+        assert out.read_text() == earlier, "a refused run changed the earlier result"
+        assert expected == "refused", captured.err
+        if damage in ("header only", "blank lines only"):  # not "has no labels": it has no rows
+            assert "no usable dev rows" in captured.err and "(none there)" in captured.err, captured.err
+        return
+    assert code == 0 and expected != "refused", (code, captured.err)
+    metrics = json.loads(out.read_text())
+    assert _no_nan(metrics), metrics
+    assert ("left out" in metrics.get("scored_on", "")) == (expected == "left out"), (expected, metrics)
+
+
+def _damage_model(directory: Path, damage: str) -> None:
+    config, weights = directory / "config.json", directory / "model.safetensors"
+    if damage == "no config.json":
+        config.unlink()
+    elif damage == "config.json not JSON":
+        config.write_text(config.read_text()[:20])
+    elif damage in ("config of another width", "config of another vocabulary", "config with fewer labels"):
+        values = json.loads(config.read_text())
+        key, value = {"config of another width": ("hidden_size", values["hidden_size"] * 2),
+                      "config of another vocabulary": ("vocab_size", values["vocab_size"] + 10),
+                      "config with fewer labels": ("id2label", {"0": "a"})}[damage]
+        values[key] = value
+        values.pop("label2id", None) if key == "id2label" else None
+        config.write_text(json.dumps(values))
+    elif damage == "truncated model.safetensors":
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    elif damage == "no model.safetensors":
+        weights.unlink()
+    elif damage == "no spiece.model":
+        (directory / "spiece.model").unlink()
+
+
+MODEL_DAMAGE = ["no config.json", "config.json not JSON", "config of another width", "config of another vocabulary",
+                "config with fewer labels", "truncated model.safetensors", "no model.safetensors", "no spiece.model"]
+
+
+@pytest.mark.parametrize("damage", MODEL_DAMAGE)
+def test_a_damaged_model_directory_is_one_line_at_evaluate_and_predict(damage, finished_run, capsys, tmp_path):
+    data, run, _ = finished_run
+    model = tmp_path / "best"
+    shutil.copytree(run / "best", model)
+    _damage_model(model, damage)
+    metrics, predictions = tmp_path / "m.json", tmp_path / "p.jsonl"
+    metrics.write_text('{\n "accuracy": 0.5\n}\n')
+    predictions.write_text('{"input": "earlier", "output": 1}\n')
+    task = ["--task", "table", "--data-dir", str(data), "--text-columns", "text", "--max-length", "32"]
+    for argv in (["evaluate", "--model", str(model), *task, "--out", str(metrics)],
+                 ["predict", "--model", str(model), "--text", "the sea was calm", "--out", str(predictions)]):
+        line = one_line(argv, capsys)
+        assert "Traceback" not in line and (str(model) in line or "model.safetensors" in line), line
+    assert metrics.read_text() == '{\n "accuracy": 0.5\n}\n'
+    assert predictions.read_text() == '{"input": "earlier", "output": 1}\n'
