@@ -90,6 +90,9 @@ def cli_evaluate(argv: list[str]) -> int:
     check_replaceable(ev.out, _is_metrics, "a metrics file of litebert evaluate", cfg.overwrite)
     scored, task, examples = evaluate_checkpoint(cfg.model, cfg, ev.split, ev.device)
     metrics = scored.metrics
+    if not examples:
+        why = f"{len(examples.skipped)} skipped; first: {examples.skipped[0]}" if examples.skipped else "none there"
+        raise DataError(f"{cfg.data_dir}: no usable {ev.split} rows for task {task.name} ({why})")
     if not metrics:  # a test file without its label column reads as unlabelled: nothing to score against
         raise DataError(f"{cfg.data_dir}: the {ev.split} split of {task.name} has no labels to score "
                         "(use litebert predict)")
@@ -167,6 +170,10 @@ def predict_inputs(cfg: TaskConfig, pr: PredictConfig, given: set[str]) -> int:
         if task != "table" and family_of(T.TASKS[task]) is not family:
             raise ConfigError(f"{cfg.model} is not fine-tuned for {task}")
         task = None
+    total = None
+    if pr.input:  # every line read once before the model loads: a blank or undecodable one is refused at once
+        with open_text(Path(pr.input), newline="" if input_format(pr.input) in ("csv", "tsv") else "\n") as f:
+            total = sum(1 for _ in read_inputs(f, pr.input, input_format(pr.input)))
     options = {k: getattr(pr, k) for k in ("top_k", "aggregation_strategy") if getattr(pr, k) is not None}
     pipe = pipeline(task, cfg.model, backend=pr.backend, precision=pr.precision, batch_size=cfg.eval_batch_size,
                     max_length=cfg.max_length, max_query_length=cfg.max_query_length,
@@ -182,10 +189,12 @@ def predict_inputs(cfg: TaskConfig, pr: PredictConfig, given: set[str]) -> int:
         fmt = input_format(pr.input)
         stream = open_text(Path(pr.input), newline="" if fmt in ("csv", "tsv") else "\n")
         records = read_inputs(stream, pr.input, fmt)
-        records = tqdm(records, desc="predict", unit=" inputs", file=sys.stderr, disable=None)  # quiet unless a tty
+        records = tqdm(records, desc="predict", unit=" inputs", total=total, file=sys.stderr,
+                       disable=None)  # quiet unless a tty
     else:
-        chunk = 1 if sys.stdin.isatty() else chunk  # typed by hand: answer each line at once
-        records = read_inputs(sys.stdin, "stdin")
+        typed = sys.stdin.isatty()  # typed by hand: answer each line at once; a blank line aligns nothing
+        chunk = 1 if typed else chunk
+        records = read_inputs(sys.stdin, "stdin", skip_blank=typed)
     written = 0
     # --out is replaced when every input is done (atomic_open; a kill leaves the old file and .tmp-NAME)
     with stream or contextlib.nullcontext(), \

@@ -29,17 +29,18 @@ def fsync_path(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
-def naming(error: OSError, path: str | os.PathLike, staging: Path | None = None, note: str = "") -> OSError:
+def naming(error: OSError, path: str | os.PathLike, staging: Path | None = None, note: str = "",
+           written: int = 0, needed: int | None = None) -> OSError:
     """`error` with a file name the user knows: `path` when it has none (a full disk while writing says "No
     space left on device" and nothing else), and a file inside `staging` named as it will be inside `path`
-    (not as .tmp-NAME/...); `note` is added to the system's words."""
+    (not as .tmp-NAME/...); `note` is added to the system's words; `written`, `needed`: see `_space`."""
     if error.errno is None:
         return error
     filename = error.filename
     if error.errno in _FULL_ERRNOS:
         if error.filename2 is not None:  # shutil's copy names its source first
             filename = error.filename2
-        note = f" ({_space(path)}){note}"
+        note = f" ({_space(path, written, needed)}){note}"
     if filename is None:
         filename = os.fspath(path)
     elif staging is not None and str(filename).startswith(str(staging)):
@@ -60,29 +61,46 @@ _FULL_WORDS = ("no space left on device", "storagefull", "os error 28", "code: 2
                "disk quota exceeded")
 
 
-def disk_full(error: BaseException, path: str | os.PathLike, note: str = "") -> OSError | None:
-    """An OSError(ENOSPC) naming `path` (the destination) and the free bytes there, for any library's way of
-    saying the disk is full; None when `error` is something else (it is then raised as it is)."""
+def disk_full(error: BaseException, path: str | os.PathLike, note: str = "", written: int = 0,
+              needed: int | None = None) -> OSError | None:
+    """An OSError(ENOSPC) naming `path` (the destination), the free bytes there and the bytes needed (see
+    `_space`), for any library's way of saying the disk is full; None when `error` is something else (it is
+    then raised as it is)."""
     if isinstance(error, OSError) and error.errno is not None:
-        return naming(error, path, note=note) if error.errno in _FULL_ERRNOS else None
+        return naming(error, path, note=note, written=written, needed=needed) if error.errno in _FULL_ERRNOS \
+            else None
     text = str(error).lower()
     numpy_short = isinstance(error, OSError) and " requested and " in text
     if not (numpy_short or any(words in text for words in _FULL_WORDS)):
         return None
-    named = OSError(errno.ENOSPC, f"No space left on device ({_space(path)}){note}", os.fspath(path))
+    named = OSError(errno.ENOSPC, f"No space left on device ({_space(path, written, needed)}){note}",
+                    os.fspath(path))
     named.__traceback__ = error.__traceback__
     return named
 
 
-def _space(path: str | os.PathLike) -> str:
-    """The free bytes where `path` is written, and what the result it replaces takes: the room a rerun needs."""
+def _space(path: str | os.PathLike, written: int = 0, needed: int | None = None) -> str:
+    """The free bytes where `path` is written, and the room the write needs: `needed` where the writer knows it
+    (a copy: its source's size), else the size of the result it replaces (a rerun's), else, for a first write,
+    what was staged before the disk filled (`written`, a lower bound: the rest was still to come)."""
     path = Path(path)
     parent = path.parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
-    size = path.stat().st_size if path.is_file() else \
-        sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
-    return f"{shutil.disk_usage(parent).free} bytes free there" + (f", {size} needed as before" if size else "")
+    size = _bytes_in(path)
+    room = f", {needed} needed" if needed else f", {size} needed as before" if size else \
+        f", more than {written} needed ({written} written when it filled)" if written else ""
+    return f"{shutil.disk_usage(parent).free} bytes free there{room}"
+
+
+def _bytes_in(path: Path) -> int:
+    """The size of a file, or of every file under a directory; 0 for nothing there."""
+    try:
+        if path.is_file():
+            return path.stat().st_size
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
+    except OSError:
+        return 0
 
 
 @contextlib.contextmanager
@@ -110,10 +128,11 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", **kwargs: Any) -> Iter
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as e:
+        written = _bytes_in(tmp)
         tmp.unlink(missing_ok=True)
         if isinstance(e, OSError) and e.errno is not None:
-            raise naming(e, path) from None
-        full = disk_full(e, path)
+            raise naming(e, path, written=written) from None
+        full = disk_full(e, path, written=written)
         if full is not None:
             raise full from None
         raise
@@ -235,11 +254,12 @@ def _staged(final: Path, fill: Callable[[Path], None]) -> Path:
                 fsync_path(path)
         fsync_path(tmp)
     except BaseException as e:
+        written = _bytes_in(tmp)
         shutil.rmtree(tmp, ignore_errors=True)
         note = f" (nothing replaced: {final} is as it was)" if final.exists() else " (nothing written)"
         if isinstance(e, OSError) and e.errno is not None:
-            raise naming(e, final, tmp, note) from None
-        full = disk_full(e, final, note)
+            raise naming(e, final, tmp, note, written) from None
+        full = disk_full(e, final, note, written)
         if full is not None:
             raise full from None
         raise
@@ -357,5 +377,5 @@ def copy_file(src: str | os.PathLike, dst: str | os.PathLike) -> None:
         try:
             shutil.copyfile(src, dst)
         except OSError as e:  # a full disk: name the destination that is full, not the source
-            full = disk_full(e, dst)
+            full = disk_full(e, dst, needed=_bytes_in(Path(src)))
             raise (full or e) from None

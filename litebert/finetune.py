@@ -40,6 +40,7 @@ from litebert.tasks.loading import (
     read_split,
     resolve_task,
 )
+from litebert.tasks.records import UNKNOWN_LABEL, blank_examples
 from litebert.training import sweep
 from litebert.training.checkpoint import list_checkpoints
 from litebert.training.data import ShuffledData
@@ -91,12 +92,14 @@ def check_out_dir(cfg: FinetuneConfig, train_cfg: TrainConfig) -> None:
     """A fresh run (no --resume) into a directory holding an earlier run's best/ or summary.json would replace
     them at its first evaluation: refused unless --overwrite. (Checkpoints are the loop's to refuse.) A --resume
     into a directory with a best/ and no checkpoint would start afresh and adopt that best/: refused unless the
-    run that made it recorded the same settings."""
+    run that made it recorded the same settings. A --resume from checkpoints is refused when the settings that
+    decide the result differ from theirs (sweep.refuse_changed_resume; --max-steps may be raised)."""
     out = train_cfg.out_dir
     earlier = [name for name in ("best", "summary.json") if os.path.exists(os.path.join(out, name))]
     if earlier and not train_cfg.resume and not cfg.overwrite:
         raise ConfigError(f"{out} holds an earlier run's {' and '.join(earlier)}: pass --resume to continue it, "
                           "--overwrite to replace it, or choose another --out-dir")
+    sweep.refuse_changed_resume(cfg, train_cfg, "finetune")
     if train_cfg.resume and "best" in earlier and not list_checkpoints(out) and not cfg.overwrite:
         # Nothing to resume: a new run would start here and take the old best/ (and its score) as its own.
         if not os.path.isfile(os.path.join(out, CONFIG_NAME)):
@@ -151,8 +154,11 @@ def prepare(cfg: FinetuneConfig) -> Prepared:
     train_examples = read_split(task, cfg, "train", limit=cfg.max_train_examples)
     if not train_examples:
         raise DataError(f"{cfg.data_dir}: no training examples for task {task.name}")
+    if train_examples.skip_counts.get(UNKNOWN_LABEL):  # the task fixes its labels: a typo, not a row to drop
+        raise DataError(f"{train_examples.first_skip[UNKNOWN_LABEL]} (task {task.name} has a fixed label set; a "
+                        "training label outside it is a mistake to fix, not a row to leave out)")
     labels = family.labels(task, train_examples)
-    family.check_learnable(task, train_examples, labels, cfg.data_dir)
+    family.check_learnable(task, train_examples, labels, os.path.join(cfg.data_dir, task.files["train"]))
     eval_examples = read_split(task, cfg, cfg.eval_split, labels, cfg.max_eval_examples)
     if not eval_examples:
         raise DataError(f"{cfg.data_dir}: no usable {cfg.eval_split} examples for task {task.name} "
@@ -184,6 +190,8 @@ def _run_summary(cfg: FinetuneConfig, train_cfg: TrainConfig, run: Prepared, res
             "examples": {"train": len(run.train_examples), split: len(ev),
                          "skipped_train": len(run.train_examples.skipped),
                          f"skipped_{split}": len(ev.skipped),
+                         # read and used, but with an empty or blank text: the model sees [CLS] [SEP] there
+                         "blank_text": {"train": blank_examples(run.train_examples), split: blank_examples(ev)},
                          "skipped_by_reason": {"train": run.train_examples.skip_counts, split: ev.skip_counts}},
             # the metrics are over these rows only: say so beside them when some were left out
             "scored_on": ev.scored_on(split),
@@ -282,8 +290,8 @@ def cli(argv: list[str]) -> int:
     grid = sweep.split_argv(argv, sweep.sweepable_fields(FinetuneConfig, TrainConfig))
     if grid is None or any(a in ("-h", "--help") for a in argv):
         summary = finetune(*parse_args(argv))
-        print(json.dumps({"task": summary["task"], "best": summary["best"], "baseline": summary["baseline"],
-                          "best_dir": summary["best_dir"]}, indent=1))
+        print(json.dumps({"task": summary["task"], "examples": summary["examples"], "best": summary["best"],
+                          "baseline": summary["baseline"], "best_dir": summary["best_dir"]}, indent=1))
         return 0
     cfg, train_cfg = parse_args(grid.base)
 

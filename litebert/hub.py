@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -38,19 +39,65 @@ def looks_like_hub_id(name: str) -> bool:
     return not (rest and os.path.exists(namespace))
 
 
+HUB_TIMEOUT_S = 3.0  # how long the one lookup of a name on the Hub may take before it counts as unreachable
+
+
 def fetch_from_hub(repo_id: str, fetch) -> str:
-    """fetch(huggingface_hub) -> a local path, when huggingface_hub is installed and online; otherwise one
-    line saying that `repo_id` is neither a local directory nor fetchable (offline, no such repo, no file)."""
+    """fetch(huggingface_hub, local_files_only) -> a local path, for a name that is not a local path; otherwise
+    one line saying that `repo_id` is neither here nor fetchable, within about HUB_TIMEOUT_S.
+
+    The Hub client retries a failed request and warns on each try (about 24 s for a mistyped name), so the name
+    is first looked up once, with a short timeout and no retries: a name the Hub does not have fails at once; a
+    Hub that does not answer falls back to the local cache (as HF_HUB_OFFLINE=1 does, without asking); a name
+    it has is downloaded (or its cached copy checked) by the client as usual."""
     try:
         import huggingface_hub
+        from huggingface_hub import constants
     except ImportError:
         raise FileNotFoundError(f"no such directory: {repo_id} (and huggingface_hub is not installed to fetch it "
                                 "as a Hub id)") from None
-    try:
-        return fetch(huggingface_hub)
-    except Exception as e:
-        raise FileNotFoundError(f"no such directory: {repo_id}, and fetching it from the Hub failed "
-                                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+    online = not constants.HF_HUB_OFFLINE
+    missing = _hub_lookup(huggingface_hub, repo_id) if online else "HF_HUB_OFFLINE is set"
+    if missing is None:
+        try:
+            return fetch(huggingface_hub, False)
+        except Exception as e:
+            raise FileNotFoundError(f"no such directory: {repo_id}, and fetching it from the Hub failed "
+                                    f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+    if not missing.startswith("the Hub has no"):
+        try:
+            return fetch(huggingface_hub, True)  # a copy downloaded before
+        except Exception:
+            pass
+        missing += ", and the Hugging Face cache holds no copy"
+    raise FileNotFoundError(f"no such directory: {repo_id} ({missing})")
+
+
+def _hub_lookup(huggingface_hub, repo_id: str) -> str | None:
+    """None when the Hub has `repo_id`; else why not, in words. One request, waited for at most about
+    HUB_TIMEOUT_S (a thread: a name lookup that hangs is not bounded by the request's own timeout)."""
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+    answer: list[BaseException | None] = []
+
+    def ask() -> None:
+        try:
+            huggingface_hub.HfApi().model_info(repo_id, timeout=HUB_TIMEOUT_S)
+            answer.append(None)
+        except BaseException as e:  # noqa: BLE001 - reported below, in words
+            answer.append(e)
+
+    thread = threading.Thread(target=ask, name="litebert-hub-lookup", daemon=True)
+    thread.start()
+    thread.join(HUB_TIMEOUT_S + 0.5)
+    if not answer:
+        return f"the Hub did not answer within {HUB_TIMEOUT_S:g} s"
+    error = answer[0]
+    if error is None:
+        return None
+    if isinstance(error, RepositoryNotFoundError) and not isinstance(error, GatedRepoError):
+        return "the Hub has no model of that name either"
+    text = str(error).splitlines()[0] if str(error) else ""
+    return f"the Hub could not be asked: {type(error).__name__}: {text}"
 
 
 CARD_NAME = "README.md"

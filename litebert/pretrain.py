@@ -35,7 +35,7 @@ from litebert.model import AlbertForPreTraining
 from litebert.runconfig import parse_verb, verb_parser
 from litebert.text.transformers_files import SPIECE_FILE
 from litebert.tokenizer import Tokenizer
-from litebert.training import prerelease
+from litebert.training import prerelease, sweep
 from litebert.training.data import ShuffledData
 from litebert.training.distributed import is_main_process
 from litebert.training.loop import TrainConfig, train
@@ -231,6 +231,7 @@ def baselines(batches: Batches, train_indices: list[int], eval_indices: list[int
 def pretrain(cfg: PretrainConfig, train_cfg: TrainConfig, model_overrides: dict[str, Any] | None = None
              ) -> dict[str, Any]:
     """Run pretraining; returns the summary also written to `<out_dir>/summary.json`."""
+    sweep.refuse_changed_resume(cfg, train_cfg, "pretrain")  # before the data is read
     model_overrides = dict(model_overrides or {})
     dataset = PretrainDataset(cfg.data)
     tokenizer_dir = dataset.meta["tokenizer_dir"]

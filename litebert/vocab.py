@@ -28,6 +28,7 @@ import os
 import random
 import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -294,16 +295,21 @@ def cli(argv: list[str]) -> int:
 
     parser = verb_parser("extend-vocab", __doc__, {"extension": ExtendVocabConfig})
     (cfg,) = parse_verb(parser, argv)
-    words = None
-    if cfg.words:
-        from pathlib import Path
+    words, blank = None, 0
+    if cfg.words:  # a list, not rows: a blank line adds nothing and is counted; a line not UTF-8 is refused
         with open_text(Path(cfg.words)) as f:
-            words = [line.strip() for line in f if line.strip()]
+            lines = [line.strip() for line in f]
+        while lines and not lines[-1]:
+            lines.pop()
+        words, blank = [w for w in lines if w], lines.count("")
     ext = extend_vocab(cfg.model, cfg.out, words, cfg.corpus, cfg.max_pieces, cfg.domain_vocab_size,
                        overwrite=cfg.overwrite)
     old = ext.tokenizer.vocab_size - len(ext.pieces)
     ids = f" (ids {old}..{ext.tokenizer.vocab_size - 1})" if ext.pieces else ""
     print(f"added {len(ext.pieces)} pieces{ids}, vocabulary {old} -> {ext.tokenizer.vocab_size}; wrote {cfg.out}")
+    if cfg.words:
+        print(f"  --words: {len(words)} words read from {cfg.words}" + (f", {blank} blank line(s) skipped" if blank
+                                                                        else ""))
     if ext.pieces:
         print("  first: " + " ".join(ext.pieces[:20]))
     for piece, why in list(ext.skipped.items())[:10]:

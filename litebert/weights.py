@@ -40,8 +40,15 @@ def resolve_model_dir(name_or_path: str | os.PathLike) -> str:
         raise FileNotFoundError(f"{path}: not a model directory")
     if not looks_like_hub_id(path):
         raise FileNotFoundError(f"no such directory: {path}")
-    return fetch_from_hub(path, lambda hub: hub.snapshot_download(
-        path, allow_patterns=["*.json", "*.safetensors", "*.bin", "*.model"]))
+    return fetch_from_hub(path, lambda hub, local: _whole(hub.snapshot_download(
+        path, allow_patterns=["*.json", "*.safetensors", "*.bin", "*.model"], local_files_only=local)))
+
+
+def _whole(directory: str) -> str:
+    """A cached snapshot that holds a model (a tokenizer fetched alone caches spiece.model and nothing else)."""
+    if not os.path.isfile(os.path.join(directory, "config.json")):
+        raise FileNotFoundError(f"{directory}: no config.json")
+    return directory
 
 
 def read_state_dict(directory: str) -> tuple[dict[str, torch.Tensor], str]:

@@ -471,4 +471,5 @@ def test_int8_checked_on_text_lines(tmp_path, monkeypatch, capsys):
     assert litebert_main(["export", "--model", str(model_dir), "--out", str(tmp_path / "refused"), "--quantize",
                           "int8", "--int8-weights", "per-tensor", "--verify-text", str(text)]) == 2
     err = capsys.readouterr().err
-    assert err.rstrip().endswith(f"on 3 lines of {text}, below --min-agreement 0.99 (--force keeps it)")
+    assert err.rstrip().endswith(f"on 3 lines of {text} (1 blank skipped), below --min-agreement 0.99 "
+                                 "(--force keeps it)")

@@ -555,7 +555,8 @@ def test_predict_refuses_bad_inputs_in_one_line(models, tmp_path, capsys):
 
 def test_read_inputs_formats():
     lines = ['plain text\n', '\n', '{"question": "q", "context": "c"}\n', '{not json\n']
-    assert [r.input for r in read_inputs(lines, "x")] == ["plain text", {"question": "q", "context": "c"}, "{not json"]
+    assert [r.input for r in read_inputs(lines, "x", skip_blank=True)] == \
+        ["plain text", {"question": "q", "context": "c"}, "{not json"]  # typed at a terminal
     table = ['id,question,options\n', '7,q,a|b|c\n', '8,r,"[""x"", ""y""]"\n']
     records = list(read_inputs(table, "t.csv", "csv"))
     assert [(r.id, r.input) for r in records] == [("7", {"question": "q", "options": ["a", "b", "c"]}),

@@ -332,7 +332,7 @@ def test_the_verb_takes_flags_and_a_toml_and_refuses_bad_limits(tmp_path, monkey
                                  "device": "auto"}
 
     assert cli.main(["serve", "--model", "m", "--max-batch-size", "0"]) == 2
-    assert "litebert serve: error: --max-batch-size must be >= 1, got 0" in capsys.readouterr().err
+    assert "litebert serve: error: --max-batch-size must be in [1, inf), got 0" in capsys.readouterr().err
     toml.write_text('[serve]\nmodel = "m"\nbatch = 4\n')
     assert cli.main(["serve", "--config", str(toml)]) == 2
     assert "unknown key 'batch'" in capsys.readouterr().err

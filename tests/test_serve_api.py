@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import socket
 import time
 
 import pytest
 from test_serve import FakePredictor, assert_error, running, tiny_classifier
 
-from litebert.errors import ConfigError
+from litebert.errors import ConfigError, NonFiniteError
 from litebert.serving.server import ServeConfig, create_app
 
 httpx = pytest.importorskip("httpx")
@@ -130,3 +131,49 @@ def test_a_request_cancelled_at_shutdown_is_a_503_in_json():
     asyncio.run(scenario())
     assert sent[0]["status"] == 503 and (b"content-type", b"application/json") in sent[0]["headers"]
     assert "shut down" in json.loads(sent[1]["body"])["error"]
+
+
+class NonFinitePredictor(FakePredictor):
+    """A model whose outputs overflow on the text "overflow": the pipeline's NonFiniteError, as serve meets it."""
+
+    def __call__(self, inputs: list, batch_size: int) -> list:
+        if "overflow" in inputs:
+            raise NonFiniteError("fake-model: outputs are NaN or infinite for 1 of 1 inputs")
+        return super().__call__(inputs, batch_size)
+
+
+def test_non_finite_outputs_are_a_json_500_for_that_request_only():
+    with running(NonFinitePredictor()) as client:
+        assert_error(client.post("/predict", json={"inputs": "overflow"}), 500, "NaN or infinite")
+        assert client.post("/predict", json={"inputs": "fine"}).json()["outputs"]["echo"] == "fine"
+
+
+def test_a_client_gone_before_its_body_is_read_is_logged_as_such(caplog):
+    app = create_app(FakePredictor(), ServeConfig(model="fake"))
+    sent = []
+
+    async def scenario():
+        async def receive():
+            return {"type": "http.disconnect"}
+
+        async def send(message):
+            sent.append(message)
+
+        scope = {"type": "http", "method": "POST", "path": "/predict", "headers": [], "query_string": b"",
+                 "http_version": "1.1", "scheme": "http", "server": ("x", 80), "client": ("y", 1), "root_path": "",
+                 "raw_path": b"/predict"}
+        await app(scope, receive, send)
+
+    with caplog.at_level("INFO", logger="litebert.serve"):
+        asyncio.run(scenario())
+    assert "client disconnected before its POST /predict body was read" in caplog.text
+    assert "Traceback" not in caplog.text and "unhandled error" not in caplog.text
+    assert sent[0]["status"] == 499 and (b"content-type", b"application/json") in sent[0]["headers"]
+
+
+@pytest.mark.parametrize("option,value,words", [("max_inputs", 0, "--max-inputs must be in [1, inf), got 0"),
+                                                ("port", 70000, "--port must be in [0, 65535], got 70000"),
+                                                ("max_wait_ms", float("nan"), "--max-wait-ms must be in [0, inf)")])
+def test_a_serve_config_built_in_code_is_held_to_the_declared_ranges(option, value, words):
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        create_app(FakePredictor(), ServeConfig(model="fake", **{option: value}))

@@ -9,12 +9,14 @@ agreement (NaN compares false, so a NaN output would otherwise pass every tolera
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from litebert.config import AlbertConfig
 from litebert.errors import ConfigError, LitebertError
+from litebert.tasks.records import open_text
 from litebert.tokenizer import Tokenizer
 
 
@@ -96,11 +98,14 @@ def verification_batches(model_dir: str, config: AlbertConfig, choices: bool, te
     if text_file:
         if choices:
             raise ConfigError("--verify-text does not take multiple-choice inputs; leave it out (random inputs)")
-        try:
-            with open(text_file, encoding="utf-8") as f:
-                lines = [line.rstrip("\n") for line in f if line.strip()][:n]
+        try:  # samples, not rows: blank lines are passed over and counted; a line not UTF-8 is refused
+            with open_text(Path(text_file)) as f:
+                read = [line.rstrip("\r\n") for line in f]
         except OSError as e:
             raise ConfigError(f"--verify-text: cannot read {text_file}: {e.strerror}") from None
+        while read and not read[-1].strip():
+            read.pop()
+        lines, blank = [line for line in read if line.strip()][:n], sum(not line.strip() for line in read)
         if not lines:
             raise ConfigError(f"--verify-text: {text_file} has no lines")
         tok = Tokenizer.from_pretrained(model_dir)
@@ -111,7 +116,7 @@ def verification_batches(model_dir: str, config: AlbertConfig, choices: bool, te
             pairs = [p[1] if len(p) > 1 else "" for p in parts] if any(len(p) > 1 for p in parts) else None
             enc = tok([p[0] for p in parts], pairs, max_length=limit, truncation=True)
             batches.append((enc["input_ids"], enc["attention_mask"], enc["token_type_ids"]))
-        return batches, f"{len(lines)} lines of {text_file}"
+        return batches, f"{len(lines)} lines of {text_file}" + (f" ({blank} blank skipped)" if blank else "")
     g = torch.Generator().manual_seed(seed)
     pad = config.pad_token_id if config.pad_token_id is not None else 0
     batches = []

@@ -7,6 +7,7 @@ layer fires its hook once per application, in order.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import json
 import os
@@ -113,7 +114,7 @@ def cli(argv: list[str]) -> int:
     check_replaceable(cfg.out, _is_image, "an image", cfg.overwrite)
     check_replaceable(json_out, _is_transitions, "the transitions of litebert analyze", cfg.overwrite)
     results = {}
-    sentences = read_sentences(cfg.text, cfg.max_sentences)  # the same text for every model
+    sentences, skipped = read_sentences(cfg.text, cfg.max_sentences)  # the same text for every model
     for name, directory in zip(model_names(cfg.models), cfg.models):
         tokenizer = Tokenizer.from_pretrained(directory)
         model = AlbertModel.from_pretrained(directory)
@@ -125,6 +126,8 @@ def cli(argv: list[str]) -> int:
     for name, r in results.items():
         print(f"{name}: L2 {' '.join(f'{x:.2f}' for x in r['l2'])}")
         print(f"{'':{len(name)}}  cos {' '.join(f'{x:.2f}' for x in r['cosine'])}")
+    print(f"{len(sentences)} sentences of {cfg.text or 'the bundled corpus'}" +
+          "".join(f", {n} {kind.removeprefix('skipped_').replace('_', ' ')} skipped" for kind, n in skipped.items()))
     print(f"plot: {cfg.out}")
     return 0
 
@@ -143,10 +146,12 @@ def model_names(directories: list[str]) -> list[str]:
     return [os.path.relpath(p, common) if p != common else os.path.basename(p) for p in paths]
 
 
-def read_sentences(path: str | None, limit: int) -> list[str]:
-    """The first `limit` sentences of a corpus in any form `litebert prepare` reads (default: the bundled one)."""
-    files = resolve_inputs(path)
-    sentences = list(itertools.islice((s for doc in iter_documents(files) for s in doc), limit))
+def read_sentences(path: str | None, limit: int) -> tuple[list[str], dict[str, int]]:
+    """The first `limit` sentences of a corpus in any form `litebert prepare` reads (default: the bundled one),
+    and what was skipped on the way ({"skipped_non_utf8_lines": 2}), for the summary: the figure is over
+    these sentences only. Blank lines end documents, as in prepare's corpora: they skip no sentence."""
+    files, stats = resolve_inputs(path), collections.Counter()
+    sentences = list(itertools.islice((s for doc in iter_documents(files, stats=stats) for s in doc), limit))
     if not sentences:
         raise DataError(f"{path or files[0]}: no sentences")
-    return sentences
+    return sentences, {k: n for k, n in sorted(stats.items()) if k.startswith("skipped_") and n}

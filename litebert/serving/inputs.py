@@ -9,6 +9,7 @@ from typing import Any, Iterable, Iterator, NamedTuple
 
 from litebert.errors import DataError
 from litebert.files import data_suffix
+from litebert.tasks.records import blank_lines
 
 
 class Record(NamedTuple):
@@ -17,20 +18,27 @@ class Record(NamedTuple):
     id: Any = None  # a JSONL/CSV row's "id", carried to its output
 
 
-def read_inputs(lines: Iterable[str], source: str, fmt: str = "text") -> Iterator[Record]:
+def read_inputs(lines: Iterable[str], source: str, fmt: str = "text", skip_blank: bool = False) -> Iterator[Record]:
     """Pipeline inputs from lines, lazily (a stream is read as it comes). Formats:
-      text   one input per non-blank line: the line, or the JSON object it holds ({"question": ..., ...})
+      text   one input per line: the line, or the JSON object it holds ({"question": ..., ...})
       jsonl  one JSON value per line: a string, an object of the input's fields (plus "id"), a list of words
       csv / tsv  a header row, then one input per row: the "text" cell alone, else the row's non-empty cells as
              the input's fields ("options" as a JSON list or "a|b|c")
+    Output row i is input row i, so a blank line (or row) before another input is refused with its number
+    (`records.read_rows`' rule); blank lines at the end shift nothing. skip_blank: typed by hand (a terminal),
+    where nothing is aligned, a blank line is passed over. A line that is not UTF-8 is refused by number.
     """
     if fmt in ("csv", "tsv"):
-        yield from _table_inputs(lines, source, fmt)
+        yield from _table_inputs(_decoded(lines, source), source, fmt)
         return
-    for n, line in enumerate(lines, 1):
+    blank: list[int] = []
+    for n, line in enumerate(_decoded(lines, source), 1):
         line = line.rstrip("\r\n")
         if not line.strip():
+            blank += [] if skip_blank else [n]
             continue
+        if blank:
+            raise blank_lines(source, blank, "input")
         where = f"{source}:{n}"
         if fmt == "jsonl" or line.lstrip().startswith("{"):
             try:
@@ -44,6 +52,20 @@ def read_inputs(lines: Iterable[str], source: str, fmt: str = "text") -> Iterato
         yield _record(where, value)
 
 
+def _decoded(lines: Iterable[str], source: str) -> Iterator[str]:
+    """`lines`, with a line that is not UTF-8 (standard input holding another encoding) refused by number."""
+    it, n = iter(lines), 0
+    while True:
+        try:
+            line = next(it)
+        except StopIteration:
+            return
+        except UnicodeDecodeError as e:
+            raise DataError(f"{source}:{n + 1}: not UTF-8 text ({e.reason}); save the input as UTF-8") from None
+        n += 1
+        yield line
+
+
 def _record(where: str, value: Any) -> Record:
     if isinstance(value, dict) and "id" in value:
         value = dict(value)
@@ -54,13 +76,18 @@ def _record(where: str, value: Any) -> Record:
 def _table_inputs(lines: Iterable[str], source: str, fmt: str) -> Iterator[Record]:
     reader = csv.reader(lines, delimiter="\t" if fmt == "tsv" else ",",
                         quoting=csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL)
-    header = next(reader, None)
-    if not header:
+    header, blank = next(reader, None), []
+    while header is not None and not any(cell.strip() for cell in header):  # above the header: no row shifts
+        header = next(reader, None)
+    if header is None:
         return
     for row in reader:
         where = f"{source}:{reader.line_num}"
         if not any(cell.strip() for cell in row):
+            blank.append(reader.line_num)
             continue
+        if blank:
+            raise blank_lines(source, blank, "row")
         if len(row) != len(header):
             raise DataError(f"{where}: {len(row)} cells under a header of {len(header)}")
         cells = {k: v for k, v in zip(header, row) if v != ""}

@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
@@ -45,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from litebert.errors import ConfigError
-from litebert.runconfig import parse_verb, verb_parser
+from litebert.runconfig import check_range, flag_name, parse_verb, verb_parser
 from litebert.serving.metrics import CONTENT_TYPE, Metrics, Observed
 from litebert.serving.openapi import docs_page, openapi
 from litebert.serving.pipeline import pipeline
@@ -81,18 +82,20 @@ class ServeConfig:
     device: str = field(default="cpu", metadata={
         "help": "cpu, cuda, cuda:N or auto (a GPU when there is one); the torch backend"})
     host: str = field(default="127.0.0.1", metadata={"help": "address to listen on (0.0.0.0: every interface)"})
-    port: int = field(default=8000, metadata={"help": "port to listen on (0: any free port, printed at start)"})
-    max_batch_size: int = field(default=32, metadata={"help": "most inputs in one model call"})
-    max_wait_ms: float = field(default=5.0, metadata={
+    port: int = field(default=8000, metadata={"range": "[0, 65535]",
+        "help": "port to listen on (0: any free port, printed at start)"})
+    max_batch_size: int = field(default=32, metadata={"range": "[1, inf)", "help": "most inputs in one model call"})
+    max_wait_ms: float = field(default=5.0, metadata={"range": "[0, inf)",
         "help": "longest a request waits for others to share its model call (only while the last 8 batches "
                 "say more are coming: after 8 lone requests, a lone client is answered at once)"})
     batching: bool = field(default=True, metadata={
         "help": "gather concurrent requests into one model call (--no-batching: one request per call)"})
-    max_body_bytes: int = field(default=1 << 20, metadata={"help": "largest request body (413 beyond)"})
-    max_inputs: int = field(default=256, metadata={"help": "most inputs in one request"})
-    max_text_chars: int = field(default=20_000, metadata={
+    max_body_bytes: int = field(default=1 << 20, metadata={"range": "[1, inf)",
+        "help": "largest request body (413 beyond)"})
+    max_inputs: int = field(default=256, metadata={"range": "[1, inf)", "help": "most inputs in one request"})
+    max_text_chars: int = field(default=20_000, metadata={"range": "[1, inf)",
         "help": "most characters of text in one input (all its strings together)"})
-    shutdown_timeout_s: float = field(default=30.0, metadata={
+    shutdown_timeout_s: float = field(default=30.0, metadata={"range": "[0, inf)",
         "help": "on SIGTERM, how long requests in flight may take before they are cancelled"})
     access_log: bool = field(default=False, metadata={"help": "log every request"})
     parameters: str = field(default="", metadata={
@@ -111,14 +114,9 @@ class ServeConfig:
         return value
 
     def check(self) -> ServeConfig:
-        for name in ("max_batch_size", "max_body_bytes", "max_inputs", "max_text_chars"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
-        for name in ("max_wait_ms", "shutdown_timeout_s"):
-            if not getattr(self, name) >= 0:
-                raise ConfigError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
-        if not 0 <= self.port <= 65535:
-            raise ConfigError(f"--port must be in 0..65535, got {self.port}")
+        """The declared ranges again, for a ServeConfig built in code (the CLI's are checked when parsed)."""
+        for f in dataclasses.fields(self):
+            check_range(f, getattr(self, f.name), flag_name(f.name))
         self.default_parameters()
         return self
 

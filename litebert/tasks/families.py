@@ -135,6 +135,9 @@ class Family:
         raise NotImplementedError
 
 
+_NUMBER = re.compile(r"[-+]?\d+(\.\d*)?")  # a class label that is a number (JSON 1, 1.0; a cell "1")
+
+
 def _labelled(gold: Sequence) -> bool:
     return bool(gold) and all(g is not None for g in gold)
 
@@ -155,6 +158,12 @@ class SequenceClassification(Family):
         if blank:
             raise DataError(f"{where}: every training text of class(es) {blank} is empty or blank: nothing tells "
                             "them apart from the others; fill or remove those rows")
+        numbers = [label for label in labels if _NUMBER.fullmatch(label)]
+        if numbers and len(numbers) < len(labels):  # 1 beside "neg"/"pos": a class of its own, made by a typo
+            first = next(ex.id for ex in examples if ex.label in numbers)
+            raise DataError(f"{where}: training label(s) {numbers} are numbers among the names "
+                            f"{[x for x in labels if x not in numbers][:5]} (first: row {first}): each would be a "
+                            "class of its own; write every label as a name, or every one as a number")
 
     def labels(self, task, train_examples):
         return list(task.labels) if task.labels else label_list(train_examples)

@@ -134,7 +134,8 @@ def read_split(task: Task, cfg: TaskConfig, split: str, labels: list[str] | None
                limit: int | None = None) -> Examples:
     """A split's examples; with `labels` (the training split's), a label outside them is a counted skip."""
     examples = read_task(task, cfg.data_dir, split, errors="skip", labels=labels)
-    return examples if limit is None else Examples(examples[:limit], examples.skipped, examples.skip_counts)
+    return examples if limit is None else Examples(examples[:limit], examples.skipped, examples.skip_counts,
+                                                   examples.first_skip)
 
 
 def checked_max_length(cfg: TaskConfig, task: Task, model_dir: str) -> int:

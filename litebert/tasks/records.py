@@ -40,6 +40,11 @@ class TextExample:
     text_b: str | None = None
     label: str | float | list[str] | None = None
 
+    @property
+    def texts(self) -> list[str]:
+        """What the model reads, each of which should hold something (see `blank_examples`)."""
+        return [self.text_a] if self.text_b is None else [self.text_a, self.text_b]
+
 
 @dataclass
 class ChoiceExample:
@@ -51,6 +56,10 @@ class ChoiceExample:
     options: list[str]
     label: int | None = None
 
+    @property
+    def texts(self) -> list[str]:
+        return [self.question, *self.options]  # the context may rightly be ""
+
 
 @dataclass
 class TagExample:
@@ -59,6 +68,10 @@ class TagExample:
     id: str
     words: list[str]
     tags: list[str] | None = None
+
+    @property
+    def texts(self) -> list[str]:
+        return [" ".join(self.words)]
 
 
 class BadRecord(Exception):
@@ -77,11 +90,13 @@ class Examples(list):
     """A reader's result: the examples, plus `skipped` with one "where: why" line per record left out, and
     `skip_counts`, how many of each kind ({"unknown_label": 3, "unreadable": 1})."""
 
-    def __init__(self, items: Iterable = (), skipped: Iterable[str] = (), skip_counts: dict[str, int] | None = None):
+    def __init__(self, items: Iterable = (), skipped: Iterable[str] = (), skip_counts: dict[str, int] | None = None,
+                 first_skip: dict[str, str] | None = None):
         super().__init__(items)
         self.skipped = list(skipped)
         self.skip_counts = dict(skip_counts) if skip_counts is not None else \
             ({"unreadable": len(self.skipped)} if self.skipped else {})
+        self.first_skip = dict(first_skip or {})  # kind -> the first "where: why" of that kind
 
     @property
     def records(self) -> int:
@@ -103,7 +118,7 @@ def collect(records: Iterable[tuple[str, Any]], parse: Callable[[str, Any], Any]
     """Parse each (where, raw) record; a BadRecord raises DataError ("raise") or is skipped and counted ("skip")."""
     if errors not in ("raise", "skip"):
         raise ValueError(f"errors must be 'raise' or 'skip', got {errors!r}")
-    items, skipped, total, kinds = [], [], 0, collections.Counter()
+    items, skipped, total, kinds, firsts = [], [], 0, collections.Counter(), {}
     for where, raw in records:
         total += 1
         try:
@@ -114,9 +129,16 @@ def collect(records: Iterable[tuple[str, Any]], parse: Callable[[str, Any], Any]
                 raise DataError(message) from None
             skipped.append(message)
             kinds[e.kind] += 1
+            firsts.setdefault(e.kind, message)
     if skipped:
         log.warning("%s: skipped %d of %d records (first: %s)", path, len(skipped), total, skipped[0])
-    return Examples(items, skipped, kinds)
+    return Examples(items, skipped, kinds, firsts)
+
+
+def blank_examples(examples: Iterable) -> int:
+    """How many examples have a text that is empty or blank (a pair's second text, a question, an option): the
+    model reads [CLS] [SEP] there. Counted in a run's summary, not refused: a few may be rightly empty."""
+    return sum(1 for ex in examples if any(not (t or "").strip() for t in getattr(ex, "texts", ())))
 
 
 def label_list(examples: Iterable) -> list[str]:
@@ -164,10 +186,15 @@ def read_rows(path: Path, what: str = "line") -> list[str]:
         rows.pop()
     blank = [i for i, row in enumerate(rows, 1) if not row.strip()]
     if blank:
-        shown = ", ".join(map(str, blank[:5])) + (f" and {len(blank) - 5} more" if len(blank) > 5 else "")
-        raise DataError(f"{path}: blank {what}(s) at line {shown}: each line is one input and row i of the output "
-                        "is line i; remove them (nothing was written)")
+        raise blank_lines(path, blank, what)
     return rows
+
+
+def blank_lines(source: os.PathLike | str, numbers: list[int], what: str = "line") -> DataError:
+    """The refusal of interior blank lines in a line-oriented input (`read_rows`' rule), naming them."""
+    shown = ", ".join(map(str, numbers[:5])) + (f" and {len(numbers) - 5} more" if len(numbers) > 5 else "")
+    return DataError(f"{source}: blank {what}(s) at line {shown}: each line is one input and row i of the output "
+                     "is line i; remove them (nothing was written)")
 
 
 class _Decoded:

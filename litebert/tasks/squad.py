@@ -48,6 +48,10 @@ class QAExample:
     def is_impossible(self) -> bool:
         return not self.answers
 
+    @property
+    def texts(self) -> list[str]:
+        return [self.question, self.context]
+
 
 # ----------------------------------------------------------------------------------------------------------------
 # reading

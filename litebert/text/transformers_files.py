@@ -195,10 +195,10 @@ def read_tokenizer_config(config_dir: str) -> tuple[dict, int, dict | None]:
 
 def download_tokenizer(repo_id: str) -> str:
     """spiece.model of a Hub repo, and its tokenizer_config.json (the normalisation flags) when it has one."""
-    def fetch(hub) -> str:
-        path = hub.hf_hub_download(repo_id, SPIECE_FILE)
+    def fetch(hub, local: bool) -> str:
+        path = hub.hf_hub_download(repo_id, SPIECE_FILE, local_files_only=local)
         try:
-            hub.hf_hub_download(repo_id, CONFIG_FILE)
+            hub.hf_hub_download(repo_id, CONFIG_FILE, local_files_only=local)
         except Exception:
             pass
         return path

@@ -39,6 +39,7 @@ import numpy as np
 from litebert.errors import ConfigError
 from litebert.files import write_json, write_text_atomically
 from litebert.runconfig import flag_name, load_toml
+from litebert.training.checkpoint import list_checkpoints
 from litebert.training.loop import CONFIG_NAME, NonFiniteLossError, TrainConfig
 
 # What a grid runs, given by the verb that drives it (litebert.finetune): one run, and one checkpoint scored.
@@ -161,19 +162,21 @@ NOT_DECIDING = frozenset({"out_dir", "resume", "progress", "log_every", "keep_la
                           "find_unused_parameters", "overwrite", "eval_batch_size"})
 
 
-def settings_differ(out_dir: str, cfg: Any, train_cfg: TrainConfig) -> list[str]:
-    """The options that decide a run's result (`cfg`'s and train_cfg's, less NOT_DECIDING) whose values differ
-    from those recorded in out_dir/train_config.toml, as `--lr 0.001 (was 0.002)`; [] when none is recorded."""
+def settings_differ(out_dir: str, cfg: Any, train_cfg: TrainConfig, section: str = "finetune",
+                    ignore: frozenset[str] = frozenset()) -> list[str]:
+    """The options that decide a run's result (`cfg`'s, recorded as [section], and train_cfg's, less NOT_DECIDING
+    and `ignore`) whose values differ from those recorded in out_dir/train_config.toml, as `--lr 0.001 (was
+    0.002)`; [] when none is recorded."""
     path = os.path.join(out_dir, CONFIG_NAME)
     if not os.path.isfile(path):
         return []
     recorded = load_toml(path)
     differ = []
-    for section, obj in (("finetune", cfg), ("train", train_cfg)):
-        old = recorded.get(section, {})
+    for name, obj in ((section, cfg), ("train", train_cfg)):
+        old = recorded.get(name, {})
         for key, value in dataclasses.asdict(obj).items():
             was = old.get(key)  # None is written as a comment: absent
-            if key not in NOT_DECIDING and _differs(was, value):
+            if key not in NOT_DECIDING and key not in ignore and _differs(was, value):
                 differ.append(f"{flag_name(key)} {value} (was {'none' if was is None else was})")
     return differ
 
@@ -189,6 +192,24 @@ def refuse_other_settings(out_dir: str, cfg: Any, train_cfg: TrainConfig, what: 
     if differ:
         raise ConfigError(f"{out_dir} holds {what} made with other settings: {'; '.join(differ)}. Give the same "
                           "options, or another --out-dir")
+
+
+# What a single run's --resume may change: a higher --max-steps extends the run. (A grid's runs are fixed by its
+# flags: there every setting counts.)
+EXTENDABLE = frozenset({"max_steps"})
+
+
+def refuse_changed_resume(cfg: Any, train_cfg: TrainConfig, section: str) -> None:
+    """A single run's --resume from checkpoints made with other settings that decide the result would go on
+    as a run of neither: refused by name. Checked from train_config.toml, which the loop writes at each start."""
+    out = train_cfg.out_dir
+    if not train_cfg.resume or not list_checkpoints(out):
+        return
+    differ = settings_differ(out, cfg, train_cfg, section, ignore=EXTENDABLE)
+    if differ:
+        raise ConfigError(f"{out} holds checkpoints of a run made with other settings: {'; '.join(differ)}. "
+                          "--resume continues it with its own (only --max-steps may change, to extend it): give "
+                          "the same options, or another --out-dir")
 
 
 def run_once(run: Run, train: TrainRun) -> tuple[dict[str, Any], str]:
