@@ -58,6 +58,7 @@ from litebert.sentences.sts import (
 )
 from litebert.tasks.records import read_rows
 from litebert.tokenizer import Tokenizer
+from litebert.training import sweep
 from litebert.training.checkpoint import fingerprint
 from litebert.training.data import ShuffledData
 from litebert.training.distributed import is_main_process
@@ -123,6 +124,7 @@ def train_sentence_encoder(cfg: SentenceConfig, train_cfg) -> dict:
 
     if not cfg.train:
         raise ConfigError("no training pairs: pass --train FILE")
+    sweep.refuse_changed_resume(cfg, train_cfg, "sentence")
     tokenizer = Tokenizer.from_pretrained(cfg.model)
     model = SentenceEncoder.from_pretrained(cfg.model, pooling=cfg.pooling, objective=cfg.objective,
                                             scale=cfg.scale, max_length=cfg.max_length)

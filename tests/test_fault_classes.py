@@ -247,6 +247,26 @@ def test_a_pretraining_run_resumed_with_other_settings_is_refused_before_its_dat
     sweep.refuse_changed_resume(cfg, dataclasses.replace(train_cfg, lr=0.5, resume=False), "pretrain")  # no resume
 
 
+def test_sentence_encoder_and_distillation_runs_resumed_with_other_settings_are_refused(tmp_path):
+    """embed --train and embed --distill resume through the same check, before the model or data is read."""
+    from litebert.embed import SentenceConfig, train_sentence_encoder
+    from litebert.sentences.distill import DistillConfig, train_distilled
+    out = tmp_path / "s"
+    (out / "step_2").mkdir(parents=True)
+    (out / "step_2" / "COMPLETE").write_text("{}")
+    sentence = SentenceConfig(model=str(tmp_path / "no-model"), train=str(tmp_path / "no-pairs"), scale=20.0)
+    distill = DistillConfig(distill=str(tmp_path / "no-teacher"))
+    train_cfg = TrainConfig(out_dir=str(out), lr=1e-3, resume=True, progress=False)
+    (out / CONFIG_NAME).write_text(dump_toml({"train": train_cfg, "sentence": dataclasses.asdict(sentence),
+                                              "distill": dataclasses.asdict(distill)}))
+    with pytest.raises(ConfigError, match=re.escape("--scale 5.0 (was 20.0)")):
+        train_sentence_encoder(dataclasses.replace(sentence, scale=5.0), train_cfg)
+    with pytest.raises(ConfigError, match=re.escape("--lr 0.002 (was 0.001)")):
+        train_distilled(sentence, distill, dataclasses.replace(train_cfg, lr=2e-3))
+    with pytest.raises(ConfigError, match=re.escape("--distill")):
+        train_distilled(sentence, dataclasses.replace(distill, distill=str(tmp_path / "other")), train_cfg)
+
+
 # ====================================================================================== non-finite outputs
 
 def overflowing(best: Path, dst: Path) -> Path:

@@ -47,6 +47,7 @@ from litebert.sentence import SentenceEncoder, embed, sentence_settings
 from litebert.sentences.directories import Dense, add_dense, load_sentence_model
 from litebert.sentences.sts import is_benchmark, pair_scores, read_benchmark, read_scored_pairs
 from litebert.tokenizer import Tokenizer
+from litebert.training import sweep
 from litebert.training.data import ShuffledData
 from litebert.training.distributed import is_main_process
 from litebert.training.loop import train
@@ -221,6 +222,8 @@ def train_distilled(sentence_cfg, cfg: DistillConfig, train_cfg) -> dict:
 
     if not sentence_cfg.model:
         raise ConfigError("--model is required: the student, an ALBERT model directory with its tokenizer")
+    for section, settings in (("sentence", sentence_cfg), ("distill", cfg)):
+        sweep.refuse_changed_resume(settings, train_cfg, section)
     main = is_main_process()
 
     def pairs_reader(path: str):
