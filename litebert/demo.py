@@ -37,7 +37,7 @@ from litebert.serving.pipeline import pipeline
 from litebert.serving.server import one_line
 from litebert.tasks.readers import read_table
 from litebert.training import prerelease
-from litebert.training.loop import TrainConfig
+from litebert.training.train_config import TrainConfig
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 CORPUS = os.path.join(DATA, "demo_corpus.txt.gz")

@@ -62,7 +62,8 @@ from litebert.training import sweep
 from litebert.training.checkpoint import fingerprint
 from litebert.training.data import ShuffledData
 from litebert.training.distributed import is_main_process
-from litebert.training.loop import TrainConfig, train
+from litebert.training.loop import train
+from litebert.training.train_config import TrainConfig
 
 # ----------------------------------------------------------------------------- evaluation
 

@@ -45,8 +45,9 @@ from litebert.training import sweep
 from litebert.training.checkpoint import list_checkpoints
 from litebert.training.data import ShuffledData
 from litebert.training.distributed import is_main_process
-from litebert.training.loop import CONFIG_NAME, TrainConfig, TrainResult, train
+from litebert.training.loop import TrainResult, train
 from litebert.training.state import EarlyStopping
+from litebert.training.train_config import CONFIG_NAME, TrainConfig
 from litebert.weights import resolve_model_dir
 
 BEST_SCORE_NAME = "best_score.json"  # in best/, written with it: what it scored, so --resume keeps it unless beaten

@@ -38,8 +38,9 @@ from litebert.tokenizer import Tokenizer
 from litebert.training import prerelease, sweep
 from litebert.training.data import ShuffledData
 from litebert.training.distributed import is_main_process
-from litebert.training.loop import TrainConfig, train
+from litebert.training.loop import train
 from litebert.training.metrics_log import REFERENCES_NAME
+from litebert.training.train_config import TrainConfig
 
 # Independent masking streams (make_batch's `rank` slot): training, the held-out set (fixed for the whole run,
 # so evaluations compare like with like) and the sample the baselines are estimated from.

@@ -154,6 +154,17 @@ def check_range(f: dataclasses.Field, value: Any, name: str) -> None:
             raise ConfigError(f"{name} must be in {spec}, got {v!r}")
 
 
+def check_declared(config: Any) -> None:
+    """A config built in code held to what its fields declare (metadata "range" and "choices"), as the command
+    line and TOML tables are when parsed: a ConfigError naming the option."""
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        check_range(f, value, flag_name(f.name))
+        if "choices" in f.metadata and value not in f.metadata["choices"]:
+            raise ConfigError(f"{flag_name(f.name)} must be one of {', '.join(map(str, f.metadata['choices']))}, "
+                              f"got {value!r}")
+
+
 def resolve_configs(classes: tuple[type, ...], table: Mapping[str, Any] | None,
                     overrides: argparse.Namespace | None, *, source: str = "config") -> tuple:
     """`resolve_config` for several dataclasses that share one TOML table (e.g. `[prepare]`: the run's

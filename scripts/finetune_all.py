@@ -21,8 +21,8 @@ from litebert.config import AlbertConfig
 from litebert.devdata import SHARED_DATA
 from litebert.finetune import FinetuneConfig, finetune
 from litebert.tasks.loading import evaluate_checkpoint
-from litebert.training.loop import TrainConfig
 from litebert.training.sweep import grid_runs, run_grid, scored_once
+from litebert.training.train_config import TrainConfig
 
 TASKS = SHARED_DATA / "tasks"
 MAX_LENGTH = {"novel_authorship": 64, "bible_paraphrase": 128, "wordnet_qa": 128, "wordnet_defmc": 48}

@@ -69,7 +69,7 @@ def main() -> None:
     from litebert.finetune import FinetuneConfig, finetune
     from litebert.pretrain import PretrainConfig, pretrain
     from litebert.tokenizer import Tokenizer
-    from litebert.training.loop import TrainConfig
+    from litebert.training.train_config import TrainConfig
 
     torch.set_num_threads(a.threads)
     os.makedirs(a.out, exist_ok=True)

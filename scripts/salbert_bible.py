@@ -39,7 +39,7 @@ def main() -> None:
     from litebert.embed import SentenceConfig, train_sentence_encoder
     from litebert.model import AlbertForPreTraining
     from litebert.pretrain import PretrainConfig, pretrain
-    from litebert.training.loop import TrainConfig
+    from litebert.training.train_config import TrainConfig
 
     torch.set_num_threads(a.threads)
     t0 = time.time()

@@ -154,7 +154,7 @@ def main() -> None:
     from litebert.embed import SentenceConfig, train_sentence_encoder
     from litebert.model import AlbertModel
     from litebert.sentences.distill import DistillConfig, train_distilled
-    from litebert.training.loop import TrainConfig
+    from litebert.training.train_config import TrainConfig
 
     torch.set_num_threads(a.threads)
     os.makedirs(a.out, exist_ok=True)
@@ -258,7 +258,7 @@ def run_silver(a, start: str, distilled: str, train_kw: dict) -> dict:
     from litebert.embed import SentenceConfig, train_sentence_encoder
     from litebert.finetune import FinetuneConfig, finetune
     from litebert.sentences.silver import label_pairs, sample_pairs, write_pairs
-    from litebert.training.loop import TrainConfig
+    from litebert.training.train_config import TrainConfig
 
     gold = os.path.join(a.out, "gold.jsonl")  # the bi-encoder's gold pairs: bible_paraphrase train, 0/1 scores
     if not os.path.isfile(gold):

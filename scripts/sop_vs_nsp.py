@@ -23,7 +23,7 @@ from litebert.corpus.tokenizer_training import train_tokenizer
 from litebert.demo import MODEL  # the demo recipe's architecture
 from litebert.paper.grid import split_corpus  # train.txt and heldout.txt (the last documents)
 from litebert.pretrain import PretrainConfig, pretrain
-from litebert.training.loop import TrainConfig
+from litebert.training.train_config import TrainConfig
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ from litebert.embed import embed
 from litebert.model import AlbertForMaskedLM, AlbertForPreTraining, AlbertModel
 from litebert.pretrain import PretrainConfig, format_summary, pretrain
 from litebert.tokenizer import Tokenizer
-from litebert.training.loop import TrainConfig
+from litebert.training.train_config import TrainConfig
 
 DATA = str(SHARED_DATA)
 KO = f"{DATA}/pretrain/ko_small.txt"

@@ -12,7 +12,7 @@ from litebert.demo import DEMO_MARKER, TASK_DIR, TASK_MAX_LENGTH, UNSEEN_SENTENC
 from litebert.errors import ConfigError
 from litebert.finetune import FinetuneConfig, evaluate_checkpoint
 from litebert.pretrain import PretrainConfig, pretrain
-from litebert.training.loop import TrainConfig
+from litebert.training.train_config import TrainConfig
 
 
 @pytest.mark.slow

@@ -30,7 +30,7 @@ from litebert.sentences.distill import (
 )
 from litebert.sentences.sts import lee_pairs, pair_metrics, pair_scores, read_benchmark, score_models, word_pairs
 from litebert.tokenizer import Tokenizer
-from litebert.training.loop import TrainConfig
+from litebert.training.train_config import TrainConfig
 
 needs_hf = pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers not installed")
 needs_st = pytest.mark.skipif(importlib.util.find_spec("sentence_transformers") is None,

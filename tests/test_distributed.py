@@ -382,7 +382,7 @@ def test_the_process_group_waits_as_long_as_the_config_says(monkeypatch):
     import torch.distributed as dist
 
     from litebert.training.distributed import setup_distributed
-    from litebert.training.loop import TrainConfig
+    from litebert.training.train_config import TrainConfig
     seen = {}
     monkeypatch.setattr(dist, "init_process_group", lambda backend, **kw: seen.update(backend=backend, **kw))
     monkeypatch.setattr(dist, "is_initialized", lambda: False)

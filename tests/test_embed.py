@@ -20,7 +20,7 @@ from litebert.model import AlbertForPreTraining, AlbertModel
 from litebert.sentence import SentenceEncoder, pool
 from litebert.sentences.sts import paired_cosine, recall_at_1
 from litebert.tokenizer import Tokenizer
-from litebert.training.loop import TrainConfig
+from litebert.training.train_config import TrainConfig
 
 DATA = str(SHARED_DATA)
 PARAPHRASE = f"{DATA}/tasks/bible_paraphrase"

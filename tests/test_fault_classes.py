@@ -34,7 +34,7 @@ from litebert.files import atomic_open, write_dir_atomically
 from litebert.finetune import FinetuneConfig, check_out_dir
 from litebert.runconfig import _unwrap_optional, dump_toml, parse_range, resolve_config
 from litebert.training import sweep
-from litebert.training.loop import CONFIG_NAME, TrainConfig
+from litebert.training.train_config import CONFIG_NAME, TrainConfig
 
 # test_faults' module fixtures, built once for this module too: a tokenizer, a tiny model, a finished 4-step run
 root, tok_dir, model_dir, finished_run = (test_faults.root, test_faults.tok_dir, test_faults.model_dir,

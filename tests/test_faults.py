@@ -109,7 +109,7 @@ def table_task(directory: Path, dev_unknown: int = 2) -> Path:
 
 def finetune_configs(model_dir: Path, data_dir: Path, out: Path, **train):
     from litebert.finetune import FinetuneConfig
-    from litebert.training.loop import TrainConfig
+    from litebert.training.train_config import TrainConfig
     cfg = FinetuneConfig(model=str(model_dir), task="table", data_dir=str(data_dir), text_columns=["text"],
                          max_length=32, eval_batch_size=8)
     train_cfg = TrainConfig(**{"out_dir": str(out), "max_steps": 4, "batch_size": 4, "eval_every": 2,

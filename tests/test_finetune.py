@@ -20,7 +20,7 @@ from litebert.model import AlbertForPreTraining
 from litebert.tasks.families import family_of
 from litebert.tasks.inference import feature_length, model_scores
 from litebert.tokenizer import Tokenizer
-from litebert.training.loop import TrainConfig
+from litebert.training.train_config import TrainConfig
 
 transformers = pytest.importorskip("transformers")
 TASKS = SHARED_DATA / "tasks"

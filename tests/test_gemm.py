@@ -375,7 +375,8 @@ def test_auto_precision_on_a_gpu_names_the_card_and_cublas_not_the_cpu_gemm(monk
 @pytest.mark.parametrize("has_bf16", [False, True])
 def test_training_with_precision_auto_records_the_choice(monkeypatch, tmp_path, has_bf16, capsys):
     from litebert.runconfig import load_toml
-    from litebert.training.loop import TrainConfig, train
+    from litebert.training.loop import train
+    from litebert.training.train_config import TrainConfig
     monkeypatch.setattr(precision, "bf16_supported", lambda device="cpu": has_bf16)
     config = tiny()
     torch.manual_seed(0)

@@ -19,7 +19,8 @@ from litebert.corpus.shards import prepare
 from litebert.corpus.tokenizer_training import train_tokenizer
 from litebert.model import AlbertForPreTraining
 from litebert.pretrain import PretrainConfig, pretrain
-from litebert.training.loop import TrainConfig, train
+from litebert.training.loop import train
+from litebert.training.train_config import TrainConfig
 
 TINY = dict(embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
             max_position_embeddings=32)

@@ -6,7 +6,8 @@ from test_finetune import train_tiny_tokenizer
 from litebert import AlbertConfig, AlbertForSequenceClassification, progress
 from litebert.sentence import embed
 from litebert.training.data import ShuffledData
-from litebert.training.loop import TrainConfig, train
+from litebert.training.loop import train
+from litebert.training.train_config import TrainConfig
 
 
 def test_a_log_gets_lines_with_position_rate_and_time_left(monkeypatch, capsys):

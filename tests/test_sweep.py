@@ -13,8 +13,8 @@ import litebert.training.sweep as sweep
 from litebert.cli import main as litebert_main
 from litebert.finetune import FinetuneConfig, finetune
 from litebert.tasks.loading import evaluate_checkpoint
-from litebert.training.loop import TrainConfig
 from litebert.training.sweep import diverged, summarize, sweepable_fields, trivial_score
+from litebert.training.train_config import TrainConfig
 
 
 def split_argv(argv):

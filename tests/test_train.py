@@ -19,8 +19,9 @@ from torch import nn
 
 from litebert.runconfig import add_config_args, dump_toml, load_toml, resolve_config
 from litebert.training.data import shuffled_batches
-from litebert.training.loop import NonFiniteLossError, TrainConfig, train
+from litebert.training.loop import NonFiniteLossError, train
 from litebert.training.metrics_log import read_metrics
+from litebert.training.train_config import TrainConfig
 
 torch.set_num_threads(1)
 
@@ -254,8 +255,7 @@ def test_shuffled_data_is_shuffled_batches_sized_by_the_loop(tmp_path):
 
 def test_rank_and_world_size_come_from_one_place(monkeypatch):
     """Before the process group exists (a verb sizing its data) the numbers are torchrun's; setup agrees."""
-    from litebert.training import distributed, loop
-    assert loop.world_size is distributed.world_size and loop.is_main_process is distributed.is_main_process
+    from litebert.training import distributed
     monkeypatch.setenv("WORLD_SIZE", "4")
     monkeypatch.setenv("RANK", "2")
     assert (distributed.world_size(), distributed.is_main_process()) == (4, False)

@@ -16,8 +16,9 @@ from litebert.config import AlbertConfig
 from litebert.model import AlbertForPreTraining
 from litebert.pretrain import PretrainConfig
 from litebert.tasks.families import FAMILIES
-from litebert.training.loop import TrainConfig, train
+from litebert.training.loop import train
 from litebert.training.optim import make_schedule
+from litebert.training.train_config import TrainConfig
 
 HUB_ID = "someone/tiny-albert"
 
@@ -102,7 +103,7 @@ def test_eval_batch_size_must_be_positive(make):
 
 
 def test_negative_decay_power_is_refused_up_front():
-    with pytest.raises(ValueError, match="lr_decay_power"):
+    with pytest.raises(ValueError, match="lr-decay-power"):
         TrainConfig(lr_decay_power=-1.0)
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     with pytest.raises(ValueError, match="power=-1.0"):
@@ -127,7 +128,7 @@ def test_finetuning_a_hub_id_copies_the_downloaded_tokenizer(model_dir, tmp_path
     monkeypatch.setattr(litebert.weights, "resolve_model_dir",
                         lambda name: str(model_dir) if name == HUB_ID else resolve(name))
     monkeypatch.setattr(F, "resolve_model_dir", litebert.weights.resolve_model_dir)  # finetune's own binding
-    monkeypatch.setattr(litebert.tokenizer, "_download_from_hub", lambda repo_id: str(model_dir / "spiece.model"))
+    monkeypatch.setattr(litebert.tokenizer, "download_tokenizer", lambda repo_id: str(model_dir / "spiece.model"))
     summary = F.finetune(ft_config(HUB_ID), ft_train_config(tmp_path))
     assert summary["steps"] == 2 and summary["model"] == HUB_ID
     assert (tmp_path / "run" / "step_2" / "spiece.model").is_file()

@@ -54,8 +54,8 @@ from litebert.paper.report import collect, report, write_plots
 from litebert.runconfig import parse_verb, verb_parser
 from litebert.tokenizer import Tokenizer
 from litebert.training.distributed import world_size
-from litebert.training.loop import TrainConfig
 from litebert.training.metrics_log import METRICS_NAME, read_metrics
+from litebert.training.train_config import TrainConfig
 
 # The experiments and scales are data (experiments.py); a grid's options, shared data and row directories are
 # grid.py's; results.json, the verdicts, report.md and the plots are report.py's. Here: settings, running rows,

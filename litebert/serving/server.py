@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import dataclasses
 import functools
 import json
 import logging
@@ -46,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from litebert.errors import ConfigError
-from litebert.runconfig import check_range, flag_name, parse_verb, verb_parser
+from litebert.runconfig import check_declared, parse_verb, verb_parser
 from litebert.serving.metrics import CONTENT_TYPE, Metrics, Observed
 from litebert.serving.openapi import docs_page, openapi
 from litebert.serving.pipeline import pipeline
@@ -115,8 +114,7 @@ class ServeConfig:
 
     def check(self) -> ServeConfig:
         """The declared ranges again, for a ServeConfig built in code (the CLI's are checked when parsed)."""
-        for f in dataclasses.fields(self):
-            check_range(f, getattr(self, f.name), flag_name(f.name))
+        check_declared(self)
         self.default_parameters()
         return self
 

@@ -1,6 +1,7 @@
 """The one training loop and what it owns.
 
-    loop          TrainConfig and train(): the cadence (step, maybe log, maybe save, maybe evaluate) and train_step
+    loop          train(): the cadence (step, maybe log, maybe save, maybe evaluate) and train_step
+    train_config  TrainConfig, the options of one run, with their declared ranges
     data          what the loop trains on: ShuffledData(num_examples, collate) or a batch_fn
     state         what a checkpoint holds, as named objects with state_dict/load_state_dict
     checkpoint    the checkpoint directory on disk (atomic writes, the COMPLETE marker, train_state.pt)

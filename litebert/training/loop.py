@@ -1,4 +1,4 @@
-"""TrainConfig and the one training loop, for pretraining and every fine-tuning task.
+"""The one training loop, for pretraining and every fine-tuning task (its options: train_config.TrainConfig).
 
 The loop knows three things about the outside world, all passed in:
   model(**batch).loss             a scalar; the model also has save_pretrained(dir) (checkpoints are HF dirs)
@@ -40,28 +40,18 @@ from torch import nn
 from litebert.errors import ConfigError, LitebertError
 from litebert.progress import progress_bar
 from litebert.runconfig import dump_toml
-from litebert.runtime.device import resolve_device
 from litebert.runtime.gemm import backend as gemm_backend
-from litebert.runtime.precision import (
-    TRAINING_PRECISIONS,
-    PrecisionChoice,
-    autocast,
-    choose_precision,
-    device_name,
-    fp32_kernels,
-)
+from litebert.runtime.precision import PrecisionChoice, autocast, choose_precision, device_name, fp32_kernels
 from litebert.training import checkpoint as ckpt
-from litebert.training.data import BatchFn, ShuffledData, as_batch_fn, count_tokens, shuffled_batches
+from litebert.training.data import BatchFn, ShuffledData, as_batch_fn, count_tokens
 from litebert.training.distributed import (
     Dist,
     all_reduce_sum,
     barrier,
     broadcast_object,
     configure_device,
-    is_main_process,
     setup_distributed,
     teardown_distributed,
-    world_size,
 )
 from litebert.training.metrics_log import MetricsLog
 from litebert.training.optim import clip_grad_norm, make_optimizer, make_schedule
@@ -74,108 +64,9 @@ from litebert.training.state import (
     preserved_rng,
     set_seed,
 )
+from litebert.training.train_config import CONFIG_NAME, TrainConfig
 
 log = logging.getLogger("litebert")
-
-CONFIG_NAME = "train_config.toml"
-__all__ = ["TrainConfig", "TrainResult", "NonFiniteLossError", "train", "train_step", "Run", "ShuffledData",
-           "BatchFn", "CONFIG_NAME", "shuffled_batches", "world_size", "is_main_process"]
-
-
-def _help(text: str, **extra: Any) -> dict[str, Any]:
-    return {"help": text, **extra}
-
-
-@dataclass
-class TrainConfig:
-    """One run of the training loop. Defaults suit fine-tuning; pretraining recipes set lamb and its lr."""
-
-    toml_section = "train"  # every training verb's recipe has a [train] table
-
-    lr: float = field(default=1e-4, metadata=_help(
-        "peak learning rate (ALBERT pretraining: 0.00176 at batch 4096)", range="[0, inf)"))
-    batch_size: int = field(default=32, metadata=_help(
-        "global batch size: examples per optimizer step, all ranks", range="[1, inf)"))
-    micro_batch_size: int | None = field(default=None, metadata=_help(
-        "examples per forward pass and rank; batch_size / (micro_batch_size * world_size) micro-batches are "
-        "accumulated per step (default: batch_size / world_size, no accumulation)", range="[1, inf)"))
-    max_steps: int = field(default=1000, metadata=_help(
-        "optimizer steps; the lr decays to 0 at this step", range="[1, inf)"))
-    warmup_steps: int = field(default=0, metadata=_help("linear warmup steps (ALBERT: 3125)", range="[0, inf)"))
-    lr_decay_power: float = field(default=1.0, metadata=_help(
-        "power of the polynomial decay (1 = linear)", range="[0, inf)"))
-    optimizer: str = field(default="lamb", metadata=_help("optimizer", choices=("lamb", "adamw")))
-    weight_decay: float = field(default=0.01, metadata=_help(
-        "decoupled weight decay (not on LayerNorm or biases)", range="[0, inf)"))
-    beta1: float = field(default=0.9, metadata=_help("first-moment decay", range="[0, 1)"))
-    beta2: float = field(default=0.999, metadata=_help("second-moment decay", range="[0, 1)"))
-    eps: float = field(default=1e-6, metadata=_help("optimizer epsilon", range="(0, inf)"))
-    clip_norm: float = field(default=1.0, metadata=_help(
-        "clip gradients to this global norm; 0 disables", range="[0, inf)"))
-    precision: str = field(default="fp32", metadata=_help(
-        "fp32, bf16 autocast (weights, gradients and optimizer state stay fp32), or auto: bf16 where this CPU/GPU "
-        "has bf16 kernels and a timed step of this run measures it faster, else fp32 (the choice and the rates go "
-        "to train_config.toml [precision])", choices=TRAINING_PRECISIONS))
-    compile: bool = field(default=False, metadata=_help(
-        "torch.compile the training step's model (one graph: tens of seconds to compile, again for each new batch "
-        "shape; pays on long GPU runs at fixed shapes, rarely on a CPU). Compiled, the MLM loss reads every "
-        "position's logits (static shapes) instead of the ~15%% labelled ones eager mode selects"))
-    find_unused_parameters: bool = field(default=False, metadata=_help(
-        "DDP only: allow trainable parameters outside the loss in a model of your own (litebert's verbs freeze "
-        "what their objective leaves out, so they never need it)"))
-    gradient_checkpointing: bool = field(default=False, metadata=_help(
-        "recompute each layer's activations in the backward pass instead of storing them: less memory (xxlarge "
-        "on one GPU), about a third more compute"))
-    device: str = field(default="auto", metadata=_help("auto (cuda:LOCAL_RANK if available, else cpu), cpu or cuda"))
-    tf32: bool = field(default=True, metadata=_help(
-        "CUDA only: TF32 float32 matmuls (Ampere and later; fp32 accumulation); never changes CPU math"))
-    dist_timeout_minutes: float = field(default=60.0, metadata=_help(
-        "torchrun: how long a rank waits in a collective (e.g. while rank 0 evaluates and saves) before the "
-        "run fails", range="(0, inf)"))
-    seed: int = field(default=12345, metadata=_help(
-        "seed for python/numpy/torch RNGs (dropout), offset by rank", range="[0, 4294967295]"))
-    log_every: int = field(default=10, metadata=_help(
-        "write loss, lr and tokens/s to metrics.jsonl every N steps", range="[1, inf)"))
-    eval_every: int = field(default=0, metadata=_help("evaluate every N steps (0: only at the end)", range="[0, inf)"))
-    save_every: int = field(default=0, metadata=_help(
-        "checkpoint every N steps (0: only at the end)", range="[0, inf)"))
-    keep_last: int = field(default=3, metadata=_help("keep the newest N checkpoints (0: keep all)", range="[0, inf)"))
-    out_dir: str = field(default="out/run", metadata=_help("run directory: checkpoints, metrics, plot, config"))
-    resume: bool = field(default=False, metadata=_help("continue from the latest complete checkpoint in out_dir"))
-    progress: bool = field(default=True, metadata=_help("show a progress bar (rank 0, when stderr is a terminal)"))
-
-    def __post_init__(self) -> None:
-        def need(ok: bool, msg: str) -> None:
-            if not ok:
-                raise ConfigError(f"invalid TrainConfig: {msg}")
-
-        for f in dataclasses.fields(self):
-            if "choices" in f.metadata:
-                need(getattr(self, f.name) in f.metadata["choices"],
-                     f"{f.name} must be one of {f.metadata['choices']}, got {getattr(self, f.name)!r}")
-        need(self.batch_size > 0 and self.max_steps > 0 and self.log_every > 0, "batch_size, max_steps and "
-             "log_every must be positive")
-        need(self.micro_batch_size is None or self.micro_batch_size > 0, "micro_batch_size must be positive")
-        need(self.warmup_steps >= 0 and self.eval_every >= 0 and self.save_every >= 0 and self.keep_last >= 0,
-             "warmup_steps, eval_every, save_every and keep_last must be >= 0")
-        need(self.lr >= 0 and self.clip_norm >= 0 and self.weight_decay >= 0, "lr, clip_norm and weight_decay "
-             "must be >= 0")
-        need(self.dist_timeout_minutes > 0, "dist_timeout_minutes must be positive")
-        # A warmup longer than the run never reaches its peak learning rate, nor decays: the options must agree.
-        if self.warmup_steps > self.max_steps:
-            raise ConfigError(f"--warmup-steps {self.warmup_steps} exceeds --max-steps {self.max_steps}: the "
-                              "learning rate would never reach its peak, nor decay")
-        need(math.isfinite(self.lr_decay_power) and self.lr_decay_power >= 0,  # < 0: 0 ** power at the last step
-             f"lr_decay_power must be a finite number >= 0, got {self.lr_decay_power}")
-        resolve_device(self.device)  # a bad --device is refused here, before a run reads or writes anything
-
-    def accumulation(self, world_size: int) -> tuple[int, int]:
-        """(micro_batch_size, accumulation steps) for this world size."""
-        micro = self.micro_batch_size or self.batch_size // world_size
-        if micro == 0 or self.batch_size % (micro * world_size):
-            raise ConfigError(f"batch_size {self.batch_size} is not a multiple of micro_batch_size {micro} x "
-                             f"world_size {world_size}")
-        return micro, self.batch_size // (micro * world_size)
 
 
 

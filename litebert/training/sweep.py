@@ -40,7 +40,8 @@ from litebert.errors import ConfigError
 from litebert.files import write_json, write_text_atomically
 from litebert.runconfig import flag_name, load_toml
 from litebert.training.checkpoint import list_checkpoints
-from litebert.training.loop import CONFIG_NAME, NonFiniteLossError, TrainConfig
+from litebert.training.loop import NonFiniteLossError
+from litebert.training.train_config import CONFIG_NAME, TrainConfig
 
 # What a grid runs, given by the verb that drives it (litebert.finetune): one run, and one checkpoint scored.
 TrainRun = Callable[[Any, TrainConfig], dict]  # (task config, train config) -> the run's summary.json
