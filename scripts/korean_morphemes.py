@@ -1,7 +1,9 @@
-"""Korean with and without morpheme pre-segmentation (`litebert tokenizer --pre-tokenize kiwi`), same vocabulary
-size, same model, same steps, on the bundled Korean corpus (the constitution and 10 bills; docs/sentence.md).
+"""Korean with and without morpheme pre-segmentation (`litebert tokenizer --pre-tokenize kiwi|mecab`), same
+vocabulary size, same model, same steps, on the bundled Korean corpus (the constitution and 10 bills;
+docs/sentence.md).
 
-For each tokenizer:
+For each tokenizer (--tokenizers: "plain", SentencePiece on raw text, or a segmenter's name; default plain, kiwi):
+  0. for a segmenter: its load time and the time to segment every line of pretrain/ko_small.txt;
   1. train it on the training documents (all but the last 3 of pretrain/ko_small.txt);
   2. prepare sentence-order pairs of the training documents and, apart, of the 3 held-out documents;
   3. pretrain a demo-sized ALBERT (MLM + SOP, LAMB) and score MLM on the held-out documents' pairs;
@@ -14,6 +16,9 @@ MLM accuracy is over each tokenizer's own pieces (a morpheme-split piece is a di
 downstream score is the comparable one. Writes <out>/results.json.
 
     OMP_NUM_THREADS=1 .venv/bin/python scripts/korean_morphemes.py --out out/korean [--steps 400]
+        [--tokenizers plain kiwi mecab] [--seed 12345]
+
+results.json is rewritten after each tokenizer, so a stopped run keeps the ones it finished.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ import os
 import time
 
 from litebert.devdata import SHARED_DATA
+from litebert.files import write_json
+from litebert.text.pretokenize import SEGMENTERS, make_segmenter
 
 KO_TEXT = os.path.join(str(SHARED_DATA), "pretrain", "ko_small.txt")
 KO_DOCS = os.path.join(str(SHARED_DATA), "corpus", "ko", "kolaw_kobill.jsonl")
@@ -52,6 +59,20 @@ def source_task(out: str) -> str:
     return task
 
 
+def segmenter_speed(name: str, docs: list[str]) -> dict:
+    """Load time (the first segmenter of its name in this process) and the time to segment every line."""
+    t0 = time.perf_counter()
+    segmenter = make_segmenter(name)
+    loaded = time.perf_counter() - t0
+    lines = [line for doc in docs for line in doc.split("\n") if line.strip()]
+    t0 = time.perf_counter()
+    for line in lines:
+        segmenter.segment(line)
+    took = time.perf_counter() - t0
+    return {"load_s": round(loaded, 3), "segment_s": round(took, 3), "lines": len(lines),
+            "chars_per_s": round(sum(map(len, lines)) / took), "load_average": os.getloadavg()}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="out/korean")
@@ -60,6 +81,8 @@ def main() -> None:
     p.add_argument("--finetune-steps", type=int, default=200)
     p.add_argument("--max-length", type=int, default=128)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--tokenizers", nargs="+", default=["plain", "kiwi"], choices=["plain", *SEGMENTERS])
+    p.add_argument("--seed", type=int, default=12345, help="pretraining and fine-tuning seed")
     a = p.parse_args()
 
     import torch
@@ -83,9 +106,12 @@ def main() -> None:
     task = source_task(a.out)
     dev = [json.loads(line)["text"] for line in open(os.path.join(task, "dev.jsonl"), encoding="utf-8")]
     results = {"corpus": {"documents": len(docs), "held_out_documents": 3}, "vocab_size": a.vocab_size,
-               "pretrain_steps": a.steps, "finetune_steps": a.finetune_steps, "model": MODEL, "threads": a.threads}
-    for name, pre_tokenize in (("plain", None), ("kiwi", "kiwi")):
+               "pretrain_steps": a.steps, "finetune_steps": a.finetune_steps, "model": MODEL, "threads": a.threads,
+               "seed": a.seed, "load_average": os.getloadavg()}
+    for name in a.tokenizers:
+        pre_tokenize = None if name == "plain" else name
         t0 = time.time()
+        speed = segmenter_speed(name, docs) if pre_tokenize else None
         root = os.path.join(a.out, name)
         tok_dir = os.path.join(root, "tokenizer")
         tok = train_tokenizer([train_text], tok_dir, vocab_size=a.vocab_size, pre_tokenize=pre_tokenize)
@@ -94,12 +120,13 @@ def main() -> None:
                     progress=False, overwrite=True)
         s = pretrain(PretrainConfig(data=os.path.join(root, "data"), model="tiny", held_out=1,
                                     eval_data=[os.path.join(root, "heldout")]),
-                     TrainConfig(optimizer="lamb", lr=1e-2, batch_size=32, max_steps=a.steps, warmup_steps=a.steps // 10,
-                                 out_dir=os.path.join(root, "pretrain"), progress=False, log_every=50),
+                     TrainConfig(optimizer="lamb", lr=1e-2, batch_size=32, seed=a.seed, max_steps=a.steps,
+                                 warmup_steps=a.steps // 10, out_dir=os.path.join(root, "pretrain"), progress=False,
+                                 log_every=50),
                      dict(MODEL))
         f = finetune(FinetuneConfig(model=s["checkpoint"], task="table", data_dir=task, text_columns=["text"],
                                     max_length=a.max_length),
-                     TrainConfig(optimizer="adamw", lr=5e-4, batch_size=32, max_steps=a.finetune_steps,
+                     TrainConfig(optimizer="adamw", lr=5e-4, batch_size=32, seed=a.seed, max_steps=a.finetune_steps,
                                  warmup_steps=a.finetune_steps // 10, eval_every=a.finetune_steps // 4,
                                  out_dir=os.path.join(root, "finetune"), progress=False))
         ids = [tok.encode(t) for t in dev]
@@ -107,7 +134,8 @@ def main() -> None:
                    for d in (s["checkpoint"], os.path.join(root, "finetune", "best")))
         lengths = [len(i) - 2 for i in ids]
         results[name] = {
-            "pre_tokenizer": tok.pre_tokenizer, "pieces_per_paragraph": sum(lengths) / len(lengths),
+            "pre_tokenizer": tok.pre_tokenizer, "segmenter_speed": speed,
+            "pieces_per_paragraph": sum(lengths) / len(lengths),
             "unk_rate": sum(i.count(tok.unk_id) for i in ids) / sum(lengths),
             "held_out_mlm_acc": s["final"].get("heldout/mlm_acc"), "held_out_mlm_loss": s["final"].get("heldout/mlm_loss"),
             "held_out_sop_acc": s["final"].get("heldout/sop_acc"),
@@ -115,9 +143,7 @@ def main() -> None:
             "downstream": {k: v for k, v in (f.get("best") or {}).items() if isinstance(v, (int, float))},
             "ids_equal_in_checkpoints": same, "minutes": round((time.time() - t0) / 60, 2)}
         print(name, json.dumps(results[name]), flush=True)
-    from litebert.files import write_json
-
-    write_json(os.path.join(a.out, "results.json"), results)
+        write_json(os.path.join(a.out, "results.json"), results)
     print(json.dumps(results, indent=2, ensure_ascii=False))
 
 

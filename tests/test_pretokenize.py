@@ -1,19 +1,24 @@
-"""Korean morphemes before SentencePiece (`litebert tokenizer --pre-tokenize kiwi`): the segmentation only inserts
-spaces, it is recorded with its version, every path that encodes (encode, batches, offsets, a reloaded
-checkpoint's tokenizer, prepare's worker processes, fine-tuning features, the pipelines) gives the same ids,
-and transformers' AutoTokenizer refuses the directory instead of encoding unsegmented text."""
+"""Korean morphemes before SentencePiece (`litebert tokenizer --pre-tokenize kiwi|mecab`), each segmenter alike:
+the segmentation only inserts spaces, it is recorded with its version, every path that encodes (encode,
+batches, offsets, a reloaded checkpoint's tokenizer, prepare's worker processes, fine-tuning features, the
+pipelines) gives the same ids, and transformers' AutoTokenizer refuses the directory instead of encoding
+unsegmented text."""
 
 import importlib.util
 import json
 import os
 import shutil
+import sys
 import unicodedata
 
 import numpy as np
 import pytest
 from paths import SHARED_DATA
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("kiwipiepy") is None, reason="kiwipiepy not installed")
+PACKAGES = {"kiwi": "kiwipiepy", "mecab": "mecab"}  # each segmenter's tests skip where its package is missing
+SEGMENTED = [pytest.param(name, marks=pytest.mark.skipif(importlib.util.find_spec(package) is None,
+                                                         reason=f"{package} not installed"))
+             for name, package in PACKAGES.items()]
 KO = os.path.join(str(SHARED_DATA), "pretrain", "ko_small.txt")
 TEXTS = ["대한민국은 민주공화국이다.", "학교에서 공부했습니다", "국회의원은 법률안을 제출할 수 있다. 9894발의연월일",
          "Korean and 한국어 mixed, 1990년에"]
@@ -26,26 +31,37 @@ def corpus(tmp_path_factory):
     return KO
 
 
-@pytest.fixture(scope="module")
-def tokenizers(corpus, tmp_path_factory):
+@pytest.fixture(scope="module", params=SEGMENTED)
+def tokenizers(request, corpus, tmp_path_factory):
     from litebert.corpus.tokenizer_training import train_tokenizer
 
-    root = tmp_path_factory.mktemp("ko")
-    morph = train_tokenizer([corpus], str(root / "morph"), vocab_size=800, pre_tokenize="kiwi")
+    root = tmp_path_factory.mktemp(f"ko_{request.param}")
+    morph = train_tokenizer([corpus], str(root / "morph"), vocab_size=800, pre_tokenize=request.param)
     plain = train_tokenizer([corpus], str(root / "plain"), vocab_size=800)
     return root, morph, plain
 
 
-def test_segmentation_only_inserts_spaces_at_morpheme_boundaries():
+@pytest.mark.parametrize("name", SEGMENTED)
+def test_segmentation_only_inserts_spaces_at_morpheme_boundaries(name):
     from litebert.text.pretokenize import make_segmenter
 
-    kiwi = make_segmenter("kiwi")
-    assert kiwi.segment("학교에서 공부했습니다") == "학교 에서 공부 했 습니다"  # 했 = 하 + 었 keeps its one span
-    for text in TEXTS:
-        segmented, source = kiwi.segment_aligned(text)
+    segmenter = make_segmenter(name)
+    assert segmenter.segment("학교에서 공부했습니다") == "학교 에서 공부 했 습니다"  # 했 = 하 + 었 keeps its one span
+    assert segmenter.segment("  앞 공백에서") == "  앞 공백 에서"  # leading spaces (mecab-ko's own spans shift there)
+    for text in TEXTS + ["  앞 공백", "\t학교에서\n", "😀학교에서", ""]:
+        segmented, source = segmenter.segment_aligned(text)
         assert segmented.replace(" ", "") == text.replace(" ", "") and len(source) == len(segmented)
         assert all(text[source[i]] == c for i, c in enumerate(segmented) if c != " " or text[source[i]] == " ")
-    assert kiwi.record["name"] == "kiwi" and kiwi.record["version"]
+    assert segmenter.record["name"] == name and segmenter.record["version"] and segmenter.record["model_version"]
+
+
+def test_a_missing_segmenter_package_names_its_extra(monkeypatch):
+    from litebert.errors import ConfigError
+    from litebert.text.pretokenize import MecabSegmenter
+
+    monkeypatch.setitem(sys.modules, "mecab", None)  # as if python-mecab-ko were not installed
+    with pytest.raises(ConfigError, match=r"litebert\[korean-mecab\]"):
+        MecabSegmenter()
 
 
 def test_the_segmenter_is_recorded_and_every_path_gives_the_same_ids(tokenizers, tmp_path):
@@ -53,7 +69,7 @@ def test_the_segmenter_is_recorded_and_every_path_gives_the_same_ids(tokenizers,
 
     root, morph, plain = tokenizers
     config = json.loads((root / "morph" / "tokenizer_config.json").read_text())
-    assert config["pre_tokenizer"]["name"] == "kiwi" and config["pre_tokenizer"]["version"]
+    assert config["pre_tokenizer"] == morph.pre_tokenizer and config["pre_tokenizer"]["version"]
     assert json.loads((root / "morph" / "tokenizer_summary.json").read_text())["pre_tokenizer"] == config["pre_tokenizer"]
     assert "pre_tokenizer" not in json.loads((root / "plain" / "tokenizer_config.json").read_text())
     assert morph.sha256 != plain.sha256  # prepared shards know which one made them
@@ -127,7 +143,7 @@ def test_transformers_refuses_a_pre_tokenized_tokenizer(tokenizers):
     assert AutoTokenizer.from_pretrained(str(root / "plain"))("대한민국")["input_ids"]  # the plain one still loads
 
 
-def test_another_kiwi_version_warns(tokenizers, tmp_path):
+def test_another_segmenter_version_warns(tokenizers, tmp_path):
     from litebert.tokenizer import Tokenizer
 
     root, _, _ = tokenizers
