@@ -1,8 +1,8 @@
 """Korean morphemes before SentencePiece (`litebert tokenizer --pre-tokenize kiwi|mecab`), each segmenter alike:
 the segmentation only inserts spaces, it is recorded with its version, every path that encodes (encode,
 batches, offsets, a reloaded checkpoint's tokenizer, prepare's worker processes, fine-tuning features, the
-pipelines) gives the same ids, and transformers' AutoTokenizer refuses the directory instead of encoding
-unsegmented text."""
+pipelines) gives the same ids, and transformers' AutoTokenizer says the directory holds custom code, which
+with trust_remote_code=True gives litebert's ids, instead of encoding unsegmented text."""
 
 import importlib.util
 import json
@@ -132,15 +132,46 @@ def _contains(stream: list[int], part: list[int]) -> bool:
     return any(stream[i:i + n] == part for i in range(len(stream) - n + 1))
 
 
-def test_transformers_refuses_a_pre_tokenized_tokenizer(tokenizers):
+def test_transformers_says_it_needs_the_remote_code_which_gives_litebert_ids(tokenizers, tmp_path, monkeypatch):
     pytest.importorskip("transformers")
-    from transformers import AutoTokenizer
+    from transformers import AlbertConfig, AutoTokenizer
+
+    from litebert.tokenizer import Tokenizer
 
     root, _, _ = tokenizers
-    assert not (root / "morph" / "tokenizer.json").exists()
+    morph = str(root / "morph")
+    assert not (root / "morph" / "tokenizer.json").exists()  # nothing transformers could run on unsegmented text
+    with pytest.raises(ValueError, match="contains custom code"):
+        AutoTokenizer.from_pretrained(morph)
+    ours, hf = Tokenizer.from_pretrained(morph), AutoTokenizer.from_pretrained(morph, trust_remote_code=True)
+    with open(KO, encoding="utf-8") as f:
+        texts = TEXTS + ["[MASK] 대한민국은 [SEP]민주공화국", "9,000원, 1,234개"] + f.read().split("\n")[:200:7]
+    for a, b in zip(texts, texts[1:]):
+        assert hf(a)["input_ids"] == ours.encode(a)
+        row = hf(a, b)
+        assert row["input_ids"] == ours.encode(a, pair=b)
+        assert row["token_type_ids"] == ours(a, b, return_tensors=None, padding=False)["token_type_ids"]
+        assert hf(a, b, truncation=True, max_length=24)["input_ids"] == ours.encode(a, pair=b, max_length=24)
+    assert hf.decode(hf(TEXTS[1])["input_ids"], skip_special_tokens=True) == ours.decode(ours.encode(TEXTS[1]), True)
+
+    # beside an ALBERT's config.json transformers prefers its own class unless trusted: it still refuses
+    model = tmp_path / "model"
+    shutil.copytree(morph, model)
+    AlbertConfig(vocab_size=ours.vocab_size, max_position_embeddings=128).save_pretrained(str(model))
     with pytest.raises((ValueError, OSError)):
-        AutoTokenizer.from_pretrained(str(root / "morph"))
+        AutoTokenizer.from_pretrained(str(model))
+    trusted = AutoTokenizer.from_pretrained(str(model), trust_remote_code=True)
+    assert trusted(TEXTS[0])["input_ids"] == ours.encode(TEXTS[0])
     assert AutoTokenizer.from_pretrained(str(root / "plain"))("대한민국")["input_ids"]  # the plain one still loads
+
+    # without litebert, the class names the segmenter and litebert's loader instead of encoding
+    for name in ("litebert.tokenizer", "litebert.text.encoding"):
+        monkeypatch.setitem(sys.modules, name, None)
+    spec = importlib.util.spec_from_file_location("remote_copy", root / "morph" / "litebert_pretokenized.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(ImportError, match=rf"{ours.pre_tokenizer['name']} .*litebert\.Tokenizer\.from_pretrained"):
+        module.LitebertPreTokenizedTokenizer(str(root / "morph" / "spiece.model"), pre_tokenizer=ours.pre_tokenizer)
 
 
 def test_another_segmenter_version_warns(tokenizers, tmp_path):
