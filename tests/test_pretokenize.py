@@ -174,6 +174,20 @@ def test_transformers_says_it_needs_the_remote_code_which_gives_litebert_ids(tok
         module.LitebertPreTokenizedTokenizer(str(root / "morph" / "spiece.model"), pre_tokenizer=ours.pre_tokenizer)
 
 
+def test_saving_over_another_tokenizer_leaves_none_of_its_transformers_files(tokenizers, tmp_path):
+    from litebert.tokenizer import Tokenizer
+
+    root, morph, plain = tokenizers
+    plain.save_pretrained(str(tmp_path))
+    had_fast = (tmp_path / "tokenizer.json").exists()
+    morph.save_pretrained(str(tmp_path))  # a tokenizer.json left here would encode unsegmented text
+    assert not (tmp_path / "tokenizer.json").exists() and (tmp_path / "litebert_pretokenized.py").exists()
+    plain.save_pretrained(str(tmp_path))
+    assert not (tmp_path / "litebert_pretokenized.py").exists()
+    assert (tmp_path / "tokenizer.json").exists() == had_fast
+    assert Tokenizer.from_pretrained(str(tmp_path)).pre_tokenizer is None
+
+
 def test_another_segmenter_version_warns(tokenizers, tmp_path):
     from litebert.tokenizer import Tokenizer
 
