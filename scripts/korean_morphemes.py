@@ -18,6 +18,7 @@ downstream score is the comparable one. Writes <out>/results.json.
     OMP_NUM_THREADS=1 .venv/bin/python scripts/korean_morphemes.py --out out/korean [--steps 400]
         [--tokenizers plain kiwi mecab] [--seed 12345]
     OMP_NUM_THREADS=1 .venv/bin/python scripts/korean_morphemes.py --speed-only kiwi   # step 0 alone, one segmenter
+    .venv/bin/python scripts/korean_morphemes.py --compare kiwi mecab   # where two segmenters cut ko_small.txt
 
 results.json is rewritten after each tokenizer, so a stopped run keeps the ones it finished.
 """
@@ -82,6 +83,23 @@ def segmenter_speed(name: str, docs: list[str]) -> dict:
             "load_average": os.getloadavg()}
 
 
+def compare_cuts(first: str, second: str) -> dict:
+    """Cuts (spaces a segmenter inserts inside a word, in context) that both, or only one, of two segmenters make."""
+    with open(KO_TEXT, encoding="utf-8") as f:
+        lines = [line for line in f.read().split("\n") if line.strip()]
+    counts = {"lines": len(lines), "identical_lines": 0, "both": 0, first: 0, second: 0}
+    for line in lines:
+        cuts = []
+        for name in (first, second):
+            segmented, source = make_segmenter(name).segment_aligned(line)
+            cuts.append({source[i] for i, c in enumerate(segmented) if c == " " and line[source[i]] != " "})
+        counts["identical_lines"] += cuts[0] == cuts[1]
+        counts["both"] += len(cuts[0] & cuts[1])
+        counts[first] += len(cuts[0] - cuts[1])
+        counts[second] += len(cuts[1] - cuts[0])
+    return counts
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="out/korean")
@@ -95,7 +113,12 @@ def main() -> None:
     p.add_argument("--speed-only", choices=list(SEGMENTERS), help="time this segmenter's load and segmentation "
                    "of pretrain/ko_small.txt, print it and stop (a fresh process per segmenter: the load counts the "
                    "package's import)")
+    p.add_argument("--compare", nargs=2, choices=list(SEGMENTERS), metavar="NAME",
+                   help="count the morpheme cuts two segmenters make in each line of pretrain/ko_small.txt, print, stop")
     a = p.parse_args()
+    if a.compare:
+        print(json.dumps(compare_cuts(*a.compare), ensure_ascii=False))
+        return
     if a.speed_only:
         with open(KO_TEXT, encoding="utf-8") as f:
             print(json.dumps({a.speed_only: segmenter_speed(a.speed_only, f.read().strip().split("\n\n"))}))

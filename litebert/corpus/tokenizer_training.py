@@ -219,8 +219,8 @@ class TokenizerConfig:
         "help": "sentences sampled for training (default: ALBERT's 10000000)"})
     pre_tokenize: str | None = field(default=None, metadata={
         "help": "segment the text into morphemes before SentencePiece, here and whenever the tokenizer encodes "
-                "(kiwi or mecab: Korean, needs litebert[korean] or litebert[korean-mecab]; recorded in "
-                "tokenizer_config.json)", "choices": (*SEGMENTERS, None)})
+                "(Korean: kiwi, the usual choice, needs litebert[korean]; mecab, quicker to start, needs "
+                "litebert[korean-mecab]; recorded in tokenizer_config.json)", "choices": (*SEGMENTERS, None)})
     encode: str | None = field(default=None, metadata={
         "help": "encode TEXT with the tokenizer in --out instead of training", "metavar": "TEXT"})
     overwrite: bool = field(default=False, metadata={
