@@ -1,19 +1,24 @@
-"""Korean morphemes before SentencePiece (`litebert tokenizer --pre-tokenize kiwi`): the segmentation only inserts
-spaces, it is recorded with its version, every path that encodes (encode, batches, offsets, a reloaded
-checkpoint's tokenizer, prepare's worker processes, fine-tuning features, the pipelines) gives the same ids,
-and transformers' AutoTokenizer refuses the directory instead of encoding unsegmented text."""
+"""Korean morphemes before SentencePiece (`litebert tokenizer --pre-tokenize kiwi|mecab`), each segmenter alike:
+the segmentation only inserts spaces, it is recorded with its version, every path that encodes (encode,
+batches, offsets, a reloaded checkpoint's tokenizer, prepare's worker processes, fine-tuning features, the
+pipelines) gives the same ids, and transformers' AutoTokenizer says the directory holds custom code, which
+with trust_remote_code=True gives litebert's ids, instead of encoding unsegmented text."""
 
 import importlib.util
 import json
 import os
 import shutil
+import sys
 import unicodedata
 
 import numpy as np
 import pytest
 from paths import SHARED_DATA
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("kiwipiepy") is None, reason="kiwipiepy not installed")
+PACKAGES = {"kiwi": "kiwipiepy", "mecab": "mecab"}  # each segmenter's tests skip where its package is missing
+SEGMENTED = [pytest.param(name, marks=pytest.mark.skipif(importlib.util.find_spec(package) is None,
+                                                         reason=f"{package} not installed"))
+             for name, package in PACKAGES.items()]
 KO = os.path.join(str(SHARED_DATA), "pretrain", "ko_small.txt")
 TEXTS = ["대한민국은 민주공화국이다.", "학교에서 공부했습니다", "국회의원은 법률안을 제출할 수 있다. 9894발의연월일",
          "Korean and 한국어 mixed, 1990년에"]
@@ -26,26 +31,37 @@ def corpus(tmp_path_factory):
     return KO
 
 
-@pytest.fixture(scope="module")
-def tokenizers(corpus, tmp_path_factory):
+@pytest.fixture(scope="module", params=SEGMENTED)
+def tokenizers(request, corpus, tmp_path_factory):
     from litebert.corpus.tokenizer_training import train_tokenizer
 
-    root = tmp_path_factory.mktemp("ko")
-    morph = train_tokenizer([corpus], str(root / "morph"), vocab_size=800, pre_tokenize="kiwi")
+    root = tmp_path_factory.mktemp(f"ko_{request.param}")
+    morph = train_tokenizer([corpus], str(root / "morph"), vocab_size=800, pre_tokenize=request.param)
     plain = train_tokenizer([corpus], str(root / "plain"), vocab_size=800)
     return root, morph, plain
 
 
-def test_segmentation_only_inserts_spaces_at_morpheme_boundaries():
+@pytest.mark.parametrize("name", SEGMENTED)
+def test_segmentation_only_inserts_spaces_at_morpheme_boundaries(name):
     from litebert.text.pretokenize import make_segmenter
 
-    kiwi = make_segmenter("kiwi")
-    assert kiwi.segment("학교에서 공부했습니다") == "학교 에서 공부 했 습니다"  # 했 = 하 + 었 keeps its one span
-    for text in TEXTS:
-        segmented, source = kiwi.segment_aligned(text)
+    segmenter = make_segmenter(name)
+    assert segmenter.segment("학교에서 공부했습니다") == "학교 에서 공부 했 습니다"  # 했 = 하 + 었 keeps its one span
+    assert segmenter.segment("  앞 공백에서") == "  앞 공백 에서"  # leading spaces (mecab-ko's own spans shift there)
+    for text in TEXTS + ["  앞 공백", "\t학교에서\n", "😀학교에서", ""]:
+        segmented, source = segmenter.segment_aligned(text)
         assert segmented.replace(" ", "") == text.replace(" ", "") and len(source) == len(segmented)
         assert all(text[source[i]] == c for i, c in enumerate(segmented) if c != " " or text[source[i]] == " ")
-    assert kiwi.record["name"] == "kiwi" and kiwi.record["version"]
+    assert segmenter.record["name"] == name and segmenter.record["version"] and segmenter.record["model_version"]
+
+
+def test_a_missing_segmenter_package_names_its_extra(monkeypatch):
+    from litebert.errors import ConfigError
+    from litebert.text.pretokenize import MecabSegmenter
+
+    monkeypatch.setitem(sys.modules, "mecab", None)  # as if python-mecab-ko were not installed
+    with pytest.raises(ConfigError, match=r"litebert\[korean-mecab\]"):
+        MecabSegmenter()
 
 
 def test_the_segmenter_is_recorded_and_every_path_gives_the_same_ids(tokenizers, tmp_path):
@@ -53,7 +69,7 @@ def test_the_segmenter_is_recorded_and_every_path_gives_the_same_ids(tokenizers,
 
     root, morph, plain = tokenizers
     config = json.loads((root / "morph" / "tokenizer_config.json").read_text())
-    assert config["pre_tokenizer"]["name"] == "kiwi" and config["pre_tokenizer"]["version"]
+    assert config["pre_tokenizer"] == morph.pre_tokenizer and config["pre_tokenizer"]["version"]
     assert json.loads((root / "morph" / "tokenizer_summary.json").read_text())["pre_tokenizer"] == config["pre_tokenizer"]
     assert "pre_tokenizer" not in json.loads((root / "plain" / "tokenizer_config.json").read_text())
     assert morph.sha256 != plain.sha256  # prepared shards know which one made them
@@ -116,18 +132,63 @@ def _contains(stream: list[int], part: list[int]) -> bool:
     return any(stream[i:i + n] == part for i in range(len(stream) - n + 1))
 
 
-def test_transformers_refuses_a_pre_tokenized_tokenizer(tokenizers):
+def test_transformers_says_it_needs_the_remote_code_which_gives_litebert_ids(tokenizers, tmp_path, monkeypatch):
     pytest.importorskip("transformers")
-    from transformers import AutoTokenizer
+    from transformers import AlbertConfig, AutoTokenizer
+
+    from litebert.tokenizer import Tokenizer
 
     root, _, _ = tokenizers
-    assert not (root / "morph" / "tokenizer.json").exists()
+    morph = str(root / "morph")
+    assert not (root / "morph" / "tokenizer.json").exists()  # nothing transformers could run on unsegmented text
+    with pytest.raises(ValueError, match="contains custom code"):
+        AutoTokenizer.from_pretrained(morph)
+    ours, hf = Tokenizer.from_pretrained(morph), AutoTokenizer.from_pretrained(morph, trust_remote_code=True)
+    with open(KO, encoding="utf-8") as f:
+        texts = TEXTS + ["[MASK] 대한민국은 [SEP]민주공화국", "9,000원, 1,234개"] + f.read().split("\n")[:200:7]
+    for a, b in zip(texts, texts[1:]):
+        assert hf(a)["input_ids"] == ours.encode(a)
+        row = hf(a, b)
+        assert row["input_ids"] == ours.encode(a, pair=b)
+        assert row["token_type_ids"] == ours(a, b, return_tensors=None, padding=False)["token_type_ids"]
+        assert hf(a, b, truncation=True, max_length=24)["input_ids"] == ours.encode(a, pair=b, max_length=24)
+    assert hf.decode(hf(TEXTS[1])["input_ids"], skip_special_tokens=True) == ours.decode(ours.encode(TEXTS[1]), True)
+
+    # beside an ALBERT's config.json transformers prefers its own class unless trusted: it still refuses
+    model = tmp_path / "model"
+    shutil.copytree(morph, model)
+    AlbertConfig(vocab_size=ours.vocab_size, max_position_embeddings=128).save_pretrained(str(model))
     with pytest.raises((ValueError, OSError)):
-        AutoTokenizer.from_pretrained(str(root / "morph"))
+        AutoTokenizer.from_pretrained(str(model))
+    trusted = AutoTokenizer.from_pretrained(str(model), trust_remote_code=True)
+    assert trusted(TEXTS[0])["input_ids"] == ours.encode(TEXTS[0])
     assert AutoTokenizer.from_pretrained(str(root / "plain"))("대한민국")["input_ids"]  # the plain one still loads
 
+    # without litebert, the class names the segmenter and litebert's loader instead of encoding
+    for name in ("litebert.tokenizer", "litebert.text.encoding"):
+        monkeypatch.setitem(sys.modules, name, None)
+    spec = importlib.util.spec_from_file_location("remote_copy", root / "morph" / "litebert_pretokenized.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(ImportError, match=rf"{ours.pre_tokenizer['name']} .*litebert\.Tokenizer\.from_pretrained"):
+        module.LitebertPreTokenizedTokenizer(str(root / "morph" / "spiece.model"), pre_tokenizer=ours.pre_tokenizer)
 
-def test_another_kiwi_version_warns(tokenizers, tmp_path):
+
+def test_saving_over_another_tokenizer_leaves_none_of_its_transformers_files(tokenizers, tmp_path):
+    from litebert.tokenizer import Tokenizer
+
+    root, morph, plain = tokenizers
+    plain.save_pretrained(str(tmp_path))
+    had_fast = (tmp_path / "tokenizer.json").exists()
+    morph.save_pretrained(str(tmp_path))  # a tokenizer.json left here would encode unsegmented text
+    assert not (tmp_path / "tokenizer.json").exists() and (tmp_path / "litebert_pretokenized.py").exists()
+    plain.save_pretrained(str(tmp_path))
+    assert not (tmp_path / "litebert_pretokenized.py").exists()
+    assert (tmp_path / "tokenizer.json").exists() == had_fast
+    assert Tokenizer.from_pretrained(str(tmp_path)).pre_tokenizer is None
+
+
+def test_another_segmenter_version_warns(tokenizers, tmp_path):
     from litebert.tokenizer import Tokenizer
 
     root, _, _ = tokenizers

@@ -20,7 +20,7 @@ from litebert.errors import ConfigError, DataError
 from litebert.files import write_files_atomically, write_json
 from litebert.runconfig import parse_verb, verb_parser
 from litebert.text.conventions import NormalizerOptions, preprocess_text
-from litebert.text.pretokenize import make_segmenter
+from litebert.text.pretokenize import SEGMENTERS, make_segmenter
 from litebert.text.transformers_files import SPIECE_FILE, TOKENIZER_FILES
 from litebert.tokenizer import Tokenizer
 
@@ -108,7 +108,7 @@ def train_tokenizer(files: list[str] | None, out_dir: str, vocab_size: int | Non
     files: text/JSONL/.gz files or globs, read like `litebert prepare` reads them; None -> the bundled corpus.
     vocab_size: None -> 30000 (ALBERT), or 4000 for the bundled corpus, which is too small for 30000 pieces.
     The text is normalised with `preprocess_text` before training, so the pieces match what encoding will see.
-    pre_tokenize: a segmenter of litebert.text.pretokenize ("kiwi": Korean morphemes) run on the text before
+    pre_tokenize: a segmenter of litebert.text.pretokenize ("kiwi", "mecab": Korean morphemes) run on the text before
     normalisation, here and whenever the tokenizer encodes (it is recorded in tokenizer_config.json).
     spm_options override or extend ALBERT_SPM_FLAGS (e.g. input_sentence_size=1000, num_threads=1).
     seed: the sample of input_sentence_size sentences, drawn here: sentencepiece's own sampler is seeded from the
@@ -219,7 +219,8 @@ class TokenizerConfig:
         "help": "sentences sampled for training (default: ALBERT's 10000000)"})
     pre_tokenize: str | None = field(default=None, metadata={
         "help": "segment the text into morphemes before SentencePiece, here and whenever the tokenizer encodes "
-                "(kiwi: Korean, needs litebert[korean]; recorded in tokenizer_config.json)", "choices": ("kiwi", None)})
+                "(Korean: kiwi, the usual choice, needs litebert[korean]; mecab, quicker to start, needs "
+                "litebert[korean-mecab]; recorded in tokenizer_config.json)", "choices": (*SEGMENTERS, None)})
     encode: str | None = field(default=None, metadata={
         "help": "encode TEXT with the tokenizer in --out instead of training", "metavar": "TEXT"})
     overwrite: bool = field(default=False, metadata={

@@ -13,8 +13,9 @@ The segmenter, its package version and its model's version are recorded in token
 ("pre_tokenizer"), so every verb that loads the tokenizer (prepare, pretrain, finetune, embed, predict, serve)
 segments the same way; loading with another installed version warns, since its analysis may differ.
 
-Why kiwi (docs/sentence.md, "Korean"): kiwipiepy with its model package is a plain pip install (the model ships
-in a wheel), measured at 2.7 s to load here; mecab-ko was not measured against it.
+Two segmenters, compared in docs/sentence.md ("Korean morphemes"): kiwi, the default choice (`litebert[korean]`),
+scored best downstream there and has wheels for every CPython; mecab-ko (`litebert[korean-mecab]`) starts at once where
+kiwi takes seconds, and segments faster.
 """
 
 from __future__ import annotations
@@ -25,31 +26,16 @@ from functools import cache
 
 from litebert.errors import ConfigError
 
-SEGMENTERS = ("kiwi",)
 
+class Segmenter:
+    """Spaces inserted at an analyser's morpheme boundaries (module docstring); a subclass says where they are."""
 
-class KiwiSegmenter:
-    """kiwipiepy's morphological analyser; spaces inserted at its morpheme boundaries (module docstring)."""
-
-    name = "kiwi"
-
-    def __init__(self):
-        try:
-            import kiwipiepy
-            from kiwipiepy import Kiwi
-        except ImportError:
-            raise ConfigError("this tokenizer segments Korean morphemes with kiwipiepy first: pip install "
-                              "'litebert[korean]' (kiwipiepy and kiwipiepy_model)") from None
-        self.kiwi = Kiwi(num_workers=0)
-        self.record = {"name": self.name, "package": "kiwipiepy", "version": kiwipiepy.__version__,
-                       "model_version": _version("kiwipiepy_model")}
+    name = ""
+    record: dict
 
     def boundaries(self, text: str) -> set[int]:
         """Character positions where a morpheme starts or ends."""
-        cuts: set[int] = set()
-        for token in self.kiwi.tokenize(text):
-            cuts.update((token.start, token.start + token.len))
-        return cuts
+        raise NotImplementedError
 
     def segment_aligned(self, text: str) -> tuple[str, list[int]]:
         """(segmented text, for each of its characters the index of the raw character it stands for; an inserted
@@ -69,6 +55,66 @@ class KiwiSegmenter:
         return self.segment_aligned(text)[0]
 
 
+class KiwiSegmenter(Segmenter):
+    """kiwipiepy's morphological analyser (its model ships in the kiwipiepy_model wheel)."""
+
+    name = "kiwi"
+
+    def __init__(self):
+        try:
+            import kiwipiepy
+            from kiwipiepy import Kiwi
+        except ImportError:
+            raise ConfigError("this tokenizer segments Korean morphemes with kiwipiepy first: pip install "
+                              "'litebert[korean]' (kiwipiepy and kiwipiepy_model)") from None
+        self.kiwi = Kiwi(num_workers=0)
+        self.record = {"name": self.name, "package": "kiwipiepy", "version": kiwipiepy.__version__,
+                       "model_version": _version("kiwipiepy_model")}
+
+    def boundaries(self, text: str) -> set[int]:
+        cuts: set[int] = set()
+        for token in self.kiwi.tokenize(text):
+            cuts.update((token.start, token.start + token.len))
+        return cuts
+
+
+class MecabSegmenter(Segmenter):
+    """mecab-ko (python-mecab-ko) with the mecab-ko-dic dictionary of the python-mecab-ko-dic wheel; the record's
+    model_version is the dictionary's.
+
+    A node of mecab-ko is a surface span: an inflected form (했 = 하 + 았) or a dictionary compound (대한민국 =
+    대한 + 민국) stays one morpheme, as kiwi keeps a contraction whole. Spans are found by the surfaces in the
+    text, in order: python-mecab-ko's own spans are shifted by leading whitespace ("  앞" gives 앞 at 0).
+    """
+
+    name = "mecab"
+
+    def __init__(self):
+        try:
+            import mecab
+            import mecab_ko_dic
+        except ImportError:
+            raise ConfigError("this tokenizer segments Korean morphemes with mecab-ko first: pip install "
+                              "'litebert[korean-mecab]' (python-mecab-ko and python-mecab-ko-dic)") from None
+        self.mecab = mecab.MeCab()
+        self.record = {"name": self.name, "package": "python-mecab-ko", "version": mecab.__version__,
+                       "model_version": mecab_ko_dic.__version__}
+
+    def boundaries(self, text: str) -> set[int]:
+        cuts: set[int] = set()
+        at = 0
+        for morpheme in self.mecab.parse(text):
+            start = text.find(morpheme.surface, at)
+            if start < 0 or not morpheme.surface:  # never seen; a surface not in the text cuts nothing
+                continue
+            at = start + len(morpheme.surface)
+            cuts.update((start, at))
+        return cuts
+
+
+SEGMENTERS = {"kiwi": KiwiSegmenter, "mecab": MecabSegmenter}  # --pre-tokenize NAME
+
+
 def _version(package: str) -> str | None:
     try:
         return importlib.import_module(package).__version__
@@ -77,18 +123,18 @@ def _version(package: str) -> str | None:
 
 
 @cache
-def _segmenter(name: str) -> KiwiSegmenter:
+def _segmenter(name: str) -> Segmenter:
     if name not in SEGMENTERS:
         raise ConfigError(f"unknown pre-tokenizer {name!r}; known: {', '.join(SEGMENTERS)}")
-    return KiwiSegmenter()
+    return SEGMENTERS[name]()
 
 
-def make_segmenter(name: str) -> KiwiSegmenter:
-    """The segmenter called `name` (one per process: loading kiwi's model takes seconds)."""
+def make_segmenter(name: str) -> Segmenter:
+    """The segmenter called `name` (one per process: kiwi takes seconds to be ready)."""
     return _segmenter(name)
 
 
-def segmenter_for(record: dict, where: str = "tokenizer_config.json") -> KiwiSegmenter:
+def segmenter_for(record: dict, where: str = "tokenizer_config.json") -> Segmenter:
     """The segmenter a saved tokenizer names; a warning when the installed version is not the recorded one."""
     segmenter = make_segmenter(str(record.get("name")))
     now = segmenter.record

@@ -7,6 +7,7 @@ AlbertTokenizer agrees instead.
 from __future__ import annotations
 
 import os
+import shutil
 import unicodedata
 import warnings
 from dataclasses import fields
@@ -18,13 +19,15 @@ from litebert.hub import fetch_from_hub
 from litebert.text.conventions import SPECIALS, SPIECE_UNDERLINE, NormalizerOptions
 
 UNREPRODUCIBLE_CLASS = "LitebertPreTokenizedTokenizer"  # tokenizer_config.json of a pre-tokenized tokenizer
+# ... and the transformers module defining that class, copied beside it (litebert_pretokenized.py says why)
+REMOTE_CODE_FILE = "litebert_pretokenized.py"
 MODEL_MAX_LENGTH = 512  # ALBERT's positions: model_max_length when neither tokenizer_config.json nor a model says
 # A tokenizer directory, in transformers' layout: the SentencePiece model, then the files transformers reads
 SPIECE_FILE, CONFIG_FILE, SPECIAL_TOKENS_FILE, FAST_FILE = (
     "spiece.model", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json")
 
 
-TOKENIZER_FILES = (SPIECE_FILE, CONFIG_FILE, SPECIAL_TOKENS_FILE, FAST_FILE)
+TOKENIZER_FILES = (SPIECE_FILE, CONFIG_FILE, SPECIAL_TOKENS_FILE, FAST_FILE, REMOTE_CODE_FILE)
 
 
 @cache
@@ -109,9 +112,16 @@ def save_tokenizer(tok, out_dir: str) -> None:
               **vars(tok.options), **SPECIALS, "bos_token": "[CLS]", "eos_token": "[SEP]",
               "model_max_length": model_positions(out_dir) or tok.model_max_length, "added_tokens_decoder": added,
               "model_input_names": ["input_ids", "token_type_ids", "attention_mask"]}
-    if tok.pre_tokenizer:  # transformers cannot segment morphemes: a class it does not know and no
-        # tokenizer.json make AutoTokenizer refuse, rather than give ids of unsegmented text
-        config.update(tokenizer_class=UNREPRODUCIBLE_CLASS, pre_tokenizer=tok.pre_tokenizer)
+    if tok.pre_tokenizer:  # transformers cannot segment morphemes: its class for them is remote code
+        # (litebert_pretokenized.py) that delegates to litebert, and no tokenizer.json gives unsegmented ids
+        module = REMOTE_CODE_FILE.removesuffix(".py")
+        config.update(tokenizer_class=UNREPRODUCIBLE_CLASS, pre_tokenizer=tok.pre_tokenizer,
+                      auto_map={"AutoTokenizer": [f"{module}.{UNREPRODUCIBLE_CLASS}", None]})
+        shutil.copyfile(os.path.join(os.path.dirname(__file__), REMOTE_CODE_FILE),
+                        os.path.join(out_dir, REMOTE_CODE_FILE))
+    stale = os.path.join(out_dir, FAST_FILE if tok.pre_tokenizer else REMOTE_CODE_FILE)  # another tokenizer's
+    if os.path.isfile(stale):
+        os.remove(stale)
     write_json(os.path.join(out_dir, CONFIG_FILE), config)
     write_json(os.path.join(out_dir, SPECIAL_TOKENS_FILE),
                 {**SPECIALS, "bos_token": "[CLS]", "eos_token": "[SEP]"})
