@@ -11,6 +11,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 # litebert.runtime.gemm caches its measured GEMM choice per machine: the tests' choices stay out of the user's home.
 os.environ.setdefault("LITEBERT_CACHE_DIR", tempfile.mkdtemp(prefix="litebert-test-cache-"))
+# remote-code tokenizers that tests load with trust_remote_code are copied here, not into ~/.cache
+os.environ.setdefault("HF_MODULES_CACHE", tempfile.mkdtemp(prefix="litebert-test-hf-modules-"))
 
 
 @pytest.fixture(autouse=True)
