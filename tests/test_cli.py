@@ -78,7 +78,7 @@ TOML_RUNS = {
     "params": ("params", "json = true", [], None),
     "reproduce": ("reproduce", f'corpus = "{SENTINEL}"', ["objective", "--out", "grid", "--scale", "tiny"],
                   "no input files match"),
-    "serve": ("serve", "port = 99999", ["--model", SENTINEL], "--port must be in 0..65535, got 99999"),
+    "serve": ("serve", "port = 99999", ["--model", SENTINEL], "[serve]: port must be in [0, 65535], got 99999"),
 }
 NOT_YET: dict[str, str] = {}  # verb -> why it cannot take --config yet (strict xfail: fails once it can)
 
