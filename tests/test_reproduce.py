@@ -3,8 +3,10 @@ kept, the killed row from its checkpoint) to the same results.json as an uninter
 recipes are accepted by `litebert pretrain --config`, the paper's numbers are the ones in the shared tables,
 and the verdicts follow the rule the report states."""
 
+import contextlib
 import dataclasses
 import json
+import os
 import re
 import sys
 
@@ -48,9 +50,24 @@ def run(out, experiment, data_dir, *extra, steps=2):
 EIGHT_ROWS = {"embedding", "sharing"}
 
 
+@pytest.fixture
+def rows_in_process(monkeypatch):
+    """Rows run by `litebert VERB` in this process rather than a child: the same verb and recipe without a
+    child's start (importing torch, then torch._dynamo for the optimizer: 4-5 s a row here). Starting rows as
+    children, their logs and a child's death are the kill and torchrun tests' to check."""
+    def run_verb(verb, args, log_path, nproc=1):
+        assert nproc == 1
+        os.makedirs(os.path.dirname(log_path), exist_ok=True)
+        with open(log_path, "a") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            code = litebert_main([verb, *args])
+        assert code == 0, f"litebert {verb} exited with {code}: {log_path}"
+    monkeypatch.setattr(R, "run_verb", run_verb)
+
+
 @pytest.mark.parametrize("experiment", [pytest.param(e, marks=pytest.mark.slow) if e in EIGHT_ROWS else e
                                         for e in EXPERIMENTS])
-def test_every_experiment_runs_end_to_end_at_the_tiny_scale(experiment, data_dir, tmp_path, capsys):
+def test_every_experiment_runs_end_to_end_at_the_tiny_scale(experiment, data_dir, tmp_path, capsys,
+                                                             rows_in_process):
     exp = EXPERIMENTS[experiment]
     extra = ["--downstream"] if experiment == "data" else []  # one grid fine-tunes too (the Avg column)
     results = run(tmp_path, experiment, data_dir, *extra)
@@ -180,7 +197,7 @@ def test_the_grid_refuses_to_run_under_torchrun(tmp_path, monkeypatch, capsys):
     assert "--nproc-per-node 2" in capsys.readouterr().err and not any(tmp_path.iterdir())
 
 
-def test_a_grid_refuses_other_settings_in_its_directory(data_dir, tmp_path, capsys):
+def test_a_grid_refuses_other_settings_in_its_directory(data_dir, tmp_path, capsys, rows_in_process):
     run(tmp_path, "dropout", data_dir)
     code = litebert_main(["reproduce", "dropout", "--out", str(tmp_path), "--scale", "tiny", "--data-dir", data_dir,
                           "--extra-corpus", DEMO_CORPUS, "--set", "train.max_steps=3"])
@@ -378,7 +395,7 @@ def test_a_row_says_where_it_is_while_it_runs(tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.slow
-def test_pretraining_and_finetuning_seeds_are_varied_separately(data_dir, tmp_path, capsys):
+def test_pretraining_and_finetuning_seeds_are_varied_separately(data_dir, tmp_path, capsys, rows_in_process):
     """--seeds 2 --finetune-seeds 2: each checkpoint is fine-tuned with the same two seeds, and the report says
     how much of each task's spread comes from pretraining."""
     results = run(tmp_path, "data", data_dir, "--downstream", "--seeds", "2", "--finetune-seeds", "2")
