@@ -158,6 +158,11 @@ def _is_predictions(path) -> bool:
     return isinstance(record, dict) and ("prediction" in record or {"input", "output"} <= set(record))
 
 
+def _open_input(path: str):
+    """An --input file as text lines; CSV/TSV keep their own line endings (a quoted cell may hold one)."""
+    return open_text(Path(path), newline="" if input_format(path) in ("csv", "tsv") else "\n")
+
+
 def predict_inputs(cfg: TaskConfig, pr: PredictConfig, given: set[str]) -> int:
     """`litebert predict` on raw inputs: each batch of inputs through the pipeline, written (and flushed) as one
     JSON line per input, {"id" (a JSONL/CSV row's), "input", "output"}, as soon as it is done. `given`: the
@@ -172,7 +177,7 @@ def predict_inputs(cfg: TaskConfig, pr: PredictConfig, given: set[str]) -> int:
         task = None
     total = None
     if pr.input:  # every line read once before the model loads: a blank or undecodable one is refused at once
-        with open_text(Path(pr.input), newline="" if input_format(pr.input) in ("csv", "tsv") else "\n") as f:
+        with _open_input(pr.input) as f:
             total = sum(1 for _ in read_inputs(f, pr.input, input_format(pr.input)))
     options = {k: getattr(pr, k) for k in ("top_k", "aggregation_strategy") if getattr(pr, k) is not None}
     pipe = pipeline(task, cfg.model, backend=pr.backend, precision=pr.precision, batch_size=cfg.eval_batch_size,
@@ -186,9 +191,8 @@ def predict_inputs(cfg: TaskConfig, pr: PredictConfig, given: set[str]) -> int:
             raise ConfigError("--text is empty")
         records = read_inputs(pr.text, "--text")
     elif pr.input:
-        fmt = input_format(pr.input)
-        stream = open_text(Path(pr.input), newline="" if fmt in ("csv", "tsv") else "\n")
-        records = read_inputs(stream, pr.input, fmt)
+        stream = _open_input(pr.input)
+        records = read_inputs(stream, pr.input, input_format(pr.input))
         records = tqdm(records, desc="predict", unit=" inputs", total=total, file=sys.stderr,
                        disable=None)  # quiet unless a tty
     else:
