@@ -17,6 +17,7 @@ from litebert.corpus.tokenizer_training import train_tokenizer
 from litebert.errors import ConfigError
 from litebert.files import write_text_atomically
 from litebert.paper.experiments import EXPERIMENTS, Experiment, Row, Scale
+from litebert.runconfig import check_declared
 from litebert.text.transformers_files import SPIECE_FILE
 from litebert.tokenizer import Tokenizer
 
@@ -67,13 +68,7 @@ class ReproduceConfig:
         "default NPROC of commands.sh, else 8)")})
 
     def __post_init__(self) -> None:
-        if self.seeds < 1 or self.finetune_seeds < 1:
-            raise ConfigError(f"--seeds and --finetune-seeds must be >= 1, got {self.seeds} and "
-                              f"{self.finetune_seeds}")
-        if self.budget_minutes is not None and self.budget_minutes <= 0:
-            raise ConfigError(f"--budget-minutes must be > 0, got {self.budget_minutes}")
-        if self.nproc_per_node < 1:
-            raise ConfigError(f"--nproc-per-node must be >= 1, got {self.nproc_per_node}")
+        check_declared(self)  # built in code, held to the ranges above as the command line is
 
 
 def split_corpus(inputs: list[str] | str | None, out_dir: str, held_out_fraction: float,

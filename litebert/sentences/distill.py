@@ -43,6 +43,7 @@ from litebert.corpus.documents import iter_documents, resolve_inputs
 from litebert.errors import ConfigError, DataError
 from litebert.files import atomic_open, write_json
 from litebert.model import AlbertModel
+from litebert.runconfig import check_declared
 from litebert.sentence import SentenceEncoder, embed, sentence_settings
 from litebert.sentences.directories import Dense, add_dense, load_sentence_model
 from litebert.sentences.sts import is_benchmark, pair_scores, read_benchmark, read_scored_pairs
@@ -79,8 +80,7 @@ class DistillConfig:
     teacher_batch_size: int = field(default=64, metadata={"range": "[1, inf)", "help": "texts per teacher forward"})
 
     def __post_init__(self) -> None:
-        if self.distill_span < 1 or self.teacher_batch_size < 1:
-            raise ConfigError("distill_span and teacher_batch_size must be at least 1")
+        check_declared(self)  # built in code, held to the ranges above as the command line is
 
 
 class DistillOutput(NamedTuple):
