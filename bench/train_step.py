@@ -50,10 +50,16 @@ from gemm import BACKEND_OF, gflops, paths
 from litebert.config import AlbertConfig
 from litebert.runtime import cpu
 from litebert.runtime.precision import autocast, choose_precision
+from litebert.training.optim import make_optimizer
 
 
-def make_step(model, batch: dict, precision: str):
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)  # one kernel; 3x the foreach step here
+def make_step(model, batch: dict, precision: str, optimizer: str = "adamw"):
+    """One training step as a callable. AdamW is torch's fused kernel (one launch; 3x the foreach step here) on all
+    parameters, for both sides; "lamb" is litebert's LAMB over ALBERT's two parameter groups, as pretraining runs it."""
+    if optimizer == "lamb":
+        optimizer = make_optimizer(model, "lamb", lr=1e-5)
+    else:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
     model.train()
 
     def step():
@@ -131,6 +137,9 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true",
                         help="also time litebert under torch.compile (its own side, a copy of the same weights; "
                              "the compile time, first two steps, is reported as compile_s)")
+    parser.add_argument("--lamb", action="store_true",
+                        help="also time litebert's step with LAMB, the paper's optimizer (a side of its own, a copy of "
+                             "the same weights), and report lamb_vs_adamw: its median over the fused-AdamW side's")
     parser.add_argument("--attn", default="auto", choices=["auto", "eager", "sdpa"],
                         help="transformers attention implementation (auto: time both, keep the faster)")
     args = parser.parse_args()
@@ -166,6 +175,8 @@ def main() -> None:
             if "litebert_bf16" in extra and not cpu.bf16_supported(common.DEVICE):  # reference kernels: tens of
                 once["litebert_bf16"] = timed_once(extra.pop("litebert_bf16"))  # times slower than fp32, far outside noise
             steps.update(extra)
+            if args.lamb:
+                steps["litebert_lamb"] = make_step(copy.deepcopy(ours), batch, runs, "lamb")
             if args.compile:
                 compiled = make_step(torch.compile(copy.deepcopy(ours)), batch, runs)
                 start = time.perf_counter()
@@ -189,6 +200,10 @@ def main() -> None:
             for side in once:
                 result[side]["timed_once"] = "no bf16 kernels on this CPU: one step, no warm-up"
             result["speedup"] = ratio(times, "litebert", "transformers")
+            if args.lamb:
+                result["litebert_lamb"] = stats(times["litebert_lamb"], B * T, "tokens")
+                result["litebert_lamb"].update(precision=runs, optimizer="Lamb(foreach)")
+                result["lamb_vs_adamw"] = ratio(times, "litebert_lamb", "litebert")  # speed; >= 0.91: within 10%
             if compile_s is not None:
                 result["compile_s"] = compile_s
                 result["compiled_vs_eager"] = ratio(times, "litebert_compiled", "litebert")
