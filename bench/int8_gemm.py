@@ -31,6 +31,7 @@ import torch
 from common import base_parser, configure, emit, interleaved, machine
 
 from litebert.config import AlbertConfig
+from litebert.interop.export import ONNX_IR_VERSION
 from litebert.runtime.gemm import linear
 
 
@@ -51,7 +52,7 @@ def onnx_linear(K: int, N: int, seed: int, workdir: str, threads: int) -> tuple:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["M", N])], [weight, bias])
     fp32 = os.path.join(workdir, f"linear_{K}x{N}.onnx")
     int8 = os.path.join(workdir, f"linear_{K}x{N}.int8.onnx")
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), fp32)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=ONNX_IR_VERSION), fp32)
     quantize_dynamic(fp32, int8, op_types_to_quantize=["MatMul"], weight_type=QuantType.QInt8)
     return onnx_session(fp32, threads, spin=False), onnx_session(int8, threads, spin=False)
 

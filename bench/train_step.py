@@ -127,7 +127,7 @@ def mfu_fields(result: dict, times: dict, flops: int, probe_flops: int) -> None:
     result["ceiling_gflops"] = round(peak, 1)
     result["ceiling_gflops_by_backend"] = by_backend
     for side, seconds in times.items():
-        result[side]["mfu"] = round(flops / statistics.median(seconds) / 1e9 / peak, 3)
+        result[side]["mfu"] = float(f"{flops / statistics.median(seconds) / 1e9 / peak:.3g}")  # a tiny model on a GPU: 2e-05, not 0.0
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ from litebert.cli import main as litebert_main
 from litebert.config import AlbertConfig
 from litebert.errors import ConfigError
 from litebert.heads import MODEL_CLASSES
-from litebert.interop.export import ExportError, export_model, sample_batch
+from litebert.interop.export import ONNX_IR_VERSION, ExportError, export_model, sample_batch
 
 HEADS = list(MODEL_CLASSES)
 FIXTURES = Path(__file__).parent / "fixtures" / "albert_spiece"
@@ -239,7 +239,8 @@ def _one_product_graph(weight: np.ndarray):
                                                                           [None, None, weight.shape[0]])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
                               [numpy_helper.from_array(weight, "w")])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+                             ir_version=ONNX_IR_VERSION)
 
 
 @pytest.mark.parametrize("storage", ["uint8", "int8"])
@@ -308,6 +309,8 @@ def test_int8_export_fuses_layernorm_and_gelu_keeping_their_formulas(tmp_path, a
     quantize.quantize_onnx(fp32, tmp_path / "int8.onnx", config=config)
     int8_ops = Counter(node.op_type for node in onnx.load(tmp_path / "int8.onnx").graph.node)
     assert int8_ops["SkipLayerNormalization"] == ops["SkipLayerNormalization"] and int8_ops[gelu_op] == ops[gelu_op]
+    # every graph written here is one the oldest supported onnxruntime reads (a GPU image's 1.30 refused IR 14)
+    assert max(onnx.load(p).ir_version for p in (fp32, fused, tmp_path / "int8.onnx")) <= ONNX_IR_VERSION
 
 
 def test_classifier_export_holds_each_weight_once(tmp_path, trained_classifier):

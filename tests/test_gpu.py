@@ -157,14 +157,15 @@ def test_evaluate_and_predict_on_the_gpu_agree_with_the_cpu(finetuned, tmp_path,
     scores = {}
     for device in (DEVICE, "cpu"):
         out = tmp_path / f"metrics_{device}.json"
-        assert litebert_main(["evaluate", "--model", str(finetuned / "best"), "--data-dir", TASK_DIR,
-                              "--max-eval-examples", "64", "--max-length", "64", "--device", device,
+        assert litebert_main(["evaluate", "--model", str(finetuned / "best"), "--task", "novel_authorship",
+                              "--data-dir", TASK_DIR, "--max-eval-examples", "64", "--max-length", "64", "--device", device,
                               "--out", str(out)]) == 0
         scores[device] = json.loads(out.read_text())
     numbers = {k: v for k, v in scores["cpu"].items() if isinstance(v, float)}
     assert numbers and all(scores[DEVICE][k] == pytest.approx(v, abs=1 / 64 + 1e-6) for k, v in numbers.items())
     predictions = tmp_path / "pred.jsonl"
-    assert litebert_main(["predict", "--model", str(finetuned / "best"), "--data-dir", TASK_DIR, "--device", DEVICE,
+    assert litebert_main(["predict", "--model", str(finetuned / "best"), "--task", "novel_authorship",
+                          "--data-dir", TASK_DIR, "--device", DEVICE,
                           "--max-length", "64", "--out", str(predictions)]) == 0
     assert len(predictions.read_text().splitlines()) > 0
     capsys.readouterr()

@@ -322,3 +322,21 @@ def test_compiled_model_trains_like_eager(tmp_path):
     rb = train(compiled, toy_batches(8, 4), toy_config(tmp_path / "b", micro_batch_size=4, max_steps=4, compile=True))
     assert ra.losses == pytest.approx(rb.losses, rel=1e-4)
     assert (tmp_path / "b" / "run" / "step_4" / "model.safetensors").is_file()
+
+
+def test_a_run_puts_the_process_tf32_switches_back(tmp_path, monkeypatch):
+    """On CUDA a run turns TF32 on (its default); a later fp32 matmul of the same process (a test, a notebook
+    cell) must not inherit it: on the H100 an in-process fine-tuning left TF32 on and two later fp32 comparisons
+    failed by TF32's error. Faked here on the CPU: configure_device sets the switches as it does on CUDA."""
+    def as_on_cuda(device, tf32):
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
+        return {"device": "cuda", "tf32": tf32}
+
+    monkeypatch.setattr("litebert.training.loop.configure_device", as_on_cuda)
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        train(make_toy(), toy_batches(8, 8), toy_config(tmp_path, max_steps=2, tf32=True))
+        assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == (False, False)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before

@@ -52,6 +52,10 @@ QUANTIZATIONS = ("none", "int8")
 INT8_WEIGHT_CHOICES = ("auto", *q.INT8_WEIGHTS)
 COPIED_FILES = ("config.json", *TOKENIZER_FILES)
 ONNX_OPSET = 17  # SDPA and LayerNorm export as single ops from 17 on; onnxruntime >= 1.14 runs it
+# The file-format version of graphs litebert builds itself. onnx's helper writes its newest (14 with onnx 1.23),
+# which an onnxruntime older than that onnx refuses ("Unsupported model IR version: 14, max supported IR version:
+# 13", onnxruntime 1.30 on a GPU image); 10 is what onnxruntime >= 1.18, this project's minimum, reads.
+ONNX_IR_VERSION = 10
 
 
 @contextlib.contextmanager

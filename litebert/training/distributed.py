@@ -86,13 +86,23 @@ def setup_distributed(device: str = "auto", timeout_minutes: float = 60.0) -> Di
     return Dist(*rank_and_size(), local_rank, dev, owns_group)
 
 
+def tf32_flags() -> tuple[bool, bool]:
+    """The process's TF32 switches (matmul, cuDNN), to put back when a run ends: `train` called in a notebook or a
+    test must not leave every later fp32 matmul of the process in TF32."""
+    return torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+
+
+def restore_tf32_flags(flags: tuple[bool, bool]) -> None:
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
+
+
 def configure_device(device: torch.device, tf32: bool) -> dict[str, Any]:
     """Choices that exist only on CUDA, made here and returned for the run's record.
 
     TF32 (Ampere and later): float32 matmuls and convolutions read their inputs with a 10-bit mantissa and
     accumulate in fp32, several times the fp32 rate; PyTorch leaves it off for matmuls. The legacy flags are
     used on purpose: mixing them with the newer `fp32_precision` API makes `get_float32_matmul_precision()`
-    raise. On CPU nothing is changed (the same flag would not touch oneDNN, but a CPU run stays untouched)."""
+    raise. `train` puts the flags back when the run ends (tf32_flags). On CPU nothing is changed (the same flag would not touch oneDNN, but a CPU run stays untouched)."""
     if device.type != "cuda":
         return {"device": str(device), "tf32": False}
     torch.backends.cuda.matmul.allow_tf32 = tf32

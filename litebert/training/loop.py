@@ -50,8 +50,10 @@ from litebert.training.distributed import (
     barrier,
     broadcast_object,
     configure_device,
+    restore_tf32_flags,
     setup_distributed,
     teardown_distributed,
+    tf32_flags,
 )
 from litebert.training.metrics_log import MetricsLog
 from litebert.training.optim import clip_grad_norm, make_optimizer, make_schedule
@@ -104,7 +106,7 @@ def train(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, eval
     Under torchrun each process calls this with the same arguments; the process group is set up here.
     """
     env = setup_distributed(cfg.device, cfg.dist_timeout_minutes)
-    run = None
+    run, tf32_before = None, tf32_flags()
     try:
         if early_stopping is not None and (evaluate is None or cfg.eval_every == 0):
             raise ConfigError("early stopping needs evaluations every N steps (--eval-every N): it counts them")
@@ -148,6 +150,7 @@ def train(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, eval
     finally:
         run = None  # DDP holds the process group: released first, the group is freed (its threads joined) here
         teardown_distributed(env)
+        restore_tf32_flags(tf32_before)
 
 
 def _every(step: int, interval: int) -> bool:
