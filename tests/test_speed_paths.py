@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import litebert.model as model_module
 from litebert.config import AlbertConfig
-from litebert.model import AlbertForMaskedLM, AlbertForPreTraining, attention, loss_positions
+from litebert.model import AlbertForMaskedLM, AlbertForPreTraining, AlbertModel, LayerNorm, attention, loss_positions
 
 B, T = 3, 16
 
@@ -212,3 +212,25 @@ def test_output_positions_give_the_full_hidden_states_there():
         expected = full.last_hidden_state.gather(1, positions[..., None].expand(-1, -1, config.hidden_size))
         torch.testing.assert_close(part.last_hidden_state, expected, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(part.pooler_output, full.pooler_output, atol=1e-5, rtol=1e-5)
+
+
+def test_layernorm_under_autocast_keeps_the_autocast_dtype():
+    """Autocast runs LayerNorm in fp32; litebert's keeps the residual stream in bf16 (docs/gpu.md: 10% of an H100
+    step). Outside autocast it is nn.LayerNorm; inside, torch's result within bf16 rounding, gradients fp32."""
+    torch.manual_seed(0)
+    ln = LayerNorm(16)
+    torch.nn.init.normal_(ln.weight)
+    torch.nn.init.normal_(ln.bias)
+    x = torch.randn(4, 16)
+    torch.testing.assert_close(ln(x), F.layer_norm(x, (16,), ln.weight, ln.bias, ln.eps), rtol=0, atol=0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y, reference = ln(x), torch.nn.LayerNorm.forward(ln, x)
+    assert y.dtype == torch.bfloat16 and reference.dtype == torch.float32
+    torch.testing.assert_close(y.float(), reference, rtol=2e-2, atol=4e-2)
+    y.float().sum().backward()
+    assert ln.weight.grad.dtype == torch.float32 and ln.weight.grad.abs().sum() > 0
+    config = AlbertConfig(vocab_size=50, embedding_size=8, hidden_size=16, num_hidden_layers=2,
+                          num_attention_heads=2, intermediate_size=32, max_position_embeddings=16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        hidden = AlbertModel(config)(torch.randint(0, 50, (2, 8))).last_hidden_state
+    assert hidden.dtype == torch.bfloat16
