@@ -27,6 +27,7 @@ from __future__ import annotations
 import copy
 import statistics
 import time
+from functools import partial
 
 import common
 import torch
@@ -50,25 +51,32 @@ from gemm import BACKEND_OF, gflops, paths
 from litebert.config import AlbertConfig
 from litebert.runtime import cpu
 from litebert.runtime.precision import autocast, choose_precision
+from litebert.training.graphs import WARMUP_CALLS, GraphedMicroStep, forward_backward
 from litebert.training.optim import make_optimizer
 
 
-def make_step(model, batch: dict, precision: str, optimizer: str = "adamw"):
+def make_step(model, batch: dict, precision: str, optimizer: str = "adamw", cuda_graphs: bool = False):
     """One training step as a callable. AdamW is torch's fused kernel (one launch; 3x the foreach step here) on all
-    parameters, for both sides; "lamb" is litebert's LAMB over ALBERT's two parameter groups, as pretraining runs it."""
+    parameters, for both sides; "lamb" is litebert's LAMB over ALBERT's two parameter groups, as pretraining runs it.
+    cuda_graphs: forward and backward replayed as one captured CUDA graph, as `--cuda-graphs` trains (the update
+    stays eager, after the graph); the first calls warm up and capture."""
     if optimizer == "lamb":
         optimizer = make_optimizer(model, "lamb", lr=1e-5)
     else:
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
     model.train()
+    run_autocast = lambda: autocast(precision, common.DEVICE.type)  # noqa: E731
+    micro_step = GraphedMicroStep(model, run_autocast) if cuda_graphs else partial(forward_backward, model,
+                                                                                     run_autocast)
 
     def step():
-        with autocast(precision, common.DEVICE.type):
-            loss = model(**batch).loss
-        loss.backward()
+        loss = micro_step(batch, 1.0)
         optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad(set_to_none=not cuda_graphs)
         return loss
+    if cuda_graphs:
+        for _ in range(WARMUP_CALLS + 1):  # warm-up calls, then the capture (and its first replay)
+            step()
     return step
 
 
@@ -137,6 +145,9 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true",
                         help="also time litebert under torch.compile (its own side, a copy of the same weights; "
                              "the compile time, first two steps, is reported as compile_s)")
+    parser.add_argument("--cuda-graphs", action="store_true",
+                        help="cuda: also time litebert's step as `--cuda-graphs` trains it (forward and backward one "
+                             "captured graph; a side of its own on a copy of the weights): graphed_vs_eager")
     parser.add_argument("--lamb", action="store_true",
                         help="also time litebert's step with LAMB, the paper's optimizer (a side of its own, a copy of "
                              "the same weights), and report lamb_vs_adamw: its median over the fused-AdamW side's")
@@ -144,6 +155,8 @@ def main() -> None:
                         help="transformers attention implementation (auto: time both, keep the faster)")
     args = parser.parse_args()
     configure(args)
+    if args.cuda_graphs and args.device != "cuda":
+        raise SystemExit("--cuda-graphs needs --device cuda (CUDA graphs capture GPU kernels)")
     preset = "tiny" if args.quick else args.preset
     shapes = ["4x32"] if args.quick else args.shapes.split(",")
     repeats = args.repeats or (2 if args.quick else 4)
@@ -177,6 +190,8 @@ def main() -> None:
             steps.update(extra)
             if args.lamb:
                 steps["litebert_lamb"] = make_step(copy.deepcopy(ours), batch, runs, "lamb")
+            if args.cuda_graphs:
+                steps["litebert_graphed"] = make_step(copy.deepcopy(ours), batch, runs, cuda_graphs=True)
             if args.compile:
                 compiled = make_step(torch.compile(copy.deepcopy(ours)), batch, runs)
                 start = time.perf_counter()
@@ -200,6 +215,10 @@ def main() -> None:
             for side in once:
                 result[side]["timed_once"] = "no bf16 kernels on this CPU: one step, no warm-up"
             result["speedup"] = ratio(times, "litebert", "transformers")
+            if args.cuda_graphs:
+                result["litebert_graphed"] = stats(times["litebert_graphed"], B * T, "tokens")
+                result["litebert_graphed"].update(precision=runs, optimizer="AdamW(fused), eager after the graph")
+                result["graphed_vs_eager"] = ratio(times, "litebert_graphed", "litebert")
             if args.lamb:
                 result["litebert_lamb"] = stats(times["litebert_lamb"], B * T, "tokens")
                 result["litebert_lamb"].update(precision=runs, optimizer="Lamb(foreach)")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -53,12 +54,27 @@ def activation_fn(name: str):
     }[name]
 
 
+_forced_static_shapes = False  # set by forced_static_shapes()
+
+
 def static_shapes() -> bool:
     """Whether the forward must keep every shape independent of the data and never wait for the GPU: under
     torch.compile (a data-dependent width is a graph break and a graph per width) and while a CUDA graph is
     captured (litebert.training.graphs; a host sync there is an error). Eager mode selects the ~15% labelled
     positions and skips an all-ones mask; these paths compute every position and always build the mask."""
-    return torch.compiler.is_compiling() or (torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing())
+    return (_forced_static_shapes or torch.compiler.is_compiling()
+            or (torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing()))
+
+
+@contextmanager
+def forced_static_shapes():
+    """The static-shape path in eager mode: a CUDA graph's warm-up runs the kernels its capture will record."""
+    global _forced_static_shapes
+    before, _forced_static_shapes = _forced_static_shapes, True
+    try:
+        yield
+    finally:
+        _forced_static_shapes = before
 
 
 class LayerNorm(nn.LayerNorm):
@@ -516,5 +532,5 @@ def encoder_of(model: nn.Module) -> AlbertModel:
     return model if isinstance(model, AlbertModel) else model.albert
 
 
-__all__ = ["AlbertModel", "ModelOutput", "model_output", "encoder_of", "AlbertForPreTraining", "AlbertForMaskedLM", "activation_fn",
+__all__ = ["forced_static_shapes", "static_shapes", "AlbertModel", "ModelOutput", "model_output", "encoder_of", "AlbertForPreTraining", "AlbertForMaskedLM", "activation_fn",
            "cls_position", "loss_positions", "masked_lm"]

@@ -251,3 +251,22 @@ def test_a_compiled_training_step_equals_eager_on_the_gpu():
     torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-5)
     for g_eager, p in zip(grads, model.parameters()):
         torch.testing.assert_close(p.grad, g_eager, rtol=1e-3, atol=1e-5)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_cuda_graphs_train_as_eager_and_resume(prepared, tmp_path, precision):
+    """--cuda-graphs: the first micro-steps of a batch shape run eagerly (warm-up), the rest replay one captured
+    graph. Its losses and weights equal an eager run's within the precision's tolerance (its MLM loss sums every
+    position's, weighted, instead of the selected positions': another order of the same sum), and a resumed run
+    captures again and continues."""
+    run = lambda out, steps, *more: litebert_main(pretrain_args(  # noqa: E731
+        prepared, out, *precision_args(precision), "--max-steps", str(steps), "--save-every", "3",
+        "--warmup-steps", "0", "--lr-decay-power", "0", *more))
+    assert run(tmp_path / "eager", 6) == 0
+    assert run(tmp_path / "graphed", 3, "--cuda-graphs") == 0  # steps 1-2 warm up, step 3 is captured and replayed
+    assert run(tmp_path / "graphed", 6, "--cuda-graphs", "--resume") == 0
+    eager, graphed = losses(tmp_path / "eager"), losses(tmp_path / "graphed")
+    assert sorted(graphed) == list(range(1, 7))
+    tol = TOLERANCE[precision]
+    assert [graphed[s] for s in range(1, 7)] == pytest.approx([eager[s] for s in range(1, 7)], rel=tol["rtol"] * 10)
+    assert_close_weights(tmp_path / "eager" / "step_6", tmp_path / "graphed" / "step_6", **tol)

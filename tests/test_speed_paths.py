@@ -11,7 +11,15 @@ import torch.nn.functional as F
 
 import litebert.model as model_module
 from litebert.config import AlbertConfig
-from litebert.model import AlbertForMaskedLM, AlbertForPreTraining, AlbertModel, LayerNorm, attention, loss_positions
+from litebert.model import (
+    AlbertForMaskedLM,
+    AlbertForPreTraining,
+    AlbertModel,
+    LayerNorm,
+    attention,
+    forced_static_shapes,
+    loss_positions,
+)
 
 B, T = 3, 16
 
@@ -234,3 +242,27 @@ def test_layernorm_under_autocast_keeps_the_autocast_dtype():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         hidden = AlbertModel(config)(torch.randint(0, 50, (2, 8))).last_hidden_state
     assert hidden.dtype == torch.bfloat16
+
+
+def test_the_static_shape_path_computes_the_eager_loss_and_gradients():
+    """What torch.compile and a CUDA graph run (every position's MLM logits, the mask always built) is the
+    eager loss, summed in another order."""
+    config = AlbertConfig(vocab_size=60, embedding_size=8, hidden_size=16, num_hidden_layers=2,
+                          num_attention_heads=2, intermediate_size=32, max_position_embeddings=16)
+    torch.manual_seed(0)
+    model = AlbertForPreTraining(config).eval()  # no dropout: the same function twice (gradients still flow)
+    ids = torch.randint(5, 60, (3, 12))
+    mask = torch.ones(3, 12, dtype=torch.long)
+    mask[1, 7:] = 0
+    labels = ids.masked_fill(torch.rand(3, 12) > 0.3, -100)
+    batch = dict(input_ids=ids, attention_mask=mask, labels=labels, sentence_order_label=torch.tensor([0, 1, 1]))
+    results = []
+    for static in (False, True):
+        model.zero_grad()
+        with forced_static_shapes() if static else torch.enable_grad():
+            loss = model(**batch).loss
+        loss.backward()
+        results.append((loss.detach(), [p.grad.clone() for p in model.parameters()]))
+    torch.testing.assert_close(results[1][0], results[0][0], rtol=1e-6, atol=1e-6)
+    for eager, static in zip(results[0][1], results[1][1], strict=True):
+        torch.testing.assert_close(static, eager, rtol=1e-5, atol=1e-6)

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from fixtures.runs import free_ports
 from torch import nn
 
+from litebert.errors import ConfigError
 from litebert.runconfig import add_config_args, dump_toml, load_toml, resolve_config
 from litebert.training.data import shuffled_batches
 from litebert.training.loop import NonFiniteLossError, train
@@ -235,7 +236,6 @@ def test_shuffled_batches_cover_epochs_independently_of_world_size():
 
 def test_shuffled_data_is_shuffled_batches_sized_by_the_loop(tmp_path):
     """The data argument verbs pass: the loop builds the batch_fn they used to build themselves."""
-    from litebert.errors import ConfigError
     from litebert.training.data import ShuffledData
     examples = [toy_example(i) for i in range(20)]
 
@@ -340,3 +340,9 @@ def test_a_run_puts_the_process_tf32_switches_back(tmp_path, monkeypatch):
         assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == (False, False)
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+def test_cuda_graphs_where_they_cannot_run_is_a_one_line_error_before_anything_is_written(tmp_path):
+    with pytest.raises(ConfigError, match=r"--cuda-graphs captures .* CUDA GPU.*\(this run: cpu, 1 process"):
+        train(make_toy(), toy_batches(8, 8), toy_config(tmp_path, max_steps=2, cuda_graphs=True))
+    assert not (tmp_path / "run").exists()

@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -55,6 +56,7 @@ from litebert.training.distributed import (
     teardown_distributed,
     tf32_flags,
 )
+from litebert.training.graphs import GraphedMicroStep, forward_backward
 from litebert.training.metrics_log import MetricsLog
 from litebert.training.optim import clip_grad_norm, make_optimizer, make_schedule
 from litebert.training.state import (
@@ -110,6 +112,9 @@ def train(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, eval
     try:
         if early_stopping is not None and (evaluate is None or cfg.eval_every == 0):
             raise ConfigError("early stopping needs evaluations every N steps (--eval-every N): it counts them")
+        if cfg.cuda_graphs and (env.device.type != "cuda" or env.world_size > 1 or cfg.compile):
+            raise ConfigError(f"--cuda-graphs captures one process's steps on a CUDA GPU, without --compile (this "
+                              f"run: {env.device}, {env.world_size} process(es), compile {cfg.compile})")
         run = _start(model, data, cfg, env, tokenizer, configs, identity, early_stopping)
         progress = run.state.progress
         result = TrainResult(progress.step, {}, {}, run.resumed_from)
@@ -185,10 +190,8 @@ def train_step(run: Run, step: int) -> StepStats:
         # Gradients are all-reduced only on the last micro-batch of a step.
         sync = run.net.no_sync() if env.world_size > 1 and micro < accum - 1 else nullcontext()
         with sync:
-            with run.autocast():
-                loss = run.forward(**batch).loss
-            (loss / accum).backward()
-        loss_sum += loss.detach().float()
+            loss = run.micro_step(batch, 1 / accum)
+        loss_sum += loss.float()
         tokens += count_tokens(batch)
     if not run.gradients_checked:
         _check_every_parameter_has_a_gradient(run)
@@ -205,7 +208,7 @@ def train_step(run: Run, step: int) -> StepStats:
     lr = run.schedule.get_last_lr()[0]
     run.optimizer.step()
     run.schedule.step()
-    run.optimizer.zero_grad(set_to_none=True)
+    run.optimizer.zero_grad(set_to_none=not run.cfg.cuda_graphs)  # a captured backward writes where it captured
     return StepStats(loss_value, norm_value, lr, tokens_all, time.perf_counter() - t0)
 
 
@@ -288,6 +291,7 @@ class Run:
     model: nn.Module  # the module itself: saved, evaluated, its gradients clipped
     net: nn.Module  # the model, wrapped in DDP when there are several ranks
     forward: Callable[..., Any]  # net, compiled when cfg.compile: what a step calls
+    micro_step: Callable[[dict[str, torch.Tensor], float], torch.Tensor]  # forward + backward of a micro-batch
     optimizer: torch.optim.Optimizer
     schedule: Any
     batch_fn: BatchFn
@@ -350,8 +354,12 @@ def _start(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, env
         net = nn.parallel.DistributedDataParallel(model, device_ids=[env.device.index] if env.device.type == "cuda"
                                                   else None, find_unused_parameters=cfg.find_unused_parameters)
     model.train()
-    return Run(cfg, env, model, net, torch.compile(net) if cfg.compile else net, optimizer, schedule, batch_fn,
-                accum, state, metrics, tokenizer, resumed_from, precision=precision)
+    forward = torch.compile(net) if cfg.compile else net
+    run_autocast = lambda: autocast(precision, env.device.type)  # noqa: E731
+    micro_step = GraphedMicroStep(forward, run_autocast) if cfg.cuda_graphs else \
+        partial(forward_backward, forward, run_autocast)
+    return Run(cfg, env, model, net, forward, micro_step, optimizer, schedule, batch_fn, accum, state, metrics,
+               tokenizer, resumed_from, precision=precision)
 
 
 def _auto_precision(model: nn.Module, batch_fn: BatchFn, env: Dist, step: int) -> PrecisionChoice:

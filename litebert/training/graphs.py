@@ -1,0 +1,81 @@
+"""A training micro-step (forward and backward) replayed as one CUDA graph, for models too small to keep a GPU busy.
+
+The demo's 0.8M-parameter ALBERT spends its eager step on an H100 launching kernels (one step, batch 32 x 64:
+11.9 ms eager, 2.4 ms as one captured graph; docs/gpu.md). `--cuda-graphs` captures forward and backward once per
+batch shape and then replays them: each batch is copied into the captured input tensors, the graph re-runs every
+kernel with one launch, and the gradients accumulate in place. The update stays outside the graph, after the
+step's one host sync, so a NaN still stops the run before the weights change.
+
+What capture needs, and where it is provided:
+  * no host syncs and no data-dependent shapes: the model takes its static-shape path (litebert.model.static_shapes,
+    true while a stream captures): every position's MLM logits, the padding mask always built;
+  * gradients at fixed addresses: the loop zeroes them in place instead of freeing them (`zero_grad(set_to_none=
+    False)` when graphed);
+  * a warm-up before capture, on a side stream (cuBLAS and autocast initialise lazily): the first calls of each
+    batch shape are real training micro-steps run that way.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
+
+import torch
+
+from litebert.model import forced_static_shapes
+
+WARMUP_CALLS = 2  # eager micro-steps of a batch shape before it is captured
+MAX_GRAPHS = 8  # batch shapes kept captured; further shapes (e.g. fine-tuning's varying lengths) run eagerly
+
+
+def forward_backward(forward: Callable[..., Any], autocast: Callable[[], AbstractContextManager],
+                     batch: dict[str, torch.Tensor], scale: float) -> torch.Tensor:
+    """One micro-batch: the loss (unscaled, detached), its gradients times `scale` accumulated into .grad."""
+    with autocast():
+        loss = forward(**batch).loss
+    (loss * scale).backward()
+    return loss.detach()
+
+
+class GraphedMicroStep:
+    """`forward_backward` for a fixed model, forward and autocast, captured per batch shape and replayed."""
+
+    def __init__(self, forward: Callable[..., Any], autocast: Callable[[], AbstractContextManager]):
+        self.forward, self.autocast = forward, autocast
+        self.graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, dict[str, torch.Tensor], torch.Tensor]] = {}
+        self.calls: Counter = Counter()
+        self.pool = None  # one memory pool shared by every graph (they never run at the same time)
+
+    def __call__(self, batch: dict[str, torch.Tensor], scale: float) -> torch.Tensor:
+        key = (scale, *((name, tuple(t.shape), t.dtype) for name, t in sorted(batch.items())))
+        if key not in self.graphs:
+            self.calls[key] += 1
+            if self.calls[key] <= WARMUP_CALLS or len(self.graphs) >= MAX_GRAPHS:
+                return self._on_side_stream(batch, scale)
+            self._capture(key, batch, scale)
+        graph, inputs, loss = self.graphs[key]
+        for name, tensor in batch.items():
+            inputs[name].copy_(tensor, non_blocking=True)
+        graph.replay()
+        return loss.clone()  # the next replay overwrites the captured output
+
+    def _on_side_stream(self, batch: dict[str, torch.Tensor], scale: float) -> torch.Tensor:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side), forced_static_shapes():
+            loss = forward_backward(self.forward, self.autocast, batch, scale)
+        torch.cuda.current_stream().wait_stream(side)
+        return loss
+
+    def _capture(self, key: tuple, batch: dict[str, torch.Tensor], scale: float) -> None:
+        inputs = {name: tensor.clone() for name, tensor in batch.items()}
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            loss = forward_backward(self.forward, self.autocast, inputs, scale)
+        self.pool = graph.pool()
+        self.graphs[key] = (graph, inputs, loss)
+
+
+__all__ = ["GraphedMicroStep", "forward_backward"]
