@@ -52,9 +52,10 @@ class TrainConfig:
         "has bf16 kernels and a timed step of this run measures it faster, else fp32 (the choice and the rates go "
         "to train_config.toml [precision])", choices=TRAINING_PRECISIONS))
     compile: bool = field(default=False, metadata=_help(
-        "torch.compile the training step's model (one graph: tens of seconds to compile, again for each new batch "
-        "shape; pays on long GPU runs at fixed shapes, rarely on a CPU). Compiled, the MLM loss reads every "
-        "position's logits (static shapes) instead of the ~15%% labelled ones eager mode selects"))
+        "torch.compile the training step's model (one graph, compiled again for each new batch shape). Measured "
+        "on an H100 (albert-base 64x512 bf16): 25-35 s to compile, then 4%% faster than eager (56.2 vs 58.5 ms), "
+        "so it pays after ~11,000 steps, and takes 4.4 GB more (compiled, the MLM loss reads every position's "
+        "logits, static shapes, instead of the ~15%% labelled ones eager mode selects); on a CPU it rarely pays"))
     cuda_graphs: bool = field(default=False, metadata=_help(
         "CUDA, one process: capture each batch shape's forward and backward once as a CUDA graph and replay it, "
         "for small models whose step is spent launching kernels (the demo's 0.8M model on an H100: 5x the steps/s, "
