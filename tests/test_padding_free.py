@@ -6,11 +6,16 @@ agrees within bf16 rounding. Batches without padding, and requests that need eve
 attentions, outputs at padding), keep the padded path.
 """
 
+import json
+import shutil
 
 import pytest
 import torch
+from paths import SHARED_DATA
+from test_finetune import tiny_model_dir
 
 import litebert.model as model_module
+from litebert.cli import main as litebert_main
 from litebert.config import AlbertConfig
 from litebert.heads import (
     AlbertForMultipleChoice,
@@ -19,6 +24,7 @@ from litebert.heads import (
     AlbertForTokenClassification,
 )
 from litebert.model import AlbertForPreTraining, encoder_of
+from litebert.training.metrics_log import read_metrics
 
 TIGHT = dict(atol=1e-5, rtol=1e-5)
 LENGTHS = [40, 3, 17, 29]  # very different lengths: most of the padded batch is padding
@@ -129,6 +135,30 @@ def test_unpadded_batches_and_requests_for_every_position_take_the_padded_path(u
     batch = padded_batch(AlbertForPreTraining, config)
     torch.testing.assert_close(pre_free(**batch).loss, pre_padded(**batch).loss, atol=0, rtol=0)
     assert unpad_calls == []
+
+
+def test_finetune_cli_records_padding_free_and_learns_as_the_padded_run(tmp_path):
+    model = tiny_model_dir(tmp_path)
+
+    def finetune(flag: str, *extra: str) -> int:
+        return litebert_main(["finetune", "--model", str(model), "--task", "novel_authorship", "--data-dir",
+                              str(SHARED_DATA / "tasks" / "novel_authorship"), "--max-train-examples", "64",
+                              "--max-eval-examples", "16", "--max-length", "48", "--batch-size", "16", "--max-steps",
+                              "4", "--log-every", "1", "--lr", "1e-3", "--out-dir", str(tmp_path / "padding-free"),
+                              "--no-progress", flag, *extra])
+
+    learned = {}
+    for flag in ("--padding-free", "--no-padding-free"):
+        assert finetune(flag, "--overwrite") == 0
+        out = tmp_path / "padding-free"
+        assert f"padding_free = {str(flag == '--padding-free').lower()}" in (out / "train_config.toml").read_text()
+        losses = [r["loss"] for r in read_metrics(out / "metrics.jsonl") if "loss" in r]
+        learned[flag] = [*losses, json.loads((out / "summary.json").read_text())["best"]["accuracy"]]
+        shutil.rmtree(out)
+    assert len(learned["--padding-free"]) == 5
+    assert learned["--padding-free"] == pytest.approx(learned["--no-padding-free"], abs=1e-4)
+    # Padding-free changes how a run computes, not what it learns: a --resume may switch it.
+    assert finetune("--padding-free") == 0 and finetune("--no-padding-free", "--resume") == 0
 
 
 @pytest.mark.gpu
