@@ -4,7 +4,9 @@
 # where one call is limited to 10 minutes):
 #   bash bench/gpu_check.sh tests    # tests marked gpu (tests/test_gpu.py, test_bench.py), then the nine that
 #                                    # failed on the first GPU machine (issue 31), verbose          (~4 min)
-#   bash bench/gpu_check.sh bench    # train_step, inference, memory with --device cuda: albert-base bf16/TF32 (~3 min)
+#   bash bench/gpu_check.sh bench    # train_step, inference, memory with --device cuda: albert-base bf16/TF32 (~3 min);
+#                                    # finetune_padding on novel_authorship at 512 (TASK_DIR, TOKENIZER_DIR: a task
+#                                    # directory and a litebert tokenizer, default ../shared/data/... and /tmp/pf_tok)
 #   bash bench/gpu_check.sh compile  # the compiled step beside eager on albert-base 64x512 bf16    (~2 min)
 # Nothing is downloaded. What the image lacks (the serve extra: starlette, uvicorn, httptools) can travel as wheels
 # in .gpu/whl (../shared/tools/gpu/prepare.sh makes them); without them the serve test is skipped, saying so.
@@ -53,7 +55,10 @@ case "${1:-tests}" in
     run inference 30 $PY bench/inference.py --device cuda --preset albert-base-v2 --shapes 256x128 \
       --precisions bf16 --repeats 20
     run memory 60 $PY bench/memory.py --device cuda --preset albert-base-v2 --shapes 64x512 --precisions bf16
-    for f in train_step train_step_tf32 train_step_tiny inference memory; do grep '^{' "$OUT/$f.log"; done ;;
+    run finetune_padding 90 $PY bench/finetune_padding.py --device cuda --precision bf16 --max-length 512 \
+      --task "${TASK_DIR:-../shared/data/tasks/novel_authorship}" --tokenizer "${TOKENIZER_DIR:-/tmp/pf_tok}"
+    for f in train_step train_step_tf32 train_step_tiny inference memory finetune_padding; do
+      grep '^{' "$OUT/$f.log"; done ;;
   compile)
     run compile 240 $PY bench/train_step.py --device cuda --compile --preset albert-base-v2 --shapes 64x512 \
       --precisions bf16 --attn sdpa --repeats 10 --warmup 3; grep "^{" "$OUT/compile.log" ;;
