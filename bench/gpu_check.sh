@@ -49,14 +49,20 @@ tests() {
   wait; cat "$OUT/image.summary"
 }
 bench() {
+  # finetune_padding needs a litebert tokenizer: TOKENIZER_DIR, or one trained here from the shared corpus (~20 s)
+  TOKENIZER=${TOKENIZER_DIR:-$OUT/tok}
+  [ -d "$TOKENIZER" ] || $PY -m litebert.cli tokenizer "${LITEBERT_SHARED_DATA:-../shared/data}/pretrain/en_medium.txt" \
+    --out "$TOKENIZER" --vocab-size 8000 > "$OUT/tokenizer.log" 2>&1
   run train_step_base 120 $step --preset albert-base-v2 --shapes 64x512 --lamb
   run train_step_large 80 $step --preset albert-large-v2 --shapes 32x512
   run train_step_xxlarge 80 $step --preset albert-xxlarge-v2 --shapes 8x512
   run train_step_tiny 60 $PY bench/train_step.py --device cuda --preset tiny --shapes 32x64 --precisions fp32 \
     --attn sdpa --cuda-graphs --repeats 30 --warmup 3
+  run finetune_padding 90 $PY bench/finetune_padding.py --device cuda --precision bf16 --max-length 512 \
+    --task "${TASK_DIR:-${LITEBERT_SHARED_DATA:-../shared/data}/tasks/novel_authorship}" --tokenizer "$TOKENIZER"
   run profile 60 $PY bench/profile_step.py --device cuda --preset albert-base-v2 --shape 64x512 --precision bf16 \
     --rows 30
-  for f in train_step_base train_step_large train_step_xxlarge train_step_tiny profile; do
+  for f in train_step_base train_step_large train_step_xxlarge train_step_tiny finetune_padding profile; do
     grep '^{' "$OUT/$f.log"; done
 }
 case "${1:-tests}" in

@@ -26,6 +26,11 @@ from litebert.errors import ConfigError
 from litebert.runtime.gemm import dense, eager_fp32_on_cpu, linear
 from litebert.weights import PretrainedMixin
 
+try:  # variable-length flash attention (torch >= 2.9), for the padding-free encoder on CUDA in bf16/fp16
+    from torch.nn.attention.varlen import varlen_attn
+except ImportError:
+    varlen_attn = None
+
 SQRT_2_OVER_PI = 0.7978845608028654
 
 
@@ -154,6 +159,52 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
     return probs @ v  # (B, nh, Tq, hs)
 
 
+@dataclass
+class Unpadded:
+    """Where a padded (B, T) batch's N real tokens sit once gathered into rows of their own (mosaicml BERT's
+    unpadding): the per-token layers (projections, FFN, LayerNorm) run on (N, H) as they run on (B, T, H), with
+    no work spent on padding, and `unpadded_attention` keeps each sequence to itself. Passed to the layers in
+    place of the additive mask."""
+
+    index: torch.Tensor  # (N,) the real tokens' positions in the flattened (B*T,) batch, row by row
+    cu_seqlens: torch.Tensor  # (B + 1,) int32: sequence b is rows cu_seqlens[b]:cu_seqlens[b + 1]
+    max_len: int  # the longest sequence's real tokens
+    attn_mask: torch.Tensor  # (B, 1, 1, T) additive padding mask, for the re-padded fallback
+
+    def pad(self, rows: torch.Tensor) -> torch.Tensor:
+        """(N, ...) -> (B, T, ...), zeros at padding."""
+        B, T = self.attn_mask.shape[0], self.attn_mask.shape[-1]
+        return rows.new_zeros(B * T, *rows.shape[1:]).index_copy(0, self.index, rows).view(B, T, *rows.shape[1:])
+
+
+def unpad(attention_mask: torch.Tensor, attn_mask: torch.Tensor) -> Unpadded:
+    lengths = attention_mask.ne(0).sum(1)  # (B,)
+    cu_seqlens = F.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)
+    return Unpadded(attention_mask.flatten().nonzero().squeeze(1), cu_seqlens, int(lengths.max()), attn_mask)
+
+
+def unpadded_attention(qkv: torch.Tensor, unpadded: Unpadded, query_rows: torch.Tensor | None,
+                       dropout_p: float) -> torch.Tensor:
+    """Attention within each sequence for (N, 3, nh, hs) packed rows (queries pre-scaled), queries only at
+    `query_rows` (B*Tq,) when given. varlen_attn (flash) where it runs: CUDA, bf16/fp16, no dropout (it has
+    none); elsewhere the rows are re-padded for `attention` with the padding mask, the padded path's math.
+    Returns (N or B*Tq, nh, hs)."""
+    B = unpadded.cu_seqlens.numel() - 1
+    Tq = None if query_rows is None else query_rows.numel() // B
+    if varlen_attn is not None and qkv.is_cuda and qkv.dtype in (torch.float16, torch.bfloat16) and dropout_p == 0:
+        q, k, v = qkv.unbind(1)  # (N, nh, hs) each
+        if query_rows is None:
+            return varlen_attn(q, k, v, unpadded.cu_seqlens, unpadded.cu_seqlens, unpadded.max_len,
+                               unpadded.max_len, scale=1.0)
+        cu_q = torch.arange(0, B * Tq + 1, Tq, dtype=torch.int32, device=qkv.device)  # Tq queries per sequence
+        return varlen_attn(q[query_rows], k, v, cu_q, unpadded.cu_seqlens, Tq, unpadded.max_len, scale=1.0)
+    q, k, v = (t.transpose(1, 2) for t in unpadded.pad(qkv).unbind(2))  # (B, nh, T, hs) x 3
+    if query_rows is not None:
+        q = qkv[query_rows, 0].view(B, Tq, *qkv.shape[2:]).transpose(1, 2)  # (B, nh, Tq, hs)
+    y = attention(q, k, v, unpadded.attn_mask, dropout_p).transpose(1, 2).flatten(0, 1)  # (B*T or B*Tq, nh, hs)
+    return y if query_rows is not None else y[unpadded.index]
+
+
 class AlbertAttention(nn.Module):
     """Post-LN multi-head self-attention: LayerNorm(x + dense(attention(x)))."""
 
@@ -183,12 +234,27 @@ class AlbertAttention(nn.Module):
         bias = torch.cat([self.query.bias * s, self.key.bias, self.value.bias])
         return weight, bias
 
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None,
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | Unpadded | None,
                 qkv: tuple[torch.Tensor, torch.Tensor] | None = None,
                 output_positions: torch.Tensor | None = None, probs_out: list | None = None) -> torch.Tensor:
         """(B, T, H) -> (B, T, H), or (B, Tq, H) at `output_positions` (B, Tq): then keys and values are still
         computed for every token, but queries and everything after attention only at those positions.
-        `probs_out`, a list, receives the attention probabilities (B, nh, Tq, T)."""
+        `probs_out`, a list, receives the attention probabilities (B, nh, Tq, T). With an Unpadded for a mask,
+        x is the (N, H) real tokens and `output_positions` their rows (B*Tq,): (N, H) or (B*Tq, H) out."""
+        if isinstance(attn_mask, Unpadded):
+            weight, bias = qkv if qkv is not None else self.packed_qkv()
+            N, H = x.shape
+            rows = linear(x, weight, bias).view(N, 3, self.num_heads, H // self.num_heads)
+            dropout_p = self.attention_dropout if self.training else 0.0
+            y = unpadded_attention(rows, attn_mask, output_positions, dropout_p).flatten(1)  # (N or B*Tq, H)
+            x = x if output_positions is None else x[output_positions]
+        else:
+            x, y = self.attend(x, attn_mask, qkv, output_positions, probs_out)
+        return self.LayerNorm(x + self.output_dropout(dense(self.dense, y)))
+
+    def attend(self, x: torch.Tensor, attn_mask: torch.Tensor | None, qkv: tuple[torch.Tensor, torch.Tensor] | None,
+               output_positions: torch.Tensor | None, probs_out: list | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The padded path: (x at the output positions (B, Tq, H), attention's output there (B, Tq, H))."""
         B, T, H = x.shape
         nh, hs = self.num_heads, H // self.num_heads
         no_grad = qkv is not None and not qkv[0].requires_grad
@@ -206,8 +272,7 @@ class AlbertAttention(nn.Module):
             q = (dense(self.query, x) * self.query_scale).view(B, -1, nh, hs)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, nh, Tq, hs), (B, nh, T, hs) x 2
         y = attention(q, k, v, attn_mask, self.attention_dropout if self.training else 0.0, probs_out)
-        y = y.transpose(1, 2).reshape(B, -1, H)  # (B, Tq, H)
-        return self.LayerNorm(x + self.output_dropout(dense(self.dense, y)))
+        return x, y.transpose(1, 2).reshape(B, -1, H)  # (B, Tq, H) x 2
 
 
 class AlbertLayer(nn.Module):
@@ -265,7 +330,8 @@ class AlbertTransformer(nn.Module):
                 probs_out: list | None = None) -> torch.Tensor:
         """(B, T, E) -> (B, T, H); with `output_positions` (B, Tq), the last layer computes only those rows.
         `hidden_out` receives the projected embeddings and each block's output, `probs_out` each block's
-        attention probabilities (transformers' hidden_states and attentions: one per block, L x inner_group_num)."""
+        attention probabilities (transformers' hidden_states and attentions: one per block, L x inner_group_num).
+        With an Unpadded for `attn_mask`: (N, E) real tokens -> (N, H), or (B*Tq, H) at rows `output_positions`."""
         x = dense(self.embedding_hidden_mapping_in, x)  # (B, T, E) -> (B, T, H)
         if hidden_out is not None:
             hidden_out.append(x)
@@ -356,6 +422,7 @@ class AlbertModel(PretrainedMixin, nn.Module):
         self.encoder = AlbertTransformer(config)
         self.pooler = nn.Linear(config.hidden_size, config.hidden_size) if add_pooling_layer else None
         self.pooler_activation = nn.Tanh() if add_pooling_layer else None
+        self.padding_free = False  # run the encoder on a padded batch's real tokens alone (`Unpadded`)
         self.init_weights()
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
@@ -368,9 +435,28 @@ class AlbertModel(PretrainedMixin, nn.Module):
         return them, as transformers does (attention probabilities are then computed explicitly, not by SDPA)."""
         x = self.embeddings(input_ids, token_type_ids, position_ids)
         hidden, probs = ([] if output_hidden_states else None), ([] if output_attentions else None)
-        h = self.encoder(x, padding_mask(attention_mask, x.dtype), output_positions, hidden, probs)
+        mask = padding_mask(attention_mask, x.dtype)
+        if (self.padding_free and mask is not None and not (output_hidden_states or output_attentions)
+                and not torch.compiler.is_compiling()  # N real tokens: a shape that depends on the data
+                and (output_positions is None or bool(attention_mask.gather(1, output_positions).all()))):
+            h = self.unpadded_encoder(x, attention_mask, mask, output_positions)
+        else:  # no padding, or states asked for at every position or at padding: the padded encoder
+            h = self.encoder(x, mask, output_positions, hidden, probs)
         pooled = self.pooler_activation(self.pooler(h[:, 0])) if self.pooler is not None else None
         return BaseOutput(h, pooled, None if hidden is None else tuple(hidden), None if probs is None else tuple(probs))
+
+    def unpadded_encoder(self, x: torch.Tensor, attention_mask: torch.Tensor, mask: torch.Tensor,
+                         output_positions: torch.Tensor | None) -> torch.Tensor:
+        """The encoder on the real tokens alone, its output laid out as the padded encoder's: (B, Tq, H) at
+        `output_positions` (all real tokens), else (B, T, H) with zeros at padding, so every head reads it as before."""
+        B, T = attention_mask.shape
+        unpadded = unpad(attention_mask, mask)
+        rows = None
+        if output_positions is not None:  # each output position's row among the N real tokens
+            row_of = attention_mask.flatten().ne(0).cumsum(0) - 1  # (B*T,)
+            rows = row_of[(output_positions + torch.arange(B, device=x.device)[:, None] * T).flatten()]  # (B*Tq,)
+        h = self.encoder(x.flatten(0, 1)[unpadded.index], unpadded, rows)  # (N, E) -> (N or B*Tq, H)
+        return unpadded.pad(h) if rows is None else h.view(B, -1, h.shape[-1])
 
 
 class AlbertMLMHead(nn.Module):

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from fixtures.tokenizers import train_tiny_tokenizer
+from paths import SHARED_DATA
 
 pytest.importorskip("transformers")
 BENCH = Path(__file__).resolve().parents[1] / "bench"
@@ -211,6 +213,18 @@ def test_the_step_inference_and_memory_benches_take_a_cuda_device(script):
         done = subprocess.run([sys.executable, str(BENCH / script), "--quick", "--device", "cuda"],
                               capture_output=True, text=True, timeout=120, cwd=BENCH.parent)
         assert done.returncode != 0 and "no CUDA GPU is available" in done.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.slow
+def test_finetune_padding_reports_the_ratio_of_its_medians_on_real_batches(tmp_path):
+    train_tiny_tokenizer(tmp_path)  # into tmp_path/tok
+    (r,) = records("finetune_padding.py", "--quick", "--task", str(SHARED_DATA / "tasks" / "novel_authorship"),
+                   "--tokenizer", str(tmp_path / "tok"))
+    padded, free = timed(r["padded"]), timed(r["padding_free"])
+    assert r["padding_free_vs_padded"] == ratio_of(padded, free)
+    assert 0 < r["padding_share"] < 1 and r["real_tokens_per_step"] > 0
+    for side, seconds in (("padded", padded), ("padding_free", free)):
+        assert r[side]["real_tokens_per_s"] == pytest.approx(r["real_tokens_per_step"] / seconds, rel=1e-3)
 
 
 def test_the_train_step_bench_on_the_cpu_still_prints_its_json():

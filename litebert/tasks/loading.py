@@ -64,7 +64,8 @@ class TaskConfig:
 
     toml_section = "finetune"
     # TaskConfig's own fields: a recipe's [finetune] table may hold them, and a verb that only scores skips them
-    toml_ignored = ("eval_split", "from_scratch", "max_train_examples", "dropout", "early_stopping_patience")
+    toml_ignored = ("eval_split", "from_scratch", "max_train_examples", "dropout", "early_stopping_patience",
+                    "padding_free")
 
     model: str = field(default="", metadata={"help": "pretrained model directory (litebert or HF), or a Hub id"})
     task: str = field(default="novel_authorship", metadata={

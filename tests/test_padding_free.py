@@ -1,0 +1,182 @@
+"""The padding-free encoder (AlbertModel.padding_free) computes what the padded one computes, on the real tokens.
+
+On the CPU in fp32 its attention re-pads for SDPA, so every head's outputs at real positions, its loss and every
+parameter's gradient equal the padded path's to fp32 rounding; on CUDA in bf16 it runs varlen_attn (flash) and
+agrees within bf16 rounding. Batches without padding, and requests that need every position (hidden states,
+attentions, outputs at padding), keep the padded path.
+"""
+
+import json
+import shutil
+
+import pytest
+import torch
+from paths import SHARED_DATA
+from test_finetune import tiny_model_dir
+
+import litebert.model as model_module
+from litebert.cli import main as litebert_main
+from litebert.config import AlbertConfig
+from litebert.heads import (
+    AlbertForMultipleChoice,
+    AlbertForQuestionAnswering,
+    AlbertForSequenceClassification,
+    AlbertForTokenClassification,
+)
+from litebert.model import AlbertForPreTraining, encoder_of
+from litebert.training.metrics_log import read_metrics
+
+TIGHT = dict(atol=1e-5, rtol=1e-5)
+LENGTHS = [40, 3, 17, 29]  # very different lengths: most of the padded batch is padding
+
+
+def tiny(**overrides) -> AlbertConfig:
+    return AlbertConfig(**{**dict(vocab_size=97, embedding_size=16, hidden_size=32, num_hidden_layers=3,
+                                  num_attention_heads=4, intermediate_size=48, max_position_embeddings=64,
+                                  classifier_dropout_prob=0.0), **overrides})
+
+
+def padded_batch(cls, config: AlbertConfig, lengths=LENGTHS, seed: int = 0) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    B, T = len(lengths), max(lengths)
+    mask = (torch.arange(T)[None] < torch.tensor(lengths)[:, None]).long()  # (B, T)
+    if cls is AlbertForMultipleChoice:  # two options per question, each with its own length
+        mask = torch.stack([mask, mask.flip(0)], 1)  # (B, 2, T)
+    ids = torch.randint(5, config.vocab_size, mask.shape, generator=g).masked_fill(mask == 0, 0)
+    batch = dict(input_ids=ids, attention_mask=mask, token_type_ids=(torch.arange(T) >= 2).long().expand(mask.shape))
+    if cls is AlbertForSequenceClassification:
+        batch["labels"] = torch.randint(0, 3, (B,), generator=g)
+    elif cls is AlbertForMultipleChoice:
+        batch["labels"] = torch.randint(0, 2, (B,), generator=g)
+    elif cls is AlbertForTokenClassification:
+        batch["labels"] = torch.randint(0, 3, (B, T), generator=g).masked_fill(mask == 0, -100)
+    elif cls is AlbertForPreTraining:
+        batch["labels"] = torch.where((torch.rand(B, T, generator=g) < 0.3) & (mask == 1), ids, -100)
+        batch["sentence_order_label"] = torch.randint(0, 2, (B,), generator=g)
+    return batch
+
+
+def twins(cls, config: AlbertConfig):
+    """(padded, padding-free) models with the same weights."""
+    torch.manual_seed(0)
+    padded = cls(config.replace(num_labels=2 if cls is AlbertForQuestionAnswering else 3))
+    free = cls(padded.config)
+    free.load_state_dict(padded.state_dict())
+    encoder_of(free).padding_free = True
+    return padded, free
+
+
+def run(model, batch: dict):
+    model.zero_grad(set_to_none=True)
+    out = model(**batch)
+    loss = out.loss if out.loss is not None else sum(t.float().sum() for t in out.to_tuple())
+    loss.backward()
+    return out, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.fixture
+def unpad_calls(monkeypatch):
+    """How many forwards took the padding-free path."""
+    calls = []
+    real = model_module.unpad
+    monkeypatch.setattr(model_module, "unpad", lambda *a: calls.append(1) or real(*a))
+    return calls
+
+
+@pytest.mark.parametrize("cls", [AlbertForSequenceClassification, AlbertForMultipleChoice,
+                                 AlbertForTokenClassification])
+@pytest.mark.parametrize("layout", [dict(), dict(num_hidden_groups=3, sharing="attention"),
+                                    dict(inner_group_num=2), "checkpointing"])
+def test_same_outputs_loss_and_gradients_as_the_padded_path(cls, layout, unpad_calls):
+    config = tiny(**(layout if isinstance(layout, dict) else {}))
+    padded, free = twins(cls, config)
+    if layout == "checkpointing":
+        free.albert.encoder.gradient_checkpointing = True
+    batch = padded_batch(cls, config)
+    (a, grads_a), (b, grads_b) = run(padded, batch), run(free, batch)
+    assert unpad_calls == [1]
+    real = batch["attention_mask"] == 1
+    if cls is AlbertForTokenClassification:  # real positions only: the padding-free states are zero at padding
+        torch.testing.assert_close(b.logits[real], a.logits[real], **TIGHT)
+    else:
+        torch.testing.assert_close(b.logits, a.logits, **TIGHT)
+    torch.testing.assert_close(b.loss, a.loss, **TIGHT)
+    assert grads_a.keys() == grads_b.keys()
+    for name in grads_a:
+        torch.testing.assert_close(grads_b[name], grads_a[name], **TIGHT, msg=name)
+
+
+def test_question_answering_logits_equal_at_real_positions_and_padding_reads_zeros(unpad_calls):
+    config = tiny()
+    padded, free = twins(AlbertForQuestionAnswering, config)
+    batch = padded_batch(AlbertForQuestionAnswering, config)
+    with torch.no_grad():
+        a, b = padded(**batch), free(**batch)
+        h = free.albert(batch["input_ids"], batch["attention_mask"]).last_hidden_state
+    real = batch["attention_mask"] == 1
+    for name in ("start_logits", "end_logits"):
+        torch.testing.assert_close(getattr(b, name)[real], getattr(a, name)[real], **TIGHT)
+    assert h.shape == (len(LENGTHS), max(LENGTHS), config.hidden_size) and not h[~real].any()
+    assert len(unpad_calls) == 2
+
+
+def test_unpadded_batches_and_requests_for_every_position_take_the_padded_path(unpad_calls):
+    config = tiny()
+    padded, free = twins(AlbertForSequenceClassification, config)
+    full = padded_batch(AlbertForSequenceClassification, config, lengths=[12, 12, 12])
+    torch.testing.assert_close(free(**full).logits, padded(**full).logits, atol=0, rtol=0)
+    batch = padded_batch(AlbertForSequenceClassification, config)
+    a = padded(**batch, output_hidden_states=True, output_attentions=True)
+    b = free(**batch, output_hidden_states=True, output_attentions=True)
+    for x, y in zip(a.hidden_states + a.attentions, b.hidden_states + b.attentions, strict=True):
+        torch.testing.assert_close(y, x, atol=0, rtol=0)
+    # Pretraining's loss positions fill short rows with padding positions: those need the padded encoder.
+    pre_padded, pre_free = twins(AlbertForPreTraining, config)
+    batch = padded_batch(AlbertForPreTraining, config)
+    torch.testing.assert_close(pre_free(**batch).loss, pre_padded(**batch).loss, atol=0, rtol=0)
+    assert unpad_calls == []
+
+
+def test_finetune_cli_records_padding_free_and_learns_as_the_padded_run(tmp_path):
+    model = tiny_model_dir(tmp_path)
+
+    def finetune(flag: str, *extra: str) -> int:
+        return litebert_main(["finetune", "--model", str(model), "--task", "novel_authorship", "--data-dir",
+                              str(SHARED_DATA / "tasks" / "novel_authorship"), "--max-train-examples", "64",
+                              "--max-eval-examples", "16", "--max-length", "48", "--batch-size", "16", "--max-steps",
+                              "4", "--log-every", "1", "--lr", "1e-3", "--out-dir", str(tmp_path / "padding-free"),
+                              "--no-progress", flag, *extra])
+
+    learned = {}
+    for flag in ("--padding-free", "--no-padding-free"):
+        assert finetune(flag, "--overwrite") == 0
+        out = tmp_path / "padding-free"
+        assert f"padding_free = {str(flag == '--padding-free').lower()}" in (out / "train_config.toml").read_text()
+        losses = [r["loss"] for r in read_metrics(out / "metrics.jsonl") if "loss" in r]
+        learned[flag] = [*losses, json.loads((out / "summary.json").read_text())["best"]["accuracy"]]
+        shutil.rmtree(out)
+    assert len(learned["--padding-free"]) == 5
+    assert learned["--padding-free"] == pytest.approx(learned["--no-padding-free"], abs=1e-4)
+    # Padding-free changes how a run computes, not what it learns: a --resume may switch it.
+    assert finetune("--padding-free") == 0 and finetune("--no-padding-free", "--resume") == 0
+
+
+@pytest.mark.gpu
+def test_cuda_bf16_runs_varlen_attention_and_agrees_with_the_padded_path(monkeypatch):
+    """varlen_attn (flash) is what runs on CUDA in bf16, and its result agrees with padded SDPA to bf16 rounding."""
+    assert model_module.varlen_attn is not None, "torch.nn.attention.varlen is missing from this torch"
+    calls = []
+    real = model_module.varlen_attn
+    monkeypatch.setattr(model_module, "varlen_attn", lambda *a, **k: calls.append(a[0].shape) or real(*a, **k))
+    config = tiny(hidden_size=128, num_attention_heads=2, intermediate_size=256, max_position_embeddings=128)
+    padded, free = (m.cuda() for m in twins(AlbertForSequenceClassification, config))
+    lengths = [100, 7, 64, 33]
+    batch = {k: v.cuda() for k, v in padded_batch(AlbertForSequenceClassification, config, lengths).items()}
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        (a, grads_a), (b, grads_b) = run(padded, batch), run(free, batch)
+    # every layer on the N real tokens; the last with the [CLS] queries alone
+    assert calls[:config.num_hidden_layers] == [(sum(lengths), 2, 64)] * (config.num_hidden_layers - 1) + [(4, 2, 64)]
+    torch.testing.assert_close(b.logits.float(), a.logits.float(), atol=3e-2, rtol=3e-2)
+    for name in grads_a:
+        scale = grads_a[name].abs().max().item() + 1e-6
+        assert (grads_b[name] - grads_a[name]).abs().max().item() <= 0.05 * scale, name
