@@ -437,7 +437,7 @@ class AlbertModel(PretrainedMixin, nn.Module):
         hidden, probs = ([] if output_hidden_states else None), ([] if output_attentions else None)
         mask = padding_mask(attention_mask, x.dtype)
         if (self.padding_free and mask is not None and not (output_hidden_states or output_attentions)
-                and not torch.compiler.is_compiling()  # N real tokens: a shape that depends on the data
+                and not static_shapes()  # N real tokens: a shape that depends on the data (and a host sync)
                 and (output_positions is None or bool(attention_mask.gather(1, output_positions).all()))):
             h = self.unpadded_encoder(x, attention_mask, mask, output_positions)
         else:  # no padding, or states asked for at every position or at padding: the padded encoder
