@@ -107,7 +107,9 @@ def test_korean_through_the_whole_path(tmp_path):
                    progress=False)
     data = PretrainDataset(str(tmp_path / "data"), tokenizer=tok)
     ids = np.concatenate([data[i]["input_ids"] for i in range(len(data))])
-    assert meta["num_tokens"] > 20000 and not (ids == tok.unk_id).any()  # no Korean word became <unk>
+    # the whole corpus encoded (20,663 tokens with sentencepiece 0.2.3, 19,959 with the GPU image's 0.2.2, whose
+    # training picks a slightly different vocabulary), and no Korean word became <unk>
+    assert meta["num_tokens"] > 19000 and not (ids == tok.unk_id).any()
 
     sentences = ["대한민국은 민주공화국이다.", "모든 국민은 법 앞에 평등하다.", "국회는 법률을 제정한다.",
                  "대한민국 [MASK] 헌법", "대한민국[MASK]헌법은"]

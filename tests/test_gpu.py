@@ -233,9 +233,11 @@ def test_outputs_equal_transformers_on_the_gpu(tmp_path):
 
 
 def test_a_compiled_training_step_equals_eager_on_the_gpu():
-    """Inductor's kernels for the whole step (one graph: tests/test_compile.py checks that on any machine)."""
+    """Inductor's kernels for the whole step (one graph: tests/test_compile.py checks that on any machine). No SOP
+    head dropout: inductor draws its own masks (philox), so with dropout the two losses differ by the masks alone
+    (5e-4 relative on the H100 and H200)."""
     torch.manual_seed(0)
-    model = AlbertForPreTraining(AlbertConfig(vocab_size=300, **TINY)).to(DEVICE)
+    model = AlbertForPreTraining(AlbertConfig(vocab_size=300, **TINY, classifier_dropout_prob=0.0)).to(DEVICE)
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(5, 300, (8, 32), generator=g)
     batch = {"input_ids": ids, "labels": ids.masked_fill(torch.rand(8, 32, generator=g) > 0.15, -100),
