@@ -285,13 +285,17 @@ def test_every_saved_model_has_a_model_card(tmp_path):
     assert (tmp_path / "m" / "README.md").read_text() == "# my own card\n"
 
 
-def test_metrics_log_writes_tensorboard_events(tmp_path):
-    """The same numbers as metrics.jsonl, read back with TensorBoard's own reader; a resume purges later steps."""
+def test_metrics_log_writes_tensorboard_events(tmp_path, monkeypatch):
+    """The same numbers as metrics.jsonl, read back with TensorBoard's own reader; a resume purges later steps.
+    The two event files get writer counters 9 and 10 (names that sort the wrong way round as text when made in
+    the same second: the case that made this test flaky)."""
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.summary.writer import event_file_writer
 
     from litebert.training.metrics_log import MetricsLog, read_metrics
 
+    monkeypatch.setattr(event_file_writer, "_global_uid", event_file_writer.AtomicCounter(9))
     log = MetricsLog(tmp_path, writes=True)
     for step in (10, 20, 30):
         log.write({"step": step, "loss": 1.0 / step, "lr": 1e-3})

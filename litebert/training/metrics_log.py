@@ -14,6 +14,7 @@ import importlib.util
 import json
 import math
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,9 @@ class MetricsLog:
         if self._events is None:
             from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
 
-            self._events = SummaryWriter(str(self.path.with_name(TENSORBOARD_DIR)), purge_step=self._purge_step)
+            directory = self.path.with_name(TENSORBOARD_DIR)
+            wait_for_a_later_event_file_name(directory)
+            self._events = SummaryWriter(str(directory), purge_step=self._purge_step)
         for key, value in record.items():
             if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
                 self._events.add_scalar(key, value, record["step"])
@@ -150,3 +153,15 @@ def _read_references(path: Path) -> dict[str, dict[str, float]]:
         return json.loads(path.read_text()) if path.is_file() else {}
     except json.JSONDecodeError:  # torn by a kill mid-write: the plot goes without its baselines
         return {}
+
+
+def wait_for_a_later_event_file_name(directory: Path) -> None:
+    """TensorBoard reads a run's event files in name order, and a name is the second it was made in, then a
+    per-process counter that sorts as text (counter 10 before 9). A file made in the same second as an earlier
+    one could be read first, and then a resume's purge drops the wrong steps (a flaky test showed it). So a new
+    file waits for the next second when one from this second exists (resumes only: at most a second)."""
+    stamps = [int(p.name.split(".")[3]) for p in directory.glob("events.out.tfevents.*")
+              if len(p.name.split(".")) > 3 and p.name.split(".")[3].isdigit()]
+    if stamps and max(stamps) >= int(time.time()):
+        time.sleep(max(stamps) + 1 - time.time())
+
