@@ -227,10 +227,10 @@ def test_word_level_entities_are_the_tagging_familys_word_tags(models):
 
 
 def qa_reference(tokenizer, model, question, context, max_length, stride, max_answer_length):
-    """The best span from transformers: its fast tokenizer's windows (`stride` tokens between window starts,
-    i.e. an overlap of window - stride) and offsets, AlbertForQuestionAnswering's logits, every span of at most
+    """Every candidate span's score from transformers: its fast tokenizer's windows (`stride` tokens between
+    window starts, i.e. an overlap of window - stride) and offsets, AlbertForQuestionAnswering's logits, every span of at most
     max_answer_length context tokens starting in the window that gives its first token the most context
-    (BERT's rule), scored start + end logit."""
+    (BERT's rule), scored start + end logit. Returns ({(answer, start, end): score}, number of windows)."""
     window = max_length - len(tokenizer(question, add_special_tokens=False)["input_ids"]) - 3
     enc = tokenizer(question, context, truncation="only_second", max_length=max_length, stride=window - stride,
                     return_overflowing_tokens=True, return_offsets_mapping=True, padding="longest",
@@ -252,17 +252,16 @@ def qa_reference(tokenizer, model, question, context, max_length, stride, max_an
             score = min(k, len(tokens) - 1 - k) + 0.01 * len(tokens)
             if first + k not in most or score > most[first + k][0]:
                 most[first + k] = (score, w)
-    best, answer = -np.inf, None
+    scores = {}  # (answer, start char, end char) -> start + end logit, every span the rule allows
     for w, (tokens, offsets, first) in enumerate(windows):
         start, end = out.start_logits[w].numpy(), out.end_logits[w].numpy()
         for a in range(len(tokens)):
             if most[first + a][1] != w:
                 continue
             for b in range(a, min(len(tokens), a + max_answer_length)):
-                if start[tokens[a]] + end[tokens[b]] > best:
-                    best = start[tokens[a]] + end[tokens[b]]
-                    answer = (context[offsets[a][0]:offsets[b][1]], offsets[a][0], offsets[b][1])
-    return answer, len(windows)
+                span = (context[offsets[a][0]:offsets[b][1]], offsets[a][0], offsets[b][1])
+                scores[span] = max(scores.get(span, -np.inf), float(start[tokens[a]] + end[tokens[b]]))
+    return scores, len(windows)
 
 
 def test_question_answering_equals_the_best_span_of_transformers_logits(models):
@@ -277,9 +276,14 @@ def test_question_answering_equals_the_best_span_of_transformers_logits(models):
     answers = pipe(inputs, batch_size=7)
     windows = []
     for x, ours in zip(inputs, answers):
-        expected, n = qa_reference(tokenizer, model, x["question"], x["context"], max_length, stride, max_answer)
+        scores, n = qa_reference(tokenizer, model, x["question"], x["context"], max_length, stride, max_answer)
         windows.append(n)
-        assert (ours["answer"], ours["start"], ours["end"]) == expected
+        expected = max(scores, key=scores.get)
+        span = (ours["answer"], ours["start"], ours["end"])
+        # the best span; or, where two spans of this random-weight model tie to float rounding (another host's
+        # fp32 kernels order the sums differently), one of them: equal scores to 1e-5
+        assert span == expected or scores.get(span, -np.inf) >= scores[expected] - 1e-5, \
+            f"{span} scores {scores.get(span)}, the best {expected} {scores[expected]}"
         assert x["context"][ours["start"]:ours["end"]] == ours["answer"] and 0 < ours["score"] <= 1
     assert len(inputs) >= 25 and max(windows) >= 4  # long contexts really were windowed
 
