@@ -228,8 +228,8 @@ def test_word_level_entities_are_the_tagging_familys_word_tags(models):
 
 def qa_reference(tokenizer, model, question, context, max_length, stride, max_answer_length):
     """Every candidate span's score from transformers: its fast tokenizer's windows (`stride` tokens between
-    window starts, i.e. an overlap of window - stride) and offsets, AlbertForQuestionAnswering's logits, every span of at most
-    max_answer_length context tokens starting in the window that gives its first token the most context
+    window starts, i.e. an overlap of window - stride) and offsets, AlbertForQuestionAnswering's logits, every
+    span of at most max_answer_length context tokens starting in the window that gives its first token the most context
     (BERT's rule), scored start + end logit. Returns ({(answer, start, end): score}, number of windows)."""
     window = max_length - len(tokenizer(question, add_special_tokens=False)["input_ids"]) - 3
     enc = tokenizer(question, context, truncation="only_second", max_length=max_length, stride=window - stride,
