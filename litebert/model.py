@@ -177,10 +177,22 @@ class Unpadded:
         return rows.new_zeros(B * T, *rows.shape[1:]).index_copy(0, self.index, rows).view(B, T, *rows.shape[1:])
 
 
-def unpad(attention_mask: torch.Tensor, attn_mask: torch.Tensor) -> Unpadded:
-    lengths = attention_mask.ne(0).sum(1)  # (B,)
+def unpad(attention_mask: torch.Tensor, output_positions: torch.Tensor | None, dtype: torch.dtype
+          ) -> Unpadded | None:
+    """The batch's real tokens as an Unpadded, or None where the padded path must run (nothing is padded, or an
+    output position falls on padding). What the shapes need (how many real tokens, the longest sequence, whether
+    every output position is real) is read in one host sync: on a GPU each sync stops the CPU from queueing
+    kernels ahead, and a fine-tuning step of albert-base is short enough for that to show."""
+    B, T = attention_mask.shape
+    real = attention_mask.ne(0)
+    lengths = real.sum(1)  # (B,)
+    outputs_real = real.gather(1, output_positions).all() if output_positions is not None else real.new_ones(())
+    n, longest, usable = torch.stack([lengths.sum(), lengths.max(), outputs_real.long()]).tolist()
+    if n == B * T or not usable:
+        return None
     cu_seqlens = F.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)
-    return Unpadded(attention_mask.flatten().nonzero().squeeze(1), cu_seqlens, int(lengths.max()), attn_mask)
+    return Unpadded(real.flatten().nonzero_static(size=n).squeeze(1), cu_seqlens, longest,
+                    additive_mask(attention_mask, dtype))
 
 
 def unpadded_attention(qkv: torch.Tensor, unpadded: Unpadded, query_rows: torch.Tensor | None,
@@ -408,6 +420,11 @@ def padding_mask(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> tor
     test of the data that torch.compile cannot trace: compiled, the mask is always built."""
     if attention_mask is None or (not static_shapes() and bool(attention_mask.all())):
         return None
+    return additive_mask(attention_mask, dtype)
+
+
+def additive_mask(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """(B, T) 1/0 -> (B, 1, 1, T): 0 where attended, the dtype's lowest value at padding."""
     return torch.zeros(attention_mask.shape, dtype=dtype, device=attention_mask.device).masked_fill(
         attention_mask == 0, torch.finfo(dtype).min)[:, None, None, :]
 
@@ -435,22 +452,22 @@ class AlbertModel(PretrainedMixin, nn.Module):
         return them, as transformers does (attention probabilities are then computed explicitly, not by SDPA)."""
         x = self.embeddings(input_ids, token_type_ids, position_ids)
         hidden, probs = ([] if output_hidden_states else None), ([] if output_attentions else None)
-        mask = padding_mask(attention_mask, x.dtype)
-        if (self.padding_free and mask is not None and not (output_hidden_states or output_attentions)
-                and not static_shapes()  # N real tokens: a shape that depends on the data (and a host sync)
-                and (output_positions is None or bool(attention_mask.gather(1, output_positions).all()))):
-            h = self.unpadded_encoder(x, attention_mask, mask, output_positions)
+        unpadded = None
+        if (self.padding_free and attention_mask is not None and not (output_hidden_states or output_attentions)
+                and not static_shapes()):  # N real tokens: a shape that depends on the data (and a host sync)
+            unpadded = unpad(attention_mask, output_positions, x.dtype)
+        if unpadded is not None:
+            h = self.unpadded_encoder(x, attention_mask, unpadded, output_positions)
         else:  # no padding, or states asked for at every position or at padding: the padded encoder
-            h = self.encoder(x, mask, output_positions, hidden, probs)
+            h = self.encoder(x, padding_mask(attention_mask, x.dtype), output_positions, hidden, probs)
         pooled = self.pooler_activation(self.pooler(h[:, 0])) if self.pooler is not None else None
         return BaseOutput(h, pooled, None if hidden is None else tuple(hidden), None if probs is None else tuple(probs))
 
-    def unpadded_encoder(self, x: torch.Tensor, attention_mask: torch.Tensor, mask: torch.Tensor,
+    def unpadded_encoder(self, x: torch.Tensor, attention_mask: torch.Tensor, unpadded: Unpadded,
                          output_positions: torch.Tensor | None) -> torch.Tensor:
         """The encoder on the real tokens alone, its output laid out as the padded encoder's: (B, Tq, H) at
         `output_positions` (all real tokens), else (B, T, H) with zeros at padding, so every head reads it as before."""
         B, T = attention_mask.shape
-        unpadded = unpad(attention_mask, mask)
         rows = None
         if output_positions is not None:  # each output position's row among the N real tokens
             row_of = attention_mask.flatten().ne(0).cumsum(0) - 1  # (B*T,)

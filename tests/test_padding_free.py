@@ -76,10 +76,16 @@ def run(model, batch: dict):
 
 @pytest.fixture
 def unpad_calls(monkeypatch):
-    """How many forwards took the padding-free path."""
+    """How many forwards took the padding-free path (unpad decides: None sends a batch to the padded path)."""
     calls = []
     real = model_module.unpad
-    monkeypatch.setattr(model_module, "unpad", lambda *a: calls.append(1) or real(*a))
+
+    def counted(*args):
+        unpadded = real(*args)
+        if unpadded is not None:
+            calls.append(1)
+        return unpadded
+    monkeypatch.setattr(model_module, "unpad", counted)
     return calls
 
 
