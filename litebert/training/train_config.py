@@ -58,7 +58,7 @@ class TrainConfig:
         "logits, static shapes, instead of the ~15%% labelled ones eager mode selects); on a CPU it rarely pays"))
     cuda_graphs: bool = field(default=False, metadata=_help(
         "CUDA, one process: capture each batch shape's forward and backward once as a CUDA graph and replay it, "
-        "for small models whose step is spent launching kernels (the demo's 0.8M model on an H100: 5x the steps/s, "
+        "for small models whose step is spent launching kernels (the demo's 0.8M model on an H200: 4.1x the steps/s, "
         "docs/gpu.md). Like --compile, the MLM loss then reads every position's logits (static shapes)"))
     find_unused_parameters: bool = field(default=False, metadata=_help(
         "DDP only: allow trainable parameters outside the loss in a model of your own (litebert's verbs freeze "
