@@ -135,7 +135,8 @@ def mfu_fields(result: dict, times: dict, flops: int, probe_flops: int) -> None:
     result["ceiling_gflops"] = round(peak, 1)
     result["ceiling_gflops_by_backend"] = by_backend
     for side, seconds in times.items():
-        result[side]["mfu"] = float(f"{flops / statistics.median(seconds) / 1e9 / peak:.3g}")  # a tiny model on a GPU: 2e-05, not 0.0
+        # three significant digits: a tiny model on a GPU has an MFU of 2e-05, not 0.0
+        result[side]["mfu"] = float(f"{flops / statistics.median(seconds) / 1e9 / peak:.3g}")
 
 
 def main() -> None:
@@ -150,7 +151,7 @@ def main() -> None:
                              "captured graph; a side of its own on a copy of the weights): graphed_vs_eager")
     parser.add_argument("--lamb", action="store_true",
                         help="also time litebert's step with LAMB, the paper's optimizer (a side of its own, a copy of "
-                             "the same weights), and report lamb_vs_adamw: its median over the fused-AdamW side's")
+                             "the same weights), and report lamb_vs_adamw: its speed relative to fused AdamW's (1 = as fast)")
     parser.add_argument("--attn", default="auto", choices=["auto", "eager", "sdpa"],
                         help="transformers attention implementation (auto: time both, keep the faster)")
     args = parser.parse_args()
