@@ -151,7 +151,8 @@ def main() -> None:
                              "captured graph; a side of its own on a copy of the weights): graphed_vs_eager")
     parser.add_argument("--lamb", action="store_true",
                         help="also time litebert's step with LAMB, the paper's optimizer (a side of its own, a copy of "
-                             "the same weights), and report lamb_vs_adamw: its speed relative to fused AdamW's (1 = as fast)")
+                             "the same weights), and report lamb_vs_adamw: its speed relative to fused AdamW's "
+                             "(1 = as fast)")
     parser.add_argument("--attn", default="auto", choices=["auto", "eager", "sdpa"],
                         help="transformers attention implementation (auto: time both, keep the faster)")
     args = parser.parse_args()
