@@ -10,6 +10,7 @@ not matrix work, the part fusion can remove, is one number.
 
 from __future__ import annotations
 
+import common
 import torch
 from common import (
     base_parser,
@@ -78,7 +79,7 @@ def main() -> None:
     for _ in range(max(args.warmup, 2 if args.compile else 0)):
         step()
     synchronize()
-    on_gpu = ours.albert.embeddings.word_embeddings.weight.is_cuda
+    on_gpu = common.DEVICE.type == "cuda"
     activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if on_gpu else [])
     with torch.profiler.profile(activities=activities) as prof:
         step()

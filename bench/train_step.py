@@ -27,7 +27,6 @@ from __future__ import annotations
 import copy
 import statistics
 import time
-from functools import partial
 
 import common
 import torch
@@ -51,7 +50,7 @@ from gemm import BACKEND_OF, gflops, paths
 from litebert.config import AlbertConfig
 from litebert.runtime import cpu
 from litebert.runtime.precision import autocast, choose_precision
-from litebert.training.graphs import WARMUP_CALLS, GraphedMicroStep, forward_backward
+from litebert.training.graphs import WARMUP_CALLS, micro_step
 from litebert.training.optim import make_optimizer
 
 
@@ -65,12 +64,10 @@ def make_step(model, batch: dict, precision: str, optimizer: str = "adamw", cuda
     else:
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
     model.train()
-    run_autocast = lambda: autocast(precision, common.DEVICE.type)  # noqa: E731
-    micro_step = GraphedMicroStep(model, run_autocast) if cuda_graphs else partial(forward_backward, model,
-                                                                                     run_autocast)
+    forward_backward = micro_step(model, lambda: autocast(precision, common.DEVICE.type), cuda_graphs)
 
     def step():
-        loss = micro_step(batch, 1.0)
+        loss = forward_backward(batch, 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=not cuda_graphs)
         return loss

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from functools import partial
 from typing import Any
 
 import torch
@@ -37,6 +38,13 @@ def forward_backward(forward: Callable[..., Any], autocast: Callable[[], Abstrac
         loss = forward(**batch).loss
     (loss * scale).backward()
     return loss.detach()
+
+
+def micro_step(forward: Callable[..., Any], autocast: Callable[[], AbstractContextManager], cuda_graphs: bool
+               ) -> Callable[[dict[str, torch.Tensor], float], torch.Tensor]:
+    """What a training step calls per micro-batch, (batch, scale) -> loss: `forward_backward`, or its captured
+    replay with `--cuda-graphs`."""
+    return GraphedMicroStep(forward, autocast) if cuda_graphs else partial(forward_backward, forward, autocast)
 
 
 class GraphedMicroStep:
@@ -78,4 +86,4 @@ class GraphedMicroStep:
         self.graphs[key] = (graph, inputs, loss)
 
 
-__all__ = ["GraphedMicroStep", "forward_backward"]
+__all__ = ["GraphedMicroStep", "forward_backward", "micro_step"]

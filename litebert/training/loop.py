@@ -31,7 +31,6 @@ import time
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -56,7 +55,7 @@ from litebert.training.distributed import (
     teardown_distributed,
     tf32_flags,
 )
-from litebert.training.graphs import GraphedMicroStep, forward_backward
+from litebert.training.graphs import micro_step
 from litebert.training.metrics_log import MetricsLog
 from litebert.training.optim import clip_grad_norm, make_optimizer, make_schedule
 from litebert.training.state import (
@@ -291,7 +290,6 @@ class Run:
     model: nn.Module  # the module itself: saved, evaluated, its gradients clipped
     net: nn.Module  # the model, wrapped in DDP when there are several ranks
     forward: Callable[..., Any]  # net, compiled when cfg.compile: what a step calls
-    micro_step: Callable[[dict[str, torch.Tensor], float], torch.Tensor]  # forward + backward of a micro-batch
     optimizer: torch.optim.Optimizer
     schedule: Any
     batch_fn: BatchFn
@@ -302,6 +300,10 @@ class Run:
     resumed_from: Path | None
     gradients_checked: bool = False  # the DDP check of the first backward (train_step)
     precision: str = "fp32"  # what runs: cfg.precision, or what "auto" chose
+    micro_step: Callable[[dict[str, torch.Tensor], float], torch.Tensor] = field(init=False)  # forward + backward
+
+    def __post_init__(self) -> None:
+        self.micro_step = micro_step(self.forward, self.autocast, self.cfg.cuda_graphs)
 
     def autocast(self):
         return autocast(self.precision, self.env.device.type)
@@ -354,12 +356,8 @@ def _start(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, env
         net = nn.parallel.DistributedDataParallel(model, device_ids=[env.device.index] if env.device.type == "cuda"
                                                   else None, find_unused_parameters=cfg.find_unused_parameters)
     model.train()
-    forward = torch.compile(net) if cfg.compile else net
-    run_autocast = lambda: autocast(precision, env.device.type)  # noqa: E731
-    micro_step = GraphedMicroStep(forward, run_autocast) if cfg.cuda_graphs else \
-        partial(forward_backward, forward, run_autocast)
-    return Run(cfg, env, model, net, forward, micro_step, optimizer, schedule, batch_fn, accum, state, metrics,
-               tokenizer, resumed_from, precision=precision)
+    return Run(cfg, env, model, net, torch.compile(net) if cfg.compile else net, optimizer, schedule, batch_fn,
+               accum, state, metrics, tokenizer, resumed_from, precision=precision)
 
 
 def _auto_precision(model: nn.Module, batch_fn: BatchFn, env: Dist, step: int) -> PrecisionChoice:
