@@ -94,7 +94,7 @@ class GemmProbe:
         self.best: dict[str, tuple[callable, int]] = {}  # backend -> (its fastest path, calls per burst)
         for backend in sorted({BACKEND_OF[name] for name in fns}):
             mine = {name: fn for name, fn in fns.items() if BACKEND_OF[name] == backend}
-            rates = {name: statistics.median(gflops(fn, self.flops, 1, 3)) for name, fn in mine.items()}
+            rates = {name: probe_rate(fn, self.flops) for name, fn in mine.items()}
             name = max(rates, key=rates.get)
             self.best[backend] = (mine[name], max(1, round(0.1 * rates[name] * 1e9 / self.flops)))  # ~0.1 s
         self.seconds: dict[str, list[float]] = {backend: [] for backend in self.best}
@@ -110,6 +110,14 @@ class GemmProbe:
         """GFLOP/s per backend at the median of this probe's bursts."""
         return {backend: round(n * self.flops / statistics.median(self.seconds[backend]) / 1e9, 1)
                 for backend, (_, n) in self.best.items() if self.seconds[backend]}
+
+
+def probe_rate(fn, flops: int) -> float:
+    """GFLOP/s of one path: the median of 3 calls after a warm-up call, or the warm-up call alone where it took
+    over a second. Such a path is a reference kernel (bf16 on a CPU without bf16 kernels: ~7 s a call for
+    torch.mm here), far below any ceiling; one call tells it from the fast paths, three more only cost time."""
+    first = gflops(fn, flops, 0, 1)[0]
+    return first if flops / (first * 1e9) > 1.0 else statistics.median(gflops(fn, flops, 0, 3))
 
 
 _probe: GemmProbe | None = None  # the last probe made, read by mfu_fields (inference.py calls both in turn)
