@@ -50,18 +50,21 @@ def run(out, experiment, data_dir, *extra, steps=2):
 EIGHT_ROWS = {"embedding", "sharing"}
 
 
+def run_verb_in_process(verb, args, log_path, nproc=1):
+    """R.run_verb by `litebert VERB` in this process rather than a child: the same verb and recipe without a
+    child's start (importing torch, then torch._dynamo for the optimizer: 4-5 s a row here)."""
+    assert nproc == 1
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    with open(log_path, "a") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        code = litebert_main([verb, *args])
+    assert code == 0, f"litebert {verb} exited with {code}: {log_path}"
+
+
 @pytest.fixture
 def rows_in_process(monkeypatch):
-    """Rows run by `litebert VERB` in this process rather than a child: the same verb and recipe without a
-    child's start (importing torch, then torch._dynamo for the optimizer: 4-5 s a row here). Starting rows as
-    children, their logs and a child's death are the kill and torchrun tests' to check."""
-    def run_verb(verb, args, log_path, nproc=1):
-        assert nproc == 1
-        os.makedirs(os.path.dirname(log_path), exist_ok=True)
-        with open(log_path, "a") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-            code = litebert_main([verb, *args])
-        assert code == 0, f"litebert {verb} exited with {code}: {log_path}"
-    monkeypatch.setattr(R, "run_verb", run_verb)
+    """Rows run in this process (run_verb_in_process). Starting rows as children, their logs and a child's death
+    are the kill and torchrun tests' to check."""
+    monkeypatch.setattr(R, "run_verb", run_verb_in_process)
 
 
 @pytest.mark.parametrize("experiment", [pytest.param(e, marks=pytest.mark.slow) if e in EIGHT_ROWS else e
@@ -163,13 +166,16 @@ def test_a_killed_grid_resumes_to_the_same_results(data_dir, tmp_path, monkeypat
 
 
 @pytest.mark.slow
-def test_rows_train_under_torchrun(data_dir, tmp_path):
+def test_rows_train_under_torchrun(data_dir, tmp_path, monkeypatch):
     """--nproc-per-node 2: every row's pretraining (MLM only, NSP, SOP) and fine-tuning runs as two gloo
     processes under torchrun. The batch sizes are global, so with the same micro-batches pretraining ends where
-    the one-process grid does (up to the order of the gradient sums; these rows have no dropout). Fine-tuning's
-    classifier dropout draws its masks per rank, so its scores are only checked to exist."""
+    the one-process grid (run in this process: its rows' children are not what is tested here) does (up to the
+    order of the gradient sums; these rows have no dropout). Fine-tuning's classifier dropout draws its masks per
+    rank, so its scores are only checked to exist."""
     micro = ("--set", "train.max_steps=3", "train.micro_batch_size=4", "finetune.micro_batch_size=4")
-    one = run(tmp_path / "one", "objective", data_dir, "--downstream", *micro)
+    with monkeypatch.context() as patched:
+        patched.setattr(R, "run_verb", run_verb_in_process)
+        one = run(tmp_path / "one", "objective", data_dir, "--downstream", *micro)
     two = run(tmp_path / "two", "objective", data_dir, "--downstream", "--nproc-per-node", "2", *micro)
     for name in ("None", "NSP", "SOP"):
         row = tmp_path / "two" / "rows" / name / "seed12345"
