@@ -39,6 +39,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--dropout", type=float, default=None, help="fine-tuning dropout (default: the model's)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[12345], help="one run per seed and initialisation")
+    parser.add_argument("--max-train-examples", type=int, default=None, help="training examples read (default: all)")
     parser.add_argument("--max-eval-examples", type=int, default=None, help="dev examples scored while training")
     parser.add_argument("--max-query-length", type=int, default=32, help="wordnet_qa: question tokens kept")
     parser.add_argument("--doc-stride", type=int, default=16, help="wordnet_qa: tokens between context windows")
@@ -50,7 +51,8 @@ def main() -> None:
             cfg = FinetuneConfig(model=args.model, task=task, data_dir=str(TASKS / task),
                                  max_length=min(MAX_LENGTH[task], positions), max_query_length=args.max_query_length,
                                  doc_stride=args.doc_stride, dropout=args.dropout,
-                                 from_scratch=init == "from_scratch", max_eval_examples=args.max_eval_examples)
+                                 from_scratch=init == "from_scratch", max_train_examples=args.max_train_examples,
+                                 max_eval_examples=args.max_eval_examples)
             train_cfg = TrainConfig(optimizer="adamw", lr=args.lr, batch_size=args.batch_size, max_steps=args.steps,
                                     warmup_steps=args.steps // 10, eval_every=max(args.steps // 4, 1), log_every=25,
                                     keep_last=1, out_dir=os.path.join(args.out, f"{task}_{init}"), progress=False)

@@ -259,7 +259,8 @@ def test_the_script_behind_the_readme_table_runs_both_inits_and_scores_test_once
     checkpoint scored on test, and the table with the run-computed baseline."""
     done = subprocess.run([sys.executable, "scripts/finetune_all.py", "--model", str(pretrained / "model"),
                            "--out", str(tmp_path), "--tasks", "novel_authorship", "wordnet_qa", "--steps", "2",
-                           "--batch-size", "8", "--max-eval-examples", "8"], capture_output=True, text=True,
+                           "--batch-size", "8", "--max-train-examples", "64", "--max-eval-examples", "8"],
+                          capture_output=True, text=True,
                           cwd=Path(__file__).resolve().parents[1], timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     results = json.loads((tmp_path / "results.json").read_text())
