@@ -1,11 +1,15 @@
 """The benchmarks run (each script at its smoke size, as a user would start it) and their JSON is consistent:
 every ratio is the ratio of the figures printed beside it, so a bench that rots or misreports fails here."""
 
+import contextlib
+import io
 import json
 import math
+import runpy
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
@@ -27,6 +31,17 @@ def records(script: str, *args: str) -> list[dict]:
     lines = [json.loads(line) for line in run_bench(script, *args).splitlines() if line.startswith("{")]
     assert lines and all(r["bench"] == script.removesuffix(".py") for r in lines)
     return lines
+
+
+def help_of(script: str) -> str:
+    """`script --help`'s output, run in this process: argparse prints it and exits before anything is built, so a
+    child would only add its imports (torch, litebert, transformers: seconds each)."""
+    sys.path.insert(0, str(BENCH))
+    with mock.patch.object(sys, "argv", [script, "--help"]), contextlib.redirect_stdout(io.StringIO()) as out, \
+            pytest.raises(SystemExit) as done:
+        runpy.run_path(str(BENCH / script), run_name="__main__")
+    assert done.value.code == 0
+    return out.getvalue()
 
 
 def ratio_of(num: float, den: float) -> pytest.approx:
@@ -209,7 +224,7 @@ def test_table2_throughput_is_relative_to_bert_large_measured_in_the_same_run():
 def test_the_step_inference_and_memory_benches_take_a_cuda_device(script):
     """--device cuda (CUDA-synchronised timing, MFU against a cuBLAS burst of the same run, the card named) is
     offered by each; on a machine without a GPU it is refused in one line before anything is built."""
-    usage = run_bench(script, "--help")
+    usage = help_of(script)
     assert "--device {cpu,cuda}" in usage and "--tf32" in usage
     if not torch.cuda.is_available():
         done = subprocess.run([sys.executable, str(BENCH / script), "--quick", "--device", "cuda"],
