@@ -19,6 +19,7 @@ from torch import nn
 
 from litebert.errors import ConfigError
 from litebert.runconfig import add_config_args, dump_toml, load_toml, resolve_config
+from litebert.training import metrics_log
 from litebert.training.data import shuffled_batches
 from litebert.training.loop import NonFiniteLossError, train
 from litebert.training.metrics_log import read_metrics
@@ -117,6 +118,22 @@ def test_the_progress_bar_shows_on_a_terminal_only(tmp_path, capsys, monkeypatch
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
     train(make_toy(), toy_batches(8, 8), toy_config(tmp_path, max_steps=3, progress=True, out_dir=str(tmp_path / "t")))
     assert "train: 100%" in capsys.readouterr().err
+
+
+def test_metrics_png_is_drawn_at_evaluations_the_end_and_saves_at_most_every_30_s(tmp_path, monkeypatch):
+    """A drawing costs ~0.4 s: a run that saves every step redraws on its first save, on each evaluation and at
+    the last step, and on a save only once PLOT_INTERVAL_S has passed since the last drawing."""
+    drawn, clock = [], [100.0]
+    monkeypatch.setattr(metrics_log, "plot_metrics", lambda *_: drawn.append(int(clock[0])))
+    monkeypatch.setattr(metrics_log.time, "monotonic", lambda: clock[0])
+
+    def batches(step, *args):
+        clock[0] += 10.0  # each step "takes" 10 s
+        return toy_batches(8, 8)(step, *args)
+
+    train(make_toy(), batches, toy_config(tmp_path, max_steps=9, save_every=1, eval_every=7, keep_last=1),
+          lambda model: {"acc": 0.5})
+    assert drawn == [110, 140, 170, 190]  # saves at steps 1 and 4 (30 s later), the evaluation at 7, the last step
 
 
 def test_same_seed_same_losses_and_run_files(tmp_path):

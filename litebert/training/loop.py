@@ -147,8 +147,8 @@ def train(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, eval
                         result.checkpoint = path or result.checkpoint
                         if path is not None:  # rank 0
                             ckpt.write_evaluation(path, result.eval)
-                if saved or evaluated:
-                    run.metrics.plot()
+                if saved or evaluated:  # an evaluation and the end are always drawn, saves at most every 30 s
+                    run.metrics.plot(now=evaluated or last)
         result.step = progress.step
         return result
     finally:

@@ -21,6 +21,7 @@ from typing import Any
 from litebert.files import save_figure
 
 METRICS_NAME, PLOT_NAME, REFERENCES_NAME = "metrics.jsonl", "metrics.png", "references.json"
+PLOT_INTERVAL_S = 30.0  # between drawings of metrics.png at saves (evaluations and the last step always draw)
 TENSORBOARD_DIR = "tensorboard"
 
 
@@ -41,6 +42,7 @@ class MetricsLog:
         self._window = _Window()
         self._events = None  # the SummaryWriter, made at the first record
         self._purge_step: int | None = None
+        self._plotted_at = -math.inf  # time.monotonic() of the last plot
 
     def restart_at(self, step: int) -> None:
         """Keep the records up to `step`: what a crashed run logged after its last checkpoint is redone."""
@@ -79,9 +81,12 @@ class MetricsLog:
                 self._events.add_scalar(key, value, record["step"])
         self._events.flush()  # records are few (one per logging interval): each is on disk as in metrics.jsonl
 
-    def plot(self) -> None:
-        if self.writes:
+    def plot(self, *, now: bool = True) -> None:
+        """Redraw metrics.png; with now=False only if the last drawing is PLOT_INTERVAL_S old. A drawing takes
+        ~0.4 s, so a run saving every few steps would otherwise spend nearly half its time plotting."""
+        if self.writes and (now or time.monotonic() - self._plotted_at >= PLOT_INTERVAL_S):
             plot_metrics(self.path, self.path.with_name(PLOT_NAME))
+            self._plotted_at = time.monotonic()
 
 
 class _Window:
