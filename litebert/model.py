@@ -13,6 +13,7 @@ checkpoint loads with `load_state_dict`, and every litebert checkpoint loads in 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -169,11 +170,17 @@ class Unpadded:
     index: torch.Tensor  # (N,) the real tokens' positions in the flattened (B*T,) batch, row by row
     cu_seqlens: torch.Tensor  # (B + 1,) int32: sequence b is rows cu_seqlens[b]:cu_seqlens[b + 1]
     max_len: int  # the longest sequence's real tokens
-    attn_mask: torch.Tensor  # (B, 1, 1, T) additive padding mask, for the re-padded fallback
+    real: torch.Tensor  # (B, T) bool: which positions hold real tokens
+    dtype: torch.dtype  # of the additive mask
+
+    @functools.cached_property
+    def attn_mask(self) -> torch.Tensor:
+        """(B, 1, 1, T) additive padding mask: built once, and only where the re-padded fallback runs."""
+        return additive_mask(self.real, self.dtype)
 
     def pad(self, rows: torch.Tensor) -> torch.Tensor:
         """(N, ...) -> (B, T, ...), zeros at padding."""
-        B, T = self.attn_mask.shape[0], self.attn_mask.shape[-1]
+        B, T = self.real.shape
         return rows.new_zeros(B * T, *rows.shape[1:]).index_copy(0, self.index, rows).view(B, T, *rows.shape[1:])
 
 
@@ -191,8 +198,7 @@ def unpad(attention_mask: torch.Tensor, output_positions: torch.Tensor | None, d
     if n == B * T or not usable:
         return None
     cu_seqlens = F.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)
-    return Unpadded(real.flatten().nonzero_static(size=n).squeeze(1), cu_seqlens, longest,
-                    additive_mask(attention_mask, dtype))
+    return Unpadded(real.flatten().nonzero_static(size=n).squeeze(1), cu_seqlens, longest, real, dtype)
 
 
 def unpadded_attention(qkv: torch.Tensor, unpadded: Unpadded, query_rows: torch.Tensor | None,
@@ -470,7 +476,7 @@ class AlbertModel(PretrainedMixin, nn.Module):
         B, T = attention_mask.shape
         rows = None
         if output_positions is not None:  # each output position's row among the N real tokens
-            row_of = attention_mask.flatten().ne(0).cumsum(0) - 1  # (B*T,)
+            row_of = unpadded.real.flatten().cumsum(0) - 1  # (B*T,)
             rows = row_of[(output_positions + torch.arange(B, device=x.device)[:, None] * T).flatten()]  # (B*Tq,)
         h = self.encoder(x.flatten(0, 1)[unpadded.index], unpadded, rows)  # (N, E) -> (N or B*Tq, H)
         return unpadded.pad(h) if rows is None else h.view(B, -1, h.shape[-1])
