@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 from collections.abc import Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,10 +28,17 @@ from litebert.errors import ConfigError
 from litebert.runtime.gemm import dense, eager_fp32_on_cpu, linear
 from litebert.weights import PretrainedMixin
 
-try:  # variable-length flash attention (torch >= 2.9), for the padding-free encoder on CUDA in bf16/fp16
-    from torch.nn.attention.varlen import varlen_attn
-except ImportError:
-    varlen_attn = None
+
+@functools.cache
+def varlen_attention():
+    """torch's variable-length flash attention (torch >= 2.9), for the padding-free encoder on CUDA in bf16/fp16,
+    or None where this torch lacks it. Imported at its first use: the import loads torch._dynamo, about 3 s that
+    every process reading a model (`litebert finetune --help` included) would otherwise pay."""
+    try:
+        return importlib.import_module("torch.nn.attention.varlen").varlen_attn
+    except ImportError:
+        return None
+
 
 SQRT_2_OVER_PI = 0.7978845608028654
 
@@ -209,7 +217,8 @@ def unpadded_attention(qkv: torch.Tensor, unpadded: Unpadded, query_rows: torch.
     Returns (N or B*Tq, nh, hs)."""
     B = unpadded.cu_seqlens.numel() - 1
     Tq = None if query_rows is None else query_rows.numel() // B
-    if varlen_attn is not None and qkv.is_cuda and qkv.dtype in (torch.float16, torch.bfloat16) and dropout_p == 0:
+    varlen_attn = varlen_attention() if qkv.is_cuda and qkv.dtype in (torch.float16, torch.bfloat16) else None
+    if varlen_attn is not None and dropout_p == 0:
         q, k, v = qkv.unbind(1)  # (N, nh, hs) each
         if query_rows is None:
             return varlen_attn(q, k, v, unpadded.cu_seqlens, unpadded.cu_seqlens, unpadded.max_len,
