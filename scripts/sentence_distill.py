@@ -131,8 +131,8 @@ def main() -> None:
     p.add_argument("--out", default="out/sentence")
     p.add_argument("--vocab-size", type=int, default=16000)
     p.add_argument("--init", choices=("teacher", "random", "mlm"), default="teacher")
-    p.add_argument("--pretrain-steps", type=int, default=3000, help="--init mlm: MLM + SOP steps (LAMB)")
-    p.add_argument("--pretrain-lr", type=float, default=5e-3, help="--init mlm: LAMB's learning rate")
+    p.add_argument("--pretrain-steps", type=int, default=800, help="--init mlm: MLM + SOP steps (LAMB)")
+    p.add_argument("--pretrain-lr", type=float, default=1e-2, help="--init mlm: LAMB's learning rate")
     p.add_argument("--pretrain-batch-size", type=int, default=64, help="--init mlm: 128-token pairs per step")
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--layers", type=int, default=4)
@@ -281,6 +281,7 @@ def pretrain_student(a, tokenizer_dir: str, shapes: dict):
                              resume=True),
                  dict(shapes))
     held = {k: v for k, v in s.items() if isinstance(v, (int, float))}
+    held["held_out"] = s.get("final", {})  # MLM and SOP accuracy on the held-out pairs at the last step
     return AlbertModel.from_pretrained(s["checkpoint"]), held
 
 
