@@ -11,6 +11,7 @@ import errno
 import glob
 import json
 import os
+import re
 import shutil
 import socket
 from collections.abc import Callable, Collection, Iterator
@@ -182,22 +183,38 @@ def _hold(f: IO) -> None:
 
 
 def _remove_dead_stages(parent: Path, stage: str) -> None:
-    """Stages `stage`PID that a kill left (no handler ran), cleared by the next writer of the same file: those
-    of processes this host does not run whose lock is free. Both, because hosts (or containers) that share a
-    name and a filesystem but not their processes would otherwise take each other's live stages. POSIX only."""
-    if os.name != "posix":
-        return
-    import fcntl
+    """Stages `stage`PID that a kill left (no handler ran), cleared by the next writer of the same file."""
     for stale in parent.glob(glob.escape(stage) + "*"):
-        pid = stale.name[len(stage):]
-        if not pid.isdigit() or _running(int(pid)):
-            continue
-        try:
-            with open(stale, "rb") as f:
-                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # held: its writer lives elsewhere
-                stale.unlink(missing_ok=True)
-        except OSError:
-            continue
+        _remove_if_dead(stale, stale.name[len(stage):])
+
+
+def remove_dead_stages(directory: str | os.PathLike) -> list[Path]:
+    """Every file stage a kill left in `directory`, whatever file it was for: a run killed while writing a file
+    it never writes again (its last plot, say) is cleared here, when the run is resumed, not by a next writer.
+    Returns those removed."""
+    own_host = re.compile(r"\.tmp-.+\." + re.escape(socket.gethostname()) + r"\.(\d+)")
+    removed = []
+    for stale in Path(directory).glob(".tmp-*"):
+        match = own_host.fullmatch(stale.name)
+        if match and stale.is_file() and _remove_if_dead(stale, match.group(1)):
+            removed.append(stale)
+    return removed
+
+
+def _remove_if_dead(stale: Path, pid: str) -> bool:
+    """Remove the stage `stale` if its writer is dead: a process this host does not run whose lock is free.
+    Both, because hosts (or containers) that share a name and a filesystem but not their processes would
+    otherwise take each other's live stages. POSIX only."""
+    if os.name != "posix" or not pid.isdigit() or _running(int(pid)):
+        return False
+    import fcntl
+    try:
+        with open(stale, "rb") as f:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # held: its writer lives elsewhere
+            stale.unlink(missing_ok=True)
+    except OSError:
+        return False
+    return True
 
 
 def _running(pid: int) -> bool:

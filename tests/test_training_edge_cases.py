@@ -2,6 +2,11 @@
 forgetting its best score, an evaluation failing before the final save, bad batch sizes and decay powers, a
 tokenizer larger than the model, and a model given as a Hub id. All tiny and offline."""
 
+import os
+import socket
+import subprocess
+import sys
+
 import pytest
 import torch
 from paths import SHARED_DATA
@@ -84,6 +89,20 @@ def test_a_kill_between_the_renames_gets_the_old_directory_back(tmp_path):
     (tmp_path / "best").rename(tmp_path / ".trash-best")  # as if killed right after the first rename
     ckpt.remove_partial(tmp_path)
     assert (tmp_path / "best" / "w").read_text() == "old"
+
+
+def test_resuming_clears_file_stages_of_killed_writers(tmp_path):
+    """A run killed while drawing its last plot is resumed with nothing left to do, so no next writer of
+    metrics.png would clear the stage: the resume does, and leaves a live writer's stage alone."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stage = f".tmp-metrics.png.{socket.gethostname()}."
+    (tmp_path / f"{stage}{dead.pid}").write_bytes(b"half a png")
+    (tmp_path / f"{stage}{os.getppid()}").write_bytes(b"being written")
+    (tmp_path / f".tmp-notes.{dead.pid}").write_text("not a stage of this host's form: kept")
+    removed = ckpt.remove_partial(tmp_path)
+    assert [p.name for p in removed] == [f"{stage}{dead.pid}"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([f"{stage}{os.getppid()}", f".tmp-notes.{dead.pid}"])
 
 
 def test_the_last_step_is_saved_before_its_evaluation_can_fail(tmp_path):

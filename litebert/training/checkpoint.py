@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from litebert.errors import CheckpointError
-from litebert.files import write_dir_atomically, write_json
+from litebert.files import remove_dead_stages, write_dir_atomically, write_json
 from litebert.text.transformers_files import SPIECE_FILE, match_model_max_length
 from litebert.training import prerelease
 from litebert.weights import read_state_dict
@@ -98,8 +98,9 @@ def save_checkpoint(out_dir: str | os.PathLike, step: int, model: nn.Module, tra
 
 
 def remove_partial(out_dir: str | os.PathLike) -> list[Path]:
-    """Delete what crashed saves left behind (.tmp-/.trash- dirs, step dirs without the marker), after putting
-    back a `.trash-<name>` whose replacement never arrived (a kill between `write_dir_atomically`'s renames)."""
+    """Delete what crashed saves left behind (.tmp-/.trash- dirs, step dirs without the marker, file stages of
+    dead writers), after putting back a `.trash-<name>` whose replacement never arrived (a kill between
+    `write_dir_atomically`'s renames)."""
     out = Path(out_dir)
     removed = []
     if out.is_dir():
@@ -113,6 +114,7 @@ def remove_partial(out_dir: str | os.PathLike) -> list[Path]:
             if child.is_dir() and (partial or unmarked):
                 shutil.rmtree(child)
                 removed.append(child)
+        removed += remove_dead_stages(out)
     return removed
 
 
