@@ -12,7 +12,8 @@ One run, every figure beside the others (docs/sentence.md):
      teacher's layers under random piece embeddings;
   4. S-ALBERT on the bundled paraphrase pairs alone (bible_paraphrase, in-batch negatives);
   5. the student distilled from the teacher (`litebert embed --distill`) on monolingual spans of the bundled
-     corpora plus KJV/WEB parallel verses;
+     corpora plus KJV/WEB parallel verses; with --in-domain-text, every span of Lee's background corpus too (300
+     unlabelled news documents of the source of Lee's 50, none of them; no similarity judgments);
   6. silver pairs (augmented SBERT): a cross-encoder (`litebert finetune --regression` on bible_paraphrase,
      from the student's start) labels pairs sampled from the bundled text (half nearest neighbours by the
      distilled student, half random); the distilled student then trains (cosine objective) on gold
@@ -119,6 +120,24 @@ def student_from_teacher(teacher: str, tok, max_positions: int, transfer_embeddi
     return model
 
 
+def in_domain_text_file(a, seed: int) -> str:
+    """The distillation text with Lee's background corpus added: the same sample of bundled spans as without it,
+    then every background span --in-domain-repeats times, one text per line and a blank line after each (one
+    document of one "sentence" each, so --distill-span 1 reads the texts back as they are)."""
+    from litebert.corpus.documents import split_sentences
+    from litebert.files import write_text_atomically
+    from litebert.sentences.distill import monolingual_texts
+    from litebert.sentences.sts import lee_background
+
+    background = os.path.join(a.out, "lee_background.txt")
+    write_text_atomically(background, "".join("\n".join(split_sentences(doc)) + "\n\n" for doc in lee_background()))
+    texts = monolingual_texts(TEXT, 4, seed, a.distill_texts)
+    texts += monolingual_texts([background], 4, seed, None) * a.in_domain_repeats
+    path = os.path.join(a.out, "distill_text.txt")
+    write_text_atomically(path, "".join(t + "\n\n" for t in texts))
+    return path
+
+
 def lee(model_dir: str, max_length: int = 128) -> dict:
     from litebert.sentences.sts import read_benchmark, score_models
 
@@ -141,6 +160,9 @@ def main() -> None:
     p.add_argument("--distill-texts", type=int, default=4000, help="monolingual spans of 1-4 sentences")
     p.add_argument("--distill-pairs", type=int, default=800, help="KJV/WEB parallel verses")
     p.add_argument("--distill-steps", type=int, default=120)
+    p.add_argument("--in-domain-text", action="store_true",
+                   help="add every span of Lee's background corpus (unlabelled news) to the distillation text")
+    p.add_argument("--in-domain-repeats", type=int, default=3, help="times each in-domain span is an item")
     p.add_argument("--salbert-steps", type=int, default=60)
     p.add_argument("--cross-steps", type=int, default=40)
     p.add_argument("--silver-pairs", type=int, default=400)
@@ -221,8 +243,10 @@ def main() -> None:
         with open(parallel, "w", encoding="utf-8") as f:
             f.writelines(json.dumps({"sentence1": r["sentence1"], "sentence2": r["sentence2"]}) + "\n" for r in rows)
         cfg = SentenceConfig(model=start, eval="gensim:lee", max_length=a.max_length)
-        dcfg = DistillConfig(distill=teacher, distill_text=TEXT, distill_pairs=[parallel], distill_span=4,
-                             max_distill_texts=a.distill_texts, teacher_max_length=a.max_length)
+        text = dict(distill_text=TEXT, distill_span=4, max_distill_texts=a.distill_texts)
+        if a.in_domain_text:
+            text = dict(distill_text=[in_domain_text_file(a, TrainConfig.seed)], distill_span=1, max_distill_texts=None)
+        dcfg = DistillConfig(distill=teacher, distill_pairs=[parallel], teacher_max_length=a.max_length, **text)
         s = train_distilled(cfg, dcfg, TrainConfig(lr=a.lr, max_steps=a.distill_steps,
                                                    warmup_steps=a.distill_steps // 20,
                                                    eval_every=max(a.distill_steps // 5, 1),

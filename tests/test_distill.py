@@ -15,6 +15,7 @@ import torch
 
 from litebert.cli import main as litebert_main
 from litebert.config import AlbertConfig
+from litebert.corpus.documents import split_sentences
 from litebert.corpus.tokenizer_training import train_tokenizer
 from litebert.embed import SentenceConfig
 from litebert.model import AlbertModel
@@ -28,7 +29,15 @@ from litebert.sentences.distill import (
     student_vectors,
     train_distilled,
 )
-from litebert.sentences.sts import lee_pairs, pair_metrics, pair_scores, read_benchmark, score_models, word_pairs
+from litebert.sentences.sts import (
+    lee_background,
+    lee_pairs,
+    pair_metrics,
+    pair_scores,
+    read_benchmark,
+    score_models,
+    word_pairs,
+)
 from litebert.tokenizer import Tokenizer
 from litebert.training.train_config import TrainConfig
 
@@ -261,6 +270,12 @@ def test_lee_wordsim_and_simlex_read_from_the_gensim_wheel():
     assert len(read_benchmark("gensim:wordsim353")[0]) == 353 and len(read_benchmark("gensim:simlex999")[0]) == 999
     with pytest.raises(ValueError, match="unknown benchmark"):
         read_benchmark("gensim:nope")
+    # the unlabelled in-domain text: 300 news documents, none of them one of Lee's 50 nor sharing a sentence
+    background = lee_background()
+    lee_documents = {p[0] for p in pairs} | {p[1] for p in pairs}
+    assert len(background) == 300 and not set(background) & lee_documents
+    lee_sentences = {s for doc in lee_documents for s in split_sentences(doc) if len(s) > 40}
+    assert not {s for doc in background for s in split_sentences(doc)} & lee_sentences
 
 
 def test_silver_pairs_are_sampled_labelled_by_a_regression_cross_encoder_and_train_the_bi_encoder(student, text_file,

@@ -53,6 +53,14 @@ def read_benchmark(name: str) -> tuple[list[tuple[str, str]], list[float]]:
     return word_pairs(os.path.join(root, "wordsim353.tsv" if which == "wordsim353" else "simlex999.txt"))
 
 
+def lee_background() -> list[str]:
+    """The 300 documents of Lee's background corpus: news of the same source and time as Lee's 50 (none of them),
+    without similarity judgments, the unlabelled in-domain text gensim's own tutorials train on before scoring
+    on Lee. One string per document."""
+    with open(os.path.join(gensim_test_data(), "lee_background.cor"), encoding="latin-1") as f:
+        return [line.strip() for line in f if line.strip()]
+
+
 def lee_pairs(corpus: str, similarities: str) -> tuple[list[tuple[str, str]], list[float]]:
     """Every pair i < j of Lee's documents with its averaged human similarity (the matrix's upper triangle)."""
     with open(corpus, encoding="latin-1") as f:  # the file is Latin-1 (its pound signs are byte 0xA3)
