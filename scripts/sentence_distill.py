@@ -138,6 +138,23 @@ def in_domain_text_file(a, seed: int) -> str:
     return path
 
 
+def sentence_transformers_check(model_dir: str) -> dict:
+    """The distilled directory read by sentence-transformers: its vectors of Lee's 50 documents against
+    litebert's, at the directory's own max_seq_length."""
+    import numpy as np
+    from sentence_transformers import SentenceTransformer
+
+    from litebert.sentences.directories import load_sentence_model
+    from litebert.sentences.sts import read_benchmark
+
+    pairs, _ = read_benchmark("gensim:lee")
+    documents = list(dict.fromkeys(text for pair in pairs for text in pair))
+    theirs = SentenceTransformer(model_dir, device="cpu").encode(documents)
+    ours = load_sentence_model(model_dir).encode(documents)
+    return {"documents": len(documents), "dimensions": int(ours.shape[1]),
+            "max_abs_difference": float(np.abs(ours - theirs).max())}
+
+
 def lee(model_dir: str, max_length: int = 128) -> dict:
     from litebert.sentences.sts import read_benchmark, score_models
 
@@ -257,6 +274,7 @@ def main() -> None:
                 "checkpoint": s["checkpoint"]}
 
     distilled = stage(a.out, "distilled", distill)
+    loads = stage(a.out, "sentence_transformers_check", lambda: sentence_transformers_check(distilled["checkpoint"]))
     silver = run_silver(a, start, distilled["checkpoint"], train_kw) if a.silver_steps else {}
 
     best_teacher = max(teacher_128["spearman"], teacher_256["spearman"])
@@ -277,7 +295,7 @@ def main() -> None:
                    "margin_over_salbert": spearman - salbert_result["lee"]["spearman"],
                    "margins_at_least_0.1": spearman - max(untrained["spearman"],
                                                           salbert_result["lee"]["spearman"]) >= 0.1},
-        "silver": silver, "stages": {k: v for k, v in (("distill", distilled), ("salbert", salbert_result))},
+        "sentence_transformers": loads, "silver": silver, "stages": {k: v for k, v in (("distill", distilled), ("salbert", salbert_result))},
         "total_minutes_this_call": round((time.time() - t_start) / 60, 1), "threads": a.threads,
     }
     from litebert.files import write_json
