@@ -106,11 +106,15 @@ def text_file(tmp_path_factory):
 
 
 @needs_st
-def test_reader_equals_sentence_transformers_on_a_tiny_teacher(teacher):
+def test_reader_equals_sentence_transformers_on_a_tiny_teacher(teacher, capfd):
     from sentence_transformers import SentenceTransformer
+    from transformers.utils import logging as hf_logging
 
     theirs = SentenceTransformer(str(teacher), device="cpu").encode(SENTENCES)
+    capfd.readouterr()
     ours = load_sentence_model(teacher)
+    assert "Loading weights" not in capfd.readouterr().err  # transformers' bar, drawn even into log files
+    assert hf_logging.is_progress_bar_enabled()  # and left as it was found
     assert ours.dimension == 16 and ours.max_length == 32 and ours.normalize
     np.testing.assert_allclose(ours.encode(SENTENCES, batch_size=2), theirs, atol=1e-5, rtol=0)
     np.testing.assert_allclose(np.linalg.norm(theirs, axis=1), 1.0, atol=1e-5)

@@ -22,9 +22,10 @@ types (a CNN, an LSTM, max pooling) are refused by name rather than approximated
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -159,6 +160,21 @@ class _HFTokenizer:
                               return_tensors="pt")
 
 
+@contextlib.contextmanager
+def _no_loading_bar() -> Iterator[None]:
+    """transformers 5 draws a "Loading weights" bar for a fraction of a second, into log files too (it does not
+    look for a terminal): off while a teacher or plain encoder is read."""
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
+
+
 class _HFEncoder(nn.Module):
     """transformers' AutoModel with the signature litebert.sentence.embed calls: (input_ids, attention_mask)."""
 
@@ -208,7 +224,8 @@ def load_sentence_model(path: str | os.PathLike, pooling: str | None = None,
             from transformers import AutoModel, AutoTokenizer
         except ImportError:
             raise ConfigError("reading a transformers model needs transformers: pip install 'litebert[hf]'") from None
-        encoder = _HFEncoder(AutoModel.from_pretrained(root, local_files_only=True))
+        with _no_loading_bar():
+            encoder = _HFEncoder(AutoModel.from_pretrained(root, local_files_only=True))
         tokenizer = _HFTokenizer(AutoTokenizer.from_pretrained(root, local_files_only=True),
                                  bool(settings.get("do_lower_case")))
         length = max_length or settings.get("max_seq_length") or 128
