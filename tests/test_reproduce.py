@@ -50,7 +50,7 @@ def run(out, experiment, data_dir, *extra, steps=2):
 EIGHT_ROWS = {"embedding", "sharing"}
 
 
-def run_verb_in_process(verb, args, log_path, nproc=1):
+def run_verb_in_process(verb, args, log_path, nproc=1, progress=None):
     """R.run_verb by `litebert VERB` in this process rather than a child: the same verb and recipe without a
     child's start (importing torch, then torch._dynamo for the optimizer: 4-5 s a row here)."""
     assert nproc == 1
@@ -398,6 +398,26 @@ def test_a_row_says_where_it_is_while_it_runs(tmp_path, monkeypatch, capsys):
     R.run_verb("pretrain", [], str(tmp_path / "row" / "pretrain.log"))
     beats = [line for line in capsys.readouterr().out.splitlines() if "pretrain, " in line]
     assert len(beats) >= 2 and all(line.endswith("step 5/10 loss 3.2") for line in beats[1:])
+
+
+def test_a_training_row_says_its_step_and_the_time_left(tmp_path, monkeypatch, capsys):
+    """With the child's run directory the heartbeat reads its metrics log: the step reached, of how many, and
+    the time left at the pace seen so far (the child logs nothing else while it trains)."""
+    monkeypatch.setattr(R, "HEARTBEAT_SECONDS", 0.3)
+    run_dir = tmp_path / "row" / "pretrain"
+    run_dir.mkdir(parents=True)
+    child = ("import json, sys, time\n"
+             "for step in range(10, 210, 10):\n"
+             "    with open(sys.argv[-1], 'a') as f: f.write(json.dumps({'step': step, 'loss': 1.0}) + '\\n')\n"
+             "    time.sleep(0.1)\n")
+    monkeypatch.setattr(R, "VERB_COMMAND", [sys.executable, "-c", child])
+    R.run_verb("pretrain", [str(run_dir / "metrics.jsonl")], str(tmp_path / "row" / "pretrain.log"),
+               progress=(str(run_dir), 1000))
+    beats = [line for line in capsys.readouterr().out.splitlines() if "pretrain, " in line and " of 1000" in line]
+    assert len(beats) >= 2, beats  # (a beat before the child's first step shows its log's last line instead)
+    first, later = re.search(r"step (\d+) of 1000$", beats[0]), re.search(r"step (\d+) of 1000, ~(.+) left$", beats[-1])
+    assert first and later and int(later.group(1)) > int(first.group(1)), beats
+    assert later.group(2).endswith((" s", " min"))  # ~(1000 - step) steps at ~100 steps a second
 
 
 @pytest.mark.slow

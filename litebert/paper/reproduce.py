@@ -117,11 +117,12 @@ def verb_command(nproc: int) -> list[str]:
             *VERB_COMMAND[1:]]
 
 
-def run_verb(verb: str, args: list[str], log_path: str, nproc: int = 1) -> None:
+def run_verb(verb: str, args: list[str], log_path: str, nproc: int = 1,
+             progress: tuple[str, int] | None = None) -> None:
     """`litebert VERB ARGS` in a child process (`nproc` of them under torchrun), its output in `log_path`; a
-    failure names the log."""
+    failure names the log. `progress`: the child's run directory and its last step, for the heartbeat."""
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
-    started = time.time()
+    started, seen = time.time(), []
     with open(log_path, "a") as log:
         child = subprocess.Popen(verb_command(nproc) + [verb, *args], stdout=log, stderr=subprocess.STDOUT)
         try:
@@ -130,7 +131,9 @@ def run_verb(verb: str, args: list[str], log_path: str, nproc: int = 1) -> None:
                     code = child.wait(timeout=HEARTBEAT_SECONDS)
                     break
                 except subprocess.TimeoutExpired:
-                    print(f"      {verb}, {_minutes(time.time() - started)} in: {_last_line(log_path)}", flush=True)
+                    where = _steps_and_time_left(progress, seen) if progress else None
+                    print(f"      {verb}, {_minutes(time.time() - started)} in: {where or _last_line(log_path)}",
+                          flush=True)
         except BaseException:
             child.kill()
             child.wait()
@@ -147,6 +150,19 @@ HEARTBEAT_SECONDS = 60.0
 def _last_line(log_path: str) -> str:
     with open(log_path, errors="replace") as f:
         return ([line.strip() for line in f if line.strip()] or ["(no output)"])[-1][:200]
+
+
+def _steps_and_time_left(progress: tuple[str, int], seen: list[tuple[float, int]]) -> str | None:
+    """The step the run's metrics log has reached, of how many, and the time left at the pace since the first
+    heartbeat that saw a step (a resumed run starts at its checkpoint's step); None before the first step."""
+    run_dir, last_step = progress
+    steps = [r["step"] for r in read_metrics(os.path.join(run_dir, METRICS_NAME)) if "loss" in r]
+    if not steps:
+        return None
+    seen.append((time.time(), steps[-1]))
+    (t0, step0), (t1, step1) = seen[0], seen[-1]
+    left = f", ~{_minutes((last_step - step1) * (t1 - t0) / (step1 - step0))} left" if step1 > step0 else ""
+    return f"step {step1} of {last_step}{left}"
 
 
 def seconds_per_step(grid: Grid, row: Row, probe_steps: int = 8) -> float:
@@ -208,7 +224,8 @@ def run_row(grid: Grid, row: Row, seed: int, steps: int) -> dict[str, Any]:
                               row_recipe(grid, row, seed, steps, grid.data.vocab_size(), pre_dir, init_from),
                               f"# {grid.exp.table}, row {row.name!r}, seed {seed} (litebert reproduce "
                               f"{grid.exp.name}, scale {grid.scale.name})\n")
-        run_verb("pretrain", ["--config", recipe], os.path.join(d, "pretrain.log"), grid.cfg.nproc_per_node)
+        run_verb("pretrain", ["--config", recipe], os.path.join(d, "pretrain.log"), grid.cfg.nproc_per_node,
+                 progress=(pre_dir, steps))
         summary = read_json(os.path.join(pre_dir, "summary.json"))
     final = summary["final"]
     result: dict[str, Any] = {
@@ -280,7 +297,7 @@ def downstream(grid: Grid, checkpoint: str, row_dir: str, seed: int) -> dict[str
                 recipe = write_recipe(os.path.join(row_dir, f"{name}.toml"),
                                       finetune_recipe(grid, checkpoint, task, ft_dir, ft_seed), "")
                 run_verb("finetune", ["--config", recipe], os.path.join(row_dir, f"{name}.log"),
-                         grid.cfg.nproc_per_node)
+                         grid.cfg.nproc_per_node, progress=(ft_dir, grid.scale.finetune["max_steps"]))
                 summary = read_json(os.path.join(ft_dir, "summary.json"))
             metric = summary["primary_metric"]
             baseline = summary.get("baseline") or {}
