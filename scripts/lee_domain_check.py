@@ -32,6 +32,7 @@ def main() -> None:
     import numpy as np
     import torch
 
+    from litebert.runconfig import load_toml
     from litebert.sentences.distill import distill_items
     from litebert.sentences.sts import pair_metrics, read_benchmark, read_scored_pairs
     from litebert.tokenizer import Tokenizer
@@ -41,8 +42,7 @@ def main() -> None:
     from sentence_distill import TEXT
 
     torch.manual_seed(0)
-    with open(os.path.join(a.out, "distill", "train_config.toml"), encoding="utf-8") as f:
-        seed = next((int(line.split("=")[1]) for line in f if line.startswith("seed ")), TrainConfig.seed)
+    seed = load_toml(os.path.join(a.out, "distill", "train_config.toml"))["train"].get("seed", TrainConfig.seed)
     in_domain = os.path.isfile(os.path.join(a.out, "distill_text.txt"))
     cfg = argparse.Namespace(distill_text=[os.path.join(a.out, "distill_text.txt")] if in_domain else TEXT,
                              distill_span=1 if in_domain else 4,

@@ -57,14 +57,18 @@ def lee_background() -> list[str]:
     """The 300 documents of Lee's background corpus: news of the same source and time as Lee's 50 (none of them),
     without similarity judgments, the unlabelled in-domain text gensim's own tutorials train on before scoring
     on Lee. One string per document."""
-    with open(os.path.join(gensim_test_data(), "lee_background.cor"), encoding="latin-1") as f:
+    return _lee_documents(os.path.join(gensim_test_data(), "lee_background.cor"))
+
+
+def _lee_documents(path: str) -> list[str]:
+    """A Lee corpus file: one document per line, Latin-1 (lee.cor's pound signs are byte 0xA3)."""
+    with open(path, encoding="latin-1") as f:
         return [line.strip() for line in f if line.strip()]
 
 
 def lee_pairs(corpus: str, similarities: str) -> tuple[list[tuple[str, str]], list[float]]:
     """Every pair i < j of Lee's documents with its averaged human similarity (the matrix's upper triangle)."""
-    with open(corpus, encoding="latin-1") as f:  # the file is Latin-1 (its pound signs are byte 0xA3)
-        documents = [line.strip() for line in f if line.strip()]
+    documents = _lee_documents(corpus)
     matrix = np.loadtxt(similarities)
     if matrix.shape != (len(documents), len(documents)):
         raise DataError(f"{similarities}: a {matrix.shape} matrix for {len(documents)} documents in {corpus}")
