@@ -435,6 +435,22 @@ def test_training_data_that_cannot_be_learned_from_is_refused_before_training(ro
     assert words in line and not out.exists()
 
 
+def test_a_slice_of_the_training_file_missing_a_named_class_is_refused_as_such(model_dir, capsys, tmp_path):
+    """SST-2 names its classes "0" and "1"; --max-train-examples 4 of a file whose first rows are all "0" has
+    no "1" to learn: the error says so (not that the class's texts are blank)."""
+    data = tmp_path / "SST-2"
+    data.mkdir()
+    rows = [("the sea was calm", "0")] * 4 + [("the sky was blue", "1")] * 4
+    for split in ("train", "dev"):
+        (data / f"{split}.tsv").write_text("sentence\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in rows))
+    out = tmp_path / "run"
+    line = one_line(["finetune", "--model", str(model_dir), "--task", "SST-2", "--data-dir", str(data),
+                     "--max-train-examples", "4", "--max-length", "32", "--max-steps", "2", "--out-dir", str(out),
+                     "--no-progress"], capsys)
+    assert "class(es) ['1'] of task SST-2 have no example among the 4 training examples read" in line
+    assert not out.exists()
+
+
 def test_a_training_label_outside_a_fixed_label_set_is_refused_naming_it_and_the_file(model_dir, capsys, tmp_path):
     """SST-2's labels are "0" and "1": a 3 in its training file is a typo to fix, not a third class (nor a row
     to drop without a word)."""

@@ -21,8 +21,9 @@ from litebert.config import AlbertConfig
 from litebert.errors import ConfigError
 from litebert.paper import reproduce as R
 from litebert.paper import stats
-from litebert.paper.experiments import DATA, EXPERIMENTS, SCALES, Claim, scale_model
+from litebert.paper.experiments import DATA, EXPERIMENTS, SCALES, Claim, scale_model, split_task
 from litebert.paper.grid import slug
+from litebert.paper.recipes import finetune_recipe
 from litebert.paper.report import judge
 
 DEMO_CORPUS = str(DATA) + "/demo_corpus.txt.gz"
@@ -105,8 +106,12 @@ def test_every_experiment_runs_end_to_end_at_the_tiny_scale(experiment, data_dir
         assert set(state["steps"]) == {"BERT-large", "ALBERT-xxlarge"} and state["seconds_per_step"]
     if experiment == "data":
         runs = results["rows"]["with additional data"]["runs"]["12345"]
-        assert set(runs["downstream"]) == {"novel_authorship"} and 0 <= runs["avg"] <= 1
-        assert "downstream avg" in report
+        assert set(runs["downstream"]) == {"novel_authorship", "novel_authorship@16"} and 0 <= runs["avg"] <= 1
+        assert "downstream avg" in report and "NAME@N: on its first N training examples" in report
+        row = tmp_path / "rows" / "with_additional_data" / "seed12345"
+        few = json.loads((row / "finetune_novel_authorship_16" / "summary.json").read_text())
+        assert few["examples"]["train"] == 16  # the suite's few-label task
+        assert json.loads((row / "finetune_novel_authorship" / "summary.json").read_text())["examples"]["train"] == 32
 
 
 # The rows' child processes run `litebert` through this: it writes down each training step it starts (row, step)
@@ -388,6 +393,29 @@ def test_set_derives_heads_ffn_and_a_tied_embedding_or_refuses():
     by_name = {r.name: r for r in layers.rows}  # a layer count keeps each row's sharing: one group per layer
     assert scale_model(layers, by_name["E=128 not-shared"], cpu, 8000, {"num_hidden_layers": 6})["num_hidden_groups"] == 6
     assert scale_model(layers, by_name["E=128 all-shared"], cpu, 8000, {"num_hidden_layers": 6})["num_hidden_groups"] == 1
+
+
+def test_a_suite_names_its_tasks_and_their_label_counts_or_is_refused(tmp_path):
+    """`name@N` fine-tunes on the task's first N training examples; a task the project does not bundle, or a
+    count that is not one, is refused when the grid is made, before any row runs."""
+    assert split_task("novel_authorship@539") == ("novel_authorship", 539) and split_task("x") == ("x", None)
+    for bad in ("novel_authorship@0", "novel_authorship@ten"):
+        with pytest.raises(ConfigError, match="NAME@N"):
+            split_task(bad)
+    grid = R.make_grid(R.ReproduceConfig(experiment=["data"], out=str(tmp_path)))
+    assert grid.scale.finetune["tasks"] == ("novel_authorship", "novel_authorship@539") and grid.finetune_seed_count == 2
+    recipe = finetune_recipe(grid, "ckpt", "novel_authorship@539", "ft", 1)["finetune"]
+    assert (recipe["task"], recipe["max_train_examples"]) == ("novel_authorship", 539)
+    assert "max_train_examples" not in finetune_recipe(grid, "ckpt", "novel_authorship", "ft", 1)["finetune"]
+    with pytest.raises(ConfigError, match="no bundled task 'novel_author'"):
+        R.make_grid(R.ReproduceConfig(experiment=["data"], out=str(tmp_path), set=["finetune.tasks=novel_author@5"]))
+    one = R.make_grid(R.ReproduceConfig(experiment=["data"], out=str(tmp_path), set=["finetune.tasks=novel_characters"]))
+    assert one.scale.finetune["tasks"] == ("novel_characters",)  # a bare word is one task, not its letters
+    R.reproduce(R.ReproduceConfig(experiment=["data"], out=str(tmp_path / "paper"), scale="paper",
+                                  set=["finetune.tasks=SST-2@670"]))
+    commands = (tmp_path / "paper" / "commands.sh").read_text()
+    assert "--task SST-2 --data-dir $GLUE_DIR/SST-2" in commands and "finetune_SST-2_670 --seed 12345 " \
+        "--max-train-examples 670" in commands
 
 
 def test_a_row_says_where_it_is_while_it_runs(tmp_path, monkeypatch, capsys):

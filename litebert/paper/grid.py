@@ -51,9 +51,10 @@ class ReproduceConfig:
     set: list[str] = field(default_factory=list, metadata={"metavar": "KEY=VALUE", "help": (
         "override any recipe field: model.X (AlbertConfig), train.X (TrainConfig), pretrain.X, "
         "data.X (vocab_size, max_seq_length, dupe_factor, held_out_fraction, max_documents), finetune.X")})
-    finetune_seeds: int = field(default=1, metadata={"range": "[1, inf)", "help": (
+    finetune_seeds: int | None = field(default=None, metadata={"range": "[1, inf)", "help": (
         "fine-tuning runs per pretrained checkpoint and task (seeds --seed onwards, the same for every "
-        "pretraining seed): the report splits each task's spread between pretraining and fine-tuning seeds")})
+        "pretraining seed): the report splits each task's spread between pretraining and fine-tuning seeds "
+        "(default: the scale's, 2 at cpu, else 1)")})
     downstream: bool | None = field(default=None, metadata={"help": (
         "fine-tune every row on the bundled tasks with one fixed recipe (default: on at cpu, off at tiny)")})
     data_dir: str | None = field(default=None, metadata={"metavar": "DIR", "help": (
@@ -157,6 +158,12 @@ def slug(name: str) -> str:
     return re.sub(r"[^\w.+-]+", "_", name.replace("=", "")).strip("_")
 
 
+def finetune_dir_name(task: str) -> str:
+    """A row's fine-tuning directory for one task of the suite (`novel_authorship@539` ->
+    finetune_novel_authorship_539)."""
+    return "finetune_" + slug(task.replace("@", "_"))
+
+
 @dataclass
 class Grid:
     """One experiment at one scale in one directory."""
@@ -171,6 +178,11 @@ class Grid:
     @property
     def seeds(self) -> list[int]:
         return [self.cfg.seed + k for k in range(self.cfg.seeds)]
+
+    @property
+    def finetune_seed_count(self) -> int:
+        """Fine-tuning runs per checkpoint and task: --finetune-seeds, else the scale's."""
+        return self.cfg.finetune_seeds or self.scale.finetune_seeds
 
     def row_dir(self, row: Row, seed: int) -> str:
         return os.path.join(self.out, "rows", slug(row.name), f"seed{seed}")

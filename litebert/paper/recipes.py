@@ -14,8 +14,8 @@ from typing import Any
 
 from litebert.config import AlbertConfig
 from litebert.files import write_text_atomically
-from litebert.paper.experiments import DATA, SOURCE, Row, scale_model
-from litebert.paper.grid import Grid, slug
+from litebert.paper.experiments import DATA, SOURCE, Row, scale_model, split_task
+from litebert.paper.grid import Grid, finetune_dir_name, slug
 from litebert.runconfig import dump_toml
 
 
@@ -51,13 +51,17 @@ def write_recipe(path: str, sections: Mapping[str, Any], header: str) -> str:
 
 
 def finetune_recipe(grid: Grid, checkpoint: str, task: str, out_dir: str, seed: int) -> dict[str, Any]:
-    """[finetune] and [train] of the scale's one downstream recipe for `task`."""
+    """[finetune] and [train] of the scale's one downstream recipe for `task` (a suite's `name@N`: its first N
+    training examples)."""
     recipe = dict(grid.scale.finetune)
     recipe.pop("tasks")
-    cfg = {"model": checkpoint, "task": task, "data_dir": PAPER_TASK_DIRS.get(task, os.path.join(DATA, task))}
+    name, labels = split_task(task)
+    cfg = {"model": checkpoint, "task": name, "data_dir": PAPER_TASK_DIRS.get(name, os.path.join(DATA, name))}
     for key in ("max_length", "max_train_examples", "max_eval_examples"):
         if key in recipe:
             cfg[key] = recipe.pop(key)
+    if labels is not None:
+        cfg["max_train_examples"] = min(labels, cfg.get("max_train_examples", labels))
     train = {**recipe, "out_dir": out_dir, "seed": seed}
     if grid.scale.name != "paper":
         train.update(resume=True, progress=False)
@@ -120,9 +124,12 @@ def write_paper_recipes(grid: Grid) -> list[str]:
         for seed in grid.seeds:
             ckpt = os.path.join(grid.row_dir(row, seed), "pretrain", f"step_{steps}")
             for task in scale.finetune["tasks"]:
-                r = finetune_recipe(grid, ckpt, task, os.path.join(grid.row_dir(row, seed), f"finetune_{task}"), seed)
-                cmds.append(f"litebert finetune --model {q(ckpt)} --task {task} --data-dir {r['finetune']['data_dir']} "
-                            f"--out-dir {q(r['train']['out_dir'])} --seed {seed}")
+                r = finetune_recipe(grid, ckpt, task, os.path.join(grid.row_dir(row, seed), finetune_dir_name(task)),
+                                    seed)
+                f = r["finetune"]
+                cmds.append(f"litebert finetune --model {q(ckpt)} --task {f['task']} --data-dir {f['data_dir']} "
+                            f"--out-dir {q(r['train']['out_dir'])} --seed {seed}"
+                            + (f" --max-train-examples {f['max_train_examples']}" if "max_train_examples" in f else ""))
     cmds += ["", "# 4. the report, from what the runs above left in this directory",
              f"litebert reproduce {grid.exp.name} --scale paper --out {q(out)} --report-only"
              + (f" --seeds {len(grid.seeds)}" if len(grid.seeds) > 1 else "")]
@@ -136,5 +143,5 @@ def finished_elsewhere(grid: Grid, row: Row, seed: int) -> bool:
     d = grid.row_dir(row, seed)
     needed = [os.path.join(d, "pretrain", "summary.json")]
     if downstream_on(grid):
-        needed += [os.path.join(d, f"finetune_{task}", "summary.json") for task in grid.scale.finetune["tasks"]]
+        needed += [os.path.join(d, finetune_dir_name(task), "summary.json") for task in grid.scale.finetune["tasks"]]
     return all(os.path.isfile(p) for p in needed)

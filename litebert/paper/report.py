@@ -217,7 +217,10 @@ def report(grid: Grid, results: Mapping[str, Any], state: Mapping[str, Any], plo
               f"{d['held_out_fraction']:.0%} of documents held out. Scores: held-out MLM accuracy and "
               + "/".join(t_.upper() for t_ in exp.held_out) + " accuracy on pairs cut from the held-out documents"
               + (f"; downstream: best dev score after fine-tuning on {', '.join(scale.finetune['tasks'])} "
-                 f"({scale.finetune.get('max_steps')} steps each, one recipe), averaged" if
+                 + ("(NAME@N: on its first N training examples) " if any("@" in t for t in scale.finetune["tasks"])
+                    else "")
+                 + f"({scale.finetune.get('max_steps')} steps each, one recipe, {grid.finetune_seed_count} "
+                 "fine-tuning seed(s) per checkpoint), averaged" if
                  any("avg" in e.get("stats", {}) for e in results["rows"].values()) else
                  "; no downstream fine-tuning in this grid (--downstream adds it)")
               + f". Cells are percentages; with several seeds, mean ± the half-width of its {LEVEL:.0%} t interval. "

@@ -40,8 +40,8 @@ from litebert.errors import ConfigError, LitebertError
 from litebert.files import check_replaceable, write_json, write_text_atomically
 from litebert.model import AlbertModel
 from litebert.paper.analysis import layer_transitions, read_sentences
-from litebert.paper.experiments import EXPERIMENTS, SCALES, Row, Scale
-from litebert.paper.grid import Grid, GridData, ReproduceConfig, read_json, slug
+from litebert.paper.experiments import DATA, EXPERIMENTS, SCALES, Row, Scale, split_task
+from litebert.paper.grid import Grid, GridData, ReproduceConfig, finetune_dir_name, read_json, slug
 from litebert.paper.recipes import (
     downstream_on,
     finetune_recipe,
@@ -94,9 +94,16 @@ def resolved_scale(name: str, sets: Mapping[str, Mapping[str, Any]]) -> Scale:
     bad = set(sets["data"]) - set(SCALES["cpu"].data) - {"max_sentences"}
     if bad:
         raise ConfigError(f"--set data.{sorted(bad)[0]}: known: {', '.join(SCALES['cpu'].data)}")
+    finetune = {**scale.finetune, **sets["finetune"]}
+    tasks = finetune["tasks"]
+    finetune["tasks"] = (tasks,) if isinstance(tasks, str) else tuple(tasks)
+    for task in finetune["tasks"]:
+        task_name, _ = split_task(str(task))
+        if name != "paper" and not os.path.isdir(os.path.join(DATA, task_name)):
+            raise ConfigError(f"--set finetune.tasks: no bundled task {task_name!r} (in {DATA})")
     return dataclasses.replace(scale, train={**scale.train, **sets["train"]},
                                pretrain={**scale.pretrain, **sets["pretrain"]}, data={**scale.data, **sets["data"]},
-                               finetune={**scale.finetune, **sets["finetune"]})
+                               finetune=finetune)
 
 
 # -- running rows ----------------------------------------------------------------------------------------------
@@ -279,7 +286,7 @@ def finetune_seeds(grid: Grid, seed: int) -> list[int]:
     """The fine-tuning seeds of a checkpoint pretrained with `seed`: with --finetune-seeds N, the same N for
     every pretraining seed (the grid's first seed onwards), so the report can split the spread between the two;
     with one, the pretraining seed itself (as grids before the option)."""
-    n = grid.cfg.finetune_seeds
+    n = grid.finetune_seed_count
     return [seed] if n == 1 else [grid.cfg.seed + k for k in range(n)]
 
 
@@ -290,7 +297,7 @@ def downstream(grid: Grid, checkpoint: str, row_dir: str, seed: int) -> dict[str
     for task in grid.scale.finetune["tasks"]:
         scores, metric, baseline = [], None, {}
         for k, ft_seed in enumerate(finetune_seeds(grid, seed)):
-            name = f"finetune_{task}" if k == 0 else f"finetune_{task}_seed{ft_seed}"
+            name = finetune_dir_name(task) + ("" if k == 0 else f"_seed{ft_seed}")
             ft_dir = os.path.join(row_dir, name)
             summary = read_json(os.path.join(ft_dir, "summary.json"))
             if summary is None:
@@ -374,7 +381,8 @@ def grid_settings(grid: Grid) -> dict[str, Any]:
     return {"experiment": grid.exp.name, "scale": c.scale, "seed": c.seed, "corpus": c.corpus,
             "extra_corpus": list(c.extra_corpus), "set": sorted(c.set), "budget_minutes": c.budget_minutes,
             "downstream": downstream_on(grid),
-            **({"finetune_seeds": c.finetune_seeds} if c.finetune_seeds != 1 else {})}
+            **({"downstream_tasks": list(grid.scale.finetune["tasks"])} if downstream_on(grid) else {}),
+            **({"finetune_seeds": grid.finetune_seed_count} if grid.finetune_seed_count != 1 else {})}
 
 
 

@@ -153,6 +153,11 @@ class SequenceClassification(Family):
         if len(labels) < 2:
             raise DataError(f"{where}: every training example of task {task.name} has the label {labels[0]!r}: a "
                             "classifier needs at least two classes to learn from")
+        present = {ex.label for ex in examples}
+        absent = [label for label in labels if label not in present]
+        if absent:  # the task names its classes; a --max-train-examples slice may miss one
+            raise DataError(f"{where}: class(es) {absent} of task {task.name} have no example among the "
+                            f"{len(examples)} training examples read: train on more examples")
         texted = {ex.label for ex in examples if (ex.text_a or "").strip() or (ex.text_b or "").strip()}
         blank = [label for label in labels if label not in texted]
         if blank:
