@@ -17,22 +17,25 @@ from litebert.paper.experiments import EXPERIMENTS
 from litebert.paper.report import _fmt, judge
 
 
-def rows_for(results: dict) -> list[str]:
+def rows_for(results: dict, folder: str) -> list[str]:
+    """The verdict lines of one grid; a grid in a folder not named after its experiment (a second grid of the
+    same table: transitions24/, dropout_suite/) names its folder beside the table."""
     exp = EXPERIMENTS[results["experiment"]]
+    table = exp.table if folder == exp.name else f"{exp.table} ({folder}/)"
     lines = []
     for claim in exp.claims:
         judged = judge(claim, results)
         for c, label in [(judged, claim.metric)] + ([(judged["proxy"], "mlm_acc (proxy)")] if "proxy" in judged else []):
             for pair in c["pairs"]:
                 if "ours" not in pair:
-                    lines.append(f"| {exp.table} | {claim.text} | {label} | {pair['high']} vs {pair['low']} | "
+                    lines.append(f"| {table} | {claim.text} | {label} | {pair['high']} vs {pair['low']} | "
                                  "not measured | | | |")
                     continue
                 metric = c["metric"]
                 gap = pair["ours"][0] - pair["ours"][1]
                 p = "-" if pair.get("p") is None else f"{pair['p']:.3f}"
                 mde = "-" if pair.get("detectable") is None else _fmt(metric, pair["detectable"])
-                lines.append(f"| {exp.table} | {claim.text} | {label} | {pair['high']} vs {pair['low']} | "
+                lines.append(f"| {table} | {claim.text} | {label} | {pair['high']} vs {pair['low']} | "
                              f"**{pair['verdict']}** | {_fmt(metric, gap)} | {p} | {mde} |")
     return lines
 
@@ -47,8 +50,8 @@ def main() -> None:
     seeds = {}
     for path in found:
         results = json.loads(path.read_text(encoding="utf-8"))
-        seeds[results["experiment"]] = len(results["seeds"])
-        table += rows_for(results)
+        seeds[path.parent.name] = len(results["seeds"])
+        table += rows_for(results, path.parent.name)
     text = "\n".join([
         "# The paper's claims at CPU scale: what the seeds decide", "",
         "Every comparison of the grids in this folder, tested on their seeds (`python scripts/paper_verdicts.py`; "
