@@ -39,14 +39,12 @@ def main() -> None:
     from litebert.training.train_config import TrainConfig
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from sentence_distill import TEXT
+    from sentence_distill import distill_text_settings
 
     torch.manual_seed(0)
     seed = load_toml(os.path.join(a.out, "distill", "train_config.toml"))["train"].get("seed", TrainConfig.seed)
     in_domain = os.path.isfile(os.path.join(a.out, "distill_text.txt"))
-    cfg = argparse.Namespace(distill_text=[os.path.join(a.out, "distill_text.txt")] if in_domain else TEXT,
-                             distill_span=1 if in_domain else 4,
-                             max_distill_texts=None if in_domain else a.distill_texts,
+    cfg = argparse.Namespace(**distill_text_settings(a.out, in_domain, a.distill_texts),
                              distill_pairs=[os.path.join(a.out, "parallel.jsonl")])
     texts, items = distill_items(cfg, lambda path: read_scored_pairs(path, ("sentence1", "sentence2"), "")[0], seed)
     targets = torch.from_numpy(np.load(os.path.join(a.out, "distill", "teacher_vectors.npy")))

@@ -120,6 +120,15 @@ def student_from_teacher(teacher: str, tok, max_positions: int, transfer_embeddi
     return model
 
 
+def distill_text_settings(out: str, in_domain: bool, distill_texts: int) -> dict:
+    """DistillConfig's text fields of a run in `out`: a sample of bundled 4-sentence spans, or the file
+    in_domain_text_file wrote there (the same sample and Lee's background corpus, one text a line). Also how
+    lee_domain_check.py rebuilds the texts the cached teacher vectors belong to."""
+    if in_domain:
+        return dict(distill_text=[os.path.join(out, "distill_text.txt")], distill_span=1, max_distill_texts=None)
+    return dict(distill_text=TEXT, distill_span=4, max_distill_texts=distill_texts)
+
+
 def in_domain_text_file(a, seed: int) -> str:
     """The distillation text with Lee's background corpus added: the same sample of bundled spans as without it,
     then every background span --in-domain-repeats times, one text per line and a blank line after each (one
@@ -260,9 +269,9 @@ def main() -> None:
         with open(parallel, "w", encoding="utf-8") as f:
             f.writelines(json.dumps({"sentence1": r["sentence1"], "sentence2": r["sentence2"]}) + "\n" for r in rows)
         cfg = SentenceConfig(model=start, eval="gensim:lee", max_length=a.max_length)
-        text = dict(distill_text=TEXT, distill_span=4, max_distill_texts=a.distill_texts)
         if a.in_domain_text:
-            text = dict(distill_text=[in_domain_text_file(a, TrainConfig.seed)], distill_span=1, max_distill_texts=None)
+            in_domain_text_file(a, TrainConfig.seed)
+        text = distill_text_settings(a.out, a.in_domain_text, a.distill_texts)
         dcfg = DistillConfig(distill=teacher, distill_pairs=[parallel], teacher_max_length=a.max_length, **text)
         s = train_distilled(cfg, dcfg, TrainConfig(lr=a.lr, max_steps=a.distill_steps,
                                                    warmup_steps=a.distill_steps // 20,
