@@ -294,6 +294,7 @@ def split_task(spec: str) -> tuple[str, int | None]:
         raise ConfigError(f"downstream task {spec!r}: expected NAME@N with N a positive number of training examples")
     return name, int(count)
 
+
 SCALES: dict[str, Scale] = {
     # The demo's shapes (H 128, E 64 for the paper's 128, 4 applications of the shared layer for ALBERT-base's
     # 12) and its LAMB recipe at sequence length 64: a few minutes per row on 2 cores.
@@ -323,8 +324,7 @@ SCALES: dict[str, Scale] = {
                    save_every=0, keep_last=1, log_every=2),
         pretrain={"held_out": 8, "eval_batch_size": 64},
         finetune=dict(tasks=("novel_authorship", "novel_authorship@16"), optimizer="adamw", lr=1e-3, batch_size=8,
-                      max_steps=2,
-                      warmup_steps=0, eval_every=0, save_every=0, keep_last=1, log_every=1, max_length=32,
+                      max_steps=2, warmup_steps=0, eval_every=0, save_every=0, keep_last=1, log_every=1, max_length=32,
                       max_train_examples=32, max_eval_examples=32),
         downstream=False, budget_minutes=0.01, transitions_sentences=16),
     # One H100 (bf16): a table in about 8 minutes with 3 seeds, so a row's run (pretraining and its two
