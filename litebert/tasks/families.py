@@ -146,16 +146,14 @@ class SequenceClassification(Family):
     kind, head = "classification", AlbertForSequenceClassification
 
     def check_learnable(self, task, examples, labels, where):
-        """One class (a 1-label head that scores "accuracy 1.0"), or a class whose every text is empty or blank
-        (nothing tells it apart), is refused."""
+        """One class (a 1-label head that scores "accuracy 1.0"), a named class with no example (a slice of
+        --max-train-examples may miss one), or one whose every text is empty or blank is refused."""
         if labels is None:
             return
         if len(labels) < 2:
             raise DataError(f"{where}: every training example of task {task.name} has the label {labels[0]!r}: a "
                             "classifier needs at least two classes to learn from")
-        present = {ex.label for ex in examples}
-        absent = [label for label in labels if label not in present]
-        if absent:  # the task names its classes; a --max-train-examples slice may miss one
+        if absent := sorted(set(labels).difference(ex.label for ex in examples), key=labels.index):
             raise DataError(f"{where}: class(es) {absent} of task {task.name} have no example among the "
                             f"{len(examples)} training examples read: train on more examples")
         texted = {ex.label for ex in examples if (ex.text_a or "").strip() or (ex.text_b or "").strip()}
