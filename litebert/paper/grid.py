@@ -161,7 +161,7 @@ def slug(name: str) -> str:
 def finetune_dir_name(task: str) -> str:
     """A row's fine-tuning directory for one task of the suite (`novel_authorship@539` ->
     finetune_novel_authorship_539)."""
-    return "finetune_" + slug(task.replace("@", "_"))
+    return "finetune_" + slug(task)
 
 
 @dataclass

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 from litebert.corpus.dataset import PretrainDataset
 from litebert.files import save_figure
-from litebert.paper.experiments import DATA, SOURCE, Claim, scale_model
+from litebert.paper.experiments import DATA, SOURCE, Claim, scale_model, split_task
 from litebert.paper.grid import Grid, read_json
 from litebert.paper.stats import (
     ALPHA,
@@ -217,7 +217,7 @@ def report(grid: Grid, results: Mapping[str, Any], state: Mapping[str, Any], plo
               f"{d['held_out_fraction']:.0%} of documents held out. Scores: held-out MLM accuracy and "
               + "/".join(t_.upper() for t_ in exp.held_out) + " accuracy on pairs cut from the held-out documents"
               + (f"; downstream: best dev score after fine-tuning on {', '.join(scale.finetune['tasks'])} "
-                 + ("(NAME@N: on its first N training examples) " if any("@" in t for t in scale.finetune["tasks"])
+                 + ("(NAME@N: on its first N training examples) " if any(split_task(t)[1] for t in scale.finetune["tasks"])
                     else "")
                  + f"({scale.finetune.get('max_steps')} steps each, one recipe, {grid.finetune_seed_count} "
                  "fine-tuning seed(s) per checkpoint), averaged" if
