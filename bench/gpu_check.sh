@@ -3,10 +3,11 @@
 # /tmp/out). Each step is bounded in time; on an H100 `all` takes about 6 minutes:
 #   bash bench/gpu_check.sh tests    # tests marked gpu, and beside them (CPU) the tests that failed on the first
 #                                    # GPU machine's image                                             (~2 min)
-#   bash bench/gpu_check.sh bench    # train_step (base with LAMB, large, xxlarge; the tiny model graphed),
-#                                    # padding-free fine-tuning, the kernel-time profile of base      (~4 min)
+#   bash bench/gpu_check.sh bench    # train_step (base with LAMB and both compile scopes, large, xxlarge; the
+#                                    # tiny model graphed), padding-free fine-tuning, the kernel-time profile
+#                                    # of base with its blocks compiled                                (~5 min)
 #   bash bench/gpu_check.sh compile  # the compiled step beside eager on albert-base 64x512 bf16      (~2 min)
-#   bash bench/gpu_check.sh all      # tests, then bench
+#   bash bench/gpu_check.sh all      # bench, then tests
 # Nothing is downloaded. What the image lacks (the serve extra: starlette, uvicorn, httptools) can travel as wheels
 # in .gpu/whl, and the developers' shared data as .gpu/shared_data (../shared/tools/gpu/prepare.sh makes both);
 # without them the serve test and the tests on shared data are skipped, saying so.
@@ -45,7 +46,7 @@ step="$PY bench/train_step.py --device cuda --precisions bf16 --attn sdpa --repe
 tests() {
   # shellcheck disable=SC2086
   (run image 200 $PY -m pytest -q -n 6 -p no:cacheprovider --tb=short -rs $IMAGE > "$OUT/image.summary") &
-  run gpu_tests 240 $PY -m pytest -v -p no:cacheprovider -m gpu $GPU_TESTS --tb=short -rs
+  run gpu_tests 300 $PY -m pytest -v -p no:cacheprovider -m gpu $GPU_TESTS --tb=short -rs
   wait; cat "$OUT/image.summary"
 }
 bench() {
@@ -53,22 +54,22 @@ bench() {
   TOKENIZER=${TOKENIZER_DIR:-$OUT/tok}
   [ -d "$TOKENIZER" ] || $PY -m litebert.cli tokenizer "${LITEBERT_SHARED_DATA:-../shared/data}/pretrain/en_medium.txt" \
     --out "$TOKENIZER" --vocab-size 8000 > "$OUT/tokenizer.log" 2>&1
-  run train_step_base 120 $step --preset albert-base-v2 --shapes 64x512 --lamb
+  run train_step_base 200 $step --preset albert-base-v2 --shapes 64x512 --lamb --compile
   run train_step_large 80 $step --preset albert-large-v2 --shapes 32x512
   run train_step_xxlarge 80 $step --preset albert-xxlarge-v2 --shapes 8x512
   run train_step_tiny 60 $PY bench/train_step.py --device cuda --preset tiny --shapes 32x64 --precisions fp32 \
     --attn sdpa --cuda-graphs --repeats 30 --warmup 3
   run finetune_padding 90 $PY bench/finetune_padding.py --device cuda --precision bf16 --max-length 512 \
     --task "${TASK_DIR:-${LITEBERT_SHARED_DATA:-../shared/data}/tasks/novel_authorship}" --tokenizer "$TOKENIZER"
-  run profile 60 $PY bench/profile_step.py --device cuda --preset albert-base-v2 --shape 64x512 --precision bf16 \
-    --rows 30
+  run profile 90 $PY bench/profile_step.py --device cuda --preset albert-base-v2 --shape 64x512 --precision bf16 \
+    --rows 30 --compile layers
   for f in train_step_base train_step_large train_step_xxlarge train_step_tiny finetune_padding profile; do
     grep '^{' "$OUT/$f.log"; done
 }
 case "${1:-tests}" in
   tests) tests ;;
   bench) bench ;;
-  all) tests; bench ;;
+  all) bench; tests ;;
   compile)
     run compile 240 $step --compile --preset albert-base-v2 --shapes 64x512; grep "^{" "$OUT/compile.log" ;;
   *) echo "usage: bash bench/gpu_check.sh tests|bench|compile|all"; exit 2 ;;

@@ -5,7 +5,7 @@ by kind of kernel (GEMM, attention, normalisation, elementwise, reduction, optim
 not matrix work, the part fusion can remove, is one number.
 
     .venv/bin/python bench/profile_step.py --side litebert --precision bf16 --shape 8x128
-    python bench/profile_step.py --device cuda --preset albert-base-v2 --shape 64x512 --precision bf16 [--compile]
+    python bench/profile_step.py --device cuda --preset albert-base-v2 --shape 64x512 --precision bf16 [--compile layers]
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from common import (
 from train_step import make_step
 
 from litebert.config import AlbertConfig
+from litebert.model import compile_layers
 
 # Kernel-name fragments, first match wins (cuBLAS/cuDNN/CUTLASS GEMMs on Hopper are sm90_xmma/nvjet/cutlass).
 KERNEL_KINDS = (
@@ -66,7 +67,8 @@ def main() -> None:
     parser.add_argument("--side", default="litebert", choices=["litebert", "transformers"])
     parser.add_argument("--shape", default="8x128")
     parser.add_argument("--precision", default="fp32")
-    parser.add_argument("--compile", action="store_true", help="profile the torch.compile'd model (litebert side)")
+    parser.add_argument("--compile", choices=["model", "layers"],
+                        help="profile litebert compiled whole (model) or block by block (layers, compile_layers)")
     parser.add_argument("--rows", type=int, default=25)
     args = parser.parse_args()
     configure(args)
@@ -74,7 +76,9 @@ def main() -> None:
     B, T = map(int, args.shape.split("x"))
     ours, theirs = load_pair(save_random_model(config, args.seed), "AlbertForPreTraining", "sdpa")
     model = ours if args.side == "litebert" else theirs
-    step = make_step(torch.compile(model) if args.compile else model,
+    if args.compile:
+        model = torch.compile(model) if args.compile == "model" else compile_layers(model)
+    step = make_step(model,
                      to_device(pretraining_batch(config, B, T, args.seed)), args.precision)
     for _ in range(max(args.warmup, 2 if args.compile else 0)):
         step()

@@ -48,6 +48,7 @@ from common import (
 from gemm import BACKEND_OF, gflops, paths
 
 from litebert.config import AlbertConfig
+from litebert.model import compile_layers
 from litebert.runtime import cpu
 from litebert.runtime.precision import autocast, choose_precision
 from litebert.training.graphs import WARMUP_CALLS, micro_step
@@ -149,8 +150,9 @@ def main() -> None:
     parser.add_argument("--shapes", default="8x128,2x512", help="comma-separated BxT")
     parser.add_argument("--precisions", default="fp32,bf16")
     parser.add_argument("--compile", action="store_true",
-                        help="also time litebert under torch.compile (its own side, a copy of the same weights; "
-                             "the compile time, first two steps, is reported as compile_s)")
+                        help="also time litebert under torch.compile, whole (litebert_compiled) and block by block "
+                             "(litebert_compiled_layers, --compile-scope layers): sides of their own on copies of the "
+                             "same weights; each side's compile time (its first two steps) is its compile_s")
     parser.add_argument("--cuda-graphs", action="store_true",
                         help="cuda: also time litebert's step as `--cuda-graphs` trains it (forward and backward one "
                              "captured graph; a side of its own on a copy of the weights): graphed_vs_eager")
@@ -199,25 +201,24 @@ def main() -> None:
                 steps["litebert_lamb"] = make_step(copy.deepcopy(ours), batch, runs, "lamb")
             if args.cuda_graphs:
                 steps["litebert_graphed"] = make_step(copy.deepcopy(ours), batch, runs, cuda_graphs=True)
-            if args.compile:
-                compiled = make_step(torch.compile(copy.deepcopy(ours)), batch, runs)
-                start = time.perf_counter()
-                compiled(), compiled()
-                common.synchronize()
-                extra["compile_s"], steps["litebert_compiled"] = round(time.perf_counter() - start, 1), compiled
+            compile_s = {}
+            if args.compile:  # the whole model as one graph, and each block alone (compile_layers)
+                for side, compiled_model in (("litebert_compiled", torch.compile(copy.deepcopy(ours))),
+                                             ("litebert_compiled_layers", compile_layers(copy.deepcopy(ours)))):
+                    compiled = make_step(compiled_model, batch, runs)
+                    start = time.perf_counter()
+                    compiled(), compiled()
+                    common.synchronize()
+                    compile_s[side], steps[side] = round(time.perf_counter() - start, 1), compiled
             steps["gemm_probe"], probe_flops = gemm_probe(runs)
             times = interleaved(steps, args.warmup, repeats)
             result = {"bench": "train_step", "preset": preset, "shape": shape, "precision": precision,
                       "optimizer": "AdamW(fused)", "peer_attn": attn, "repeats": repeats,
                       "tokens": B * T, "model_gflop_per_step": round(flops / 1e9, 2)}
-            compile_s = extra.pop("compile_s", None)
-            if args.compile:
-                extra["litebert_compiled"] = None
-            for side in ("litebert", "transformers", *extra, *once):
+            for side in ("litebert", "transformers", *extra, *once, *compile_s):
                 result[side] = stats(times[side] if side in times else once[side], B * T, "tokens")
-                side_precision = side.removeprefix("litebert_") if (side in extra or side in once) and \
-                    side != "litebert_compiled" else runs
-                runner = "torch" if side == "litebert_compiled" else side.split("_")[0]  # compiled: F.linear's
+                side_precision = side.removeprefix("litebert_") if side in extra or side in once else runs
+                runner = "torch" if side in compile_s else side.split("_")[0]  # compiled: F.linear's
                 result[side].update(precision=side_precision, gemm=gemm_used(side_precision, runner))
             for side in once:
                 result[side]["timed_once"] = "no bf16 kernels on this CPU: one step, no warm-up"
@@ -230,9 +231,9 @@ def main() -> None:
                 result["litebert_lamb"] = stats(times["litebert_lamb"], B * T, "tokens")
                 result["litebert_lamb"].update(precision=runs, optimizer="Lamb(foreach)")
                 result["lamb_vs_adamw"] = ratio(times, "litebert_lamb", "litebert")  # speed; >= 0.91: within 10%
-            if compile_s is not None:
-                result["compile_s"] = compile_s
-                result["compiled_vs_eager"] = ratio(times, "litebert_compiled", "litebert")
+            for side, seconds in compile_s.items():  # compiled_vs_eager, compiled_layers_vs_eager: speed, 1 = same
+                result[side]["compile_s"] = seconds
+                result[side.removeprefix("litebert_") + "_vs_eager"] = ratio(times, side, "litebert")
             if auto:
                 result["auto_choice"] = auto.record()
                 best = min(statistics.median(times.get(s) or once[s]) for s in ("litebert_fp32", "litebert_bf16"))

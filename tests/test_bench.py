@@ -260,3 +260,15 @@ def test_the_benches_on_a_gpu_name_the_card_and_divide_by_its_measured_ceiling()
         assert r["machine"]["gpu"] and 0 < r["litebert"]["mfu"] < 1 and "onnxruntime" not in r
     for r in records("memory.py", "--quick", "--device", "cuda", "--precisions", "bf16"):
         assert r["litebert"]["peak_delta_mib"] > 0 and r["machine"]["gpu"]
+
+
+@pytest.mark.slow
+def test_train_step_times_both_compile_scopes_beside_eager():
+    """--compile: the whole model and compile_layers, each a side with its compile time and its speed relative
+    to eager, on the same weights and batch."""
+    pytest.importorskip("torch._inductor")
+    (r,) = records("train_step.py", "--quick", "--compile", "--precisions", "fp32")
+    for side in ("litebert_compiled", "litebert_compiled_layers"):
+        assert r[side]["compile_s"] > 0 and r[side]["s_median"] > 0
+        scope = side.removeprefix("litebert_")
+        assert r[f"{scope}_vs_eager"] == pytest.approx(r["litebert"]["s_median"] / r[side]["s_median"], rel=0.02)

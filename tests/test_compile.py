@@ -79,3 +79,53 @@ def test_other_heads_compile_without_breaks(cls):
     labels = b["labels"] if cls is AlbertForMaskedLM else torch.tensor([0, 1, 1])
     explained = torch._dynamo.explain(model)(b["input_ids"], b["attention_mask"], labels=labels)
     assert explained.graph_break_count == 0, [str(b.reason)[:200] for b in explained.break_reasons]
+
+
+@pytest.mark.parametrize("sharing", ["all", "none"])
+def test_compiled_layers_compile_once_and_leave_the_loss_eager(sharing):
+    """compile_layers: the block's graphs are shared by all its applications (ALBERT's one shared block, or BERT's
+    distinct blocks of one shape): one at every position, and the last block's at the labelled positions (whose
+    count dynamo makes dynamic at its second value), and no more for further label counts. The MLM loss outside
+    it still reads only the labelled positions, with eager's loss and gradients."""
+    from litebert.model import compile_layers
+
+    config = CONFIG.replace(num_hidden_groups=CONFIG.num_hidden_layers) if sharing == "none" else CONFIG
+    torch.manual_seed(0)
+    model = AlbertForPreTraining(config).eval()
+    b = batch(0.15)
+    eager = model(**b)
+    eager.loss.backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    counter = CompileCounter()
+    compile_layers(model, backend=counter)
+    compiled = model(**b)
+    compiled.loss.backward()
+    torch.testing.assert_close(compiled.loss, eager.loss, rtol=1e-5, atol=1e-6)
+    for g, p in zip(grads, model.parameters()):
+        torch.testing.assert_close(p.grad, g, rtol=1e-4, atol=1e-6)
+    assert compiled.prediction_logits.shape == eager.prediction_logits.shape  # labelled positions only
+    model(**batch(0.05, seed=1)).loss.backward()
+    graphs = counter.frame_count
+    for masked in (0.3, 0.9):
+        model(**batch(masked, seed=2)).loss.backward()
+    assert graphs == counter.frame_count == 3
+
+
+def test_padding_free_batches_run_compiled_layers_eager():
+    """A padding-free batch's token count changes every batch (a graph per count until the recompile limit):
+    its blocks run eager, with the padded path's outputs at the real tokens."""
+    from litebert.model import compile_layers
+
+    torch.manual_seed(0)
+    model = AlbertForSequenceClassification(CONFIG).eval()
+    ids = torch.randint(5, CONFIG.vocab_size, (3, 12))
+    mask = torch.ones_like(ids)
+    mask[0, 7:] = 0
+    mask[2, 4:] = 0
+    padded = model(ids, mask).logits
+    counter = CompileCounter()
+    compile_layers(model, backend=counter)
+    model.albert.padding_free = True
+    torch.testing.assert_close(model(ids, mask).logits, padded, rtol=1e-5, atol=1e-5)
+    assert counter.frame_count == 0

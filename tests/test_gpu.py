@@ -28,7 +28,7 @@ import litebert
 from litebert.cli import main as litebert_main
 from litebert.config import AlbertConfig
 from litebert.demo import TASK_DIR
-from litebert.model import AlbertForPreTraining
+from litebert.model import AlbertForPreTraining, compile_layers
 from litebert.runtime.precision import device_name
 from litebert.training.metrics_log import read_metrics
 
@@ -105,6 +105,19 @@ def test_pretraining_evaluates_saves_and_resumes_on_the_gpu(prepared, tmp_path, 
     assert evaluated[-2:] == [3, 6]
     model = AlbertForPreTraining.from_pretrained(tmp_path / "whole" / "step_6")  # loads where no GPU is
     assert next(model.parameters()).device.type == "cpu"
+
+
+@pytest.mark.parametrize("scope", ["layers", "model"])
+def test_pretrain_compile_trains_as_eager(prepared, tmp_path, scope):
+    """`pretrain --compile` (inductor) against eager, fp32 with TF32 off, SOP dropout as configured: each scope's
+    losses within the tolerance of inductor's own reductions and dropout masks."""
+    run = lambda out, *more: litebert_main(pretrain_args(  # noqa: E731
+        prepared, out, *precision_args("fp32"), "--max-steps", "4", *more))
+    assert run(tmp_path / "eager") == 0
+    assert run(tmp_path / "compiled", "--compile", "--compile-scope", scope) == 0
+    eager, compiled = losses(tmp_path / "eager"), losses(tmp_path / "compiled")
+    assert sorted(compiled) == sorted(eager) == [1, 2, 3, 4]
+    assert [compiled[s] for s in eager] == pytest.approx(list(eager.values()), rel=1e-2)
 
 
 def test_precision_auto_names_the_card_it_compared_on(prepared, tmp_path, capsys):
@@ -232,10 +245,11 @@ def test_outputs_equal_transformers_on_the_gpu(tmp_path):
     torch.testing.assert_close(a.sop_logits, b.sop_logits, rtol=1e-5, atol=1e-5)
 
 
-def test_a_compiled_training_step_equals_eager_on_the_gpu():
-    """Inductor's kernels for the whole step (one graph: tests/test_compile.py checks that on any machine). No SOP
-    head dropout: inductor draws its own masks (philox), so with dropout the two losses differ by the masks alone
-    (5e-4 relative on the H100 and H200)."""
+@pytest.mark.parametrize("scope", ["model", "layers"])
+def test_a_compiled_training_step_equals_eager_on_the_gpu(scope):
+    """Inductor's kernels for the whole step (one graph: tests/test_compile.py checks that on any machine), or
+    for each block (compile_layers, --compile-scope layers). No SOP head dropout: inductor draws its own masks
+    (philox), so with dropout the two losses differ by the masks alone (5e-4 relative on the H100 and H200)."""
     torch.manual_seed(0)
     model = AlbertForPreTraining(AlbertConfig(vocab_size=300, **TINY, classifier_dropout_prob=0.0)).to(DEVICE)
     g = torch.Generator().manual_seed(0)
@@ -247,7 +261,7 @@ def test_a_compiled_training_step_equals_eager_on_the_gpu():
     eager.backward()
     grads = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
-    compiled = torch.compile(model)(**batch).loss
+    compiled = (torch.compile(model) if scope == "model" else compile_layers(model))(**batch).loss
     compiled.backward()
     torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-5)
     for g_eager, p in zip(grads, model.parameters()):

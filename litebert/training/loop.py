@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from litebert.errors import ConfigError, LitebertError
+from litebert.model import compile_layers
 from litebert.progress import progress_bar
 from litebert.runconfig import dump_toml
 from litebert.runtime.gemm import backend as gemm_backend
@@ -289,7 +290,7 @@ class Run:
     env: Dist
     model: nn.Module  # the module itself: saved, evaluated, its gradients clipped
     net: nn.Module  # the model, wrapped in DDP when there are several ranks
-    forward: Callable[..., Any]  # net, compiled when cfg.compile: what a step calls
+    forward: Callable[..., Any]  # net, or net compiled whole (--compile-scope model): what a step calls
     optimizer: torch.optim.Optimizer
     schedule: Any
     batch_fn: BatchFn
@@ -356,7 +357,12 @@ def _start(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, env
         net = nn.parallel.DistributedDataParallel(model, device_ids=[env.device.index] if env.device.type == "cuda"
                                                   else None, find_unused_parameters=cfg.find_unused_parameters)
     model.train()
-    return Run(cfg, env, model, net, torch.compile(net) if cfg.compile else net, optimizer, schedule, batch_fn,
+    forward = net
+    if cfg.compile and cfg.compile_scope == "layers":
+        compile_layers(model)
+    elif cfg.compile:
+        forward = torch.compile(net)
+    return Run(cfg, env, model, net, forward, optimizer, schedule, batch_fn,
                accum, state, metrics, tokenizer, resumed_from, precision=precision)
 
 

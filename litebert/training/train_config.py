@@ -56,6 +56,10 @@ class TrainConfig:
         "on an H100 (albert-base 64x512 bf16): 25-35 s to compile, then 4%% faster than eager (56.2 vs 58.5 ms), "
         "so it pays after ~11,000 steps, and takes 4.4 GB more (compiled, the MLM loss reads every position's "
         "logits, static shapes, instead of the ~15%% labelled ones eager mode selects); on a CPU it rarely pays"))
+    compile_scope: str = field(default="layers", metadata=_help(
+        "what --compile compiles: layers (each transformer block, the rest eager: the MLM loss keeps reading only "
+        "the labelled positions, and a shared block compiles once) or model (the whole step as one graph, every "
+        "position's MLM logits; see --compile)", choices=("layers", "model")))
     cuda_graphs: bool = field(default=False, metadata=_help(
         "CUDA, one process: capture each batch shape's forward and backward once as a CUDA graph and replay it, "
         "for small models whose step is spent launching kernels (the demo's 0.8M model on an H200: 4.1x the steps/s, "
