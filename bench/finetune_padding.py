@@ -11,8 +11,9 @@ and on an H100 a padded step at a length seen for the first time took up to ~0.9
 per-shape setup that a long run pays once per length; transformers' padded step alike). Its total is reported as
 `first_pass_s`; the timed pass runs the same batches again. Reported: real (unpadded) tokens/s of each side, `padding_free_vs_padded` (padded
 median / padding-free median), the share of padding in the batches and, on CUDA, each side's peak memory during
-a step above what was allocated before it (torch.cuda.max_memory_allocated). --peer adds transformers' padded
-step from the same directory.
+a step above what was allocated before it (torch.cuda.max_memory_allocated) and its CUDA kernel time in one more
+profiled step (`kernel_ms`; `gpu_busy` = kernel time / median step: below 1 the step waits on the host launching
+kernels). --peer adds transformers' padded step from the same directory.
 
     python bench/finetune_padding.py --device cuda --task ../shared/data/tasks/novel_authorship --tokenizer TOK
     .venv/bin/python bench/finetune_padding.py --quick --task ... --tokenizer ...   # smoke run on a tiny model
@@ -26,6 +27,7 @@ import itertools
 import common
 import torch
 from common import base_parser, configure, emit, machine, ratio, save_random_model, stats, to_device
+from profile_step import device_time_by_kind
 from train_step import make_step
 
 from litebert.config import AlbertConfig
@@ -60,6 +62,16 @@ def cycling(step_of, model, batches: list[dict], precision: str, peaks: list[int
         if cuda:
             peaks.append(torch.cuda.max_memory_allocated() - before)
     return run
+
+
+def kernel_ms(run) -> float:
+    """CUDA kernel time of one call (torch.profiler). Beside the call's wall time it says how much of a step the
+    GPU computes; the rest it waits for the host to launch kernels (a launch-bound step)."""
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as prof:
+        run()
+        common.synchronize()
+    return device_time_by_kind(prof)["kernel_ms"]
 
 
 def main() -> None:
@@ -100,6 +112,7 @@ def main() -> None:
         sides["transformers"] = cycling(make_step, peer, batches, precision, peaks["transformers"])
     first_pass = common.interleaved(sides, 0, repeats)
     times = common.interleaved(sides, 0, repeats)  # the same batches again, each side's k-th call on batches[k]
+    kernels = {side: kernel_ms(run) for side, run in sides.items()} if common.DEVICE.type == "cuda" else {}
 
     real = sum(int(b["attention_mask"].sum()) for b in batches)
     slots = sum(b["attention_mask"].numel() for b in batches)
@@ -111,6 +124,9 @@ def main() -> None:
         result[side]["first_pass_s"] = round(sum(first_pass[side]), 3)
         if peaks[side]:
             result[side]["peak_step_mib"] = round(max(peaks[side]) / 2**20, 1)
+        if side in kernels:  # one more step, profiled: the GPU's share of a step's wall time
+            result[side]["kernel_ms"] = round(kernels[side], 2)
+            result[side]["gpu_busy"] = round(kernels[side] / 1e3 / result[side]["s_median"], 3)
     result["padding_free_vs_padded"] = ratio(times, "padding_free", "padded")
     if peaks["padded"]:
         result["memory_padding_free_vs_padded"] = round(max(peaks["padding_free"]) / max(peaks["padded"]), 3)

@@ -153,9 +153,12 @@ def main() -> None:
                         help="also time litebert under torch.compile, whole (litebert_compiled) and block by block "
                              "(litebert_compiled_layers, --compile-scope layers): sides of their own on copies of the "
                              "same weights; each side's compile time (its first two steps) is its compile_s")
+    parser.add_argument("--compile-scopes", default="model,layers",
+                        help="with --compile: which of model, layers to time (each side holds its own copy)")
     parser.add_argument("--cuda-graphs", action="store_true",
                         help="cuda: also time litebert's step as `--cuda-graphs` trains it (forward and backward one "
-                             "captured graph; a side of its own on a copy of the weights): graphed_vs_eager")
+                             "captured graph; a side of its own on a copy of the weights): graphed_vs_eager; with "
+                             "--compile also with compiled blocks inside the graph: graphed_layers_vs_eager")
     parser.add_argument("--lamb", action="store_true",
                         help="also time litebert's step with LAMB, the paper's optimizer (a side of its own, a copy of "
                              "the same weights), and report lamb_vs_adamw: its speed relative to fused AdamW's "
@@ -179,7 +182,7 @@ def main() -> None:
         flops = 3 * forward_flops(config, B, T, mlm_positions=masked, loss_rows=masked + B)
         for precision in args.precisions.split(","):
             ours, theirs = load_pair(directory, "AlbertForPreTraining", "sdpa")
-            extra, auto = {}, None
+            extra, auto, extra_notes = {}, None, {}
             if precision == "auto":  # litebert as `--precision auto` runs it, beside its fp32 and bf16 selves
                 auto = auto_precision(ours, batch)
                 extra = {f"litebert_{p}": make_step(copy.deepcopy(ours), batch, p) for p in ("fp32", "bf16")}
@@ -201,10 +204,18 @@ def main() -> None:
                 steps["litebert_lamb"] = make_step(copy.deepcopy(ours), batch, runs, "lamb")
             if args.cuda_graphs:
                 steps["litebert_graphed"] = make_step(copy.deepcopy(ours), batch, runs, cuda_graphs=True)
+                if args.compile:  # the compiled blocks' kernels inside the captured graph
+                    try:
+                        steps["litebert_graphed_layers"] = make_step(compile_layers(copy.deepcopy(ours)), batch,
+                                                                     runs, cuda_graphs=True)
+                    except Exception as e:  # an experiment: report why it cannot be captured, time the rest
+                        extra_notes["graphed_layers_error"] = f"{type(e).__name__}: {str(e)[:300]}"
             compile_s = {}
             if args.compile:  # the whole model as one graph, and each block alone (compile_layers)
-                for side, compiled_model in (("litebert_compiled", torch.compile(copy.deepcopy(ours))),
-                                             ("litebert_compiled_layers", compile_layers(copy.deepcopy(ours)))):
+                scopes = {"model": ("litebert_compiled", torch.compile),
+                          "layers": ("litebert_compiled_layers", compile_layers)}
+                for side, compiler in (scopes[scope] for scope in args.compile_scopes.split(",")):
+                    compiled_model = compiler(copy.deepcopy(ours))
                     compiled = make_step(compiled_model, batch, runs)
                     start = time.perf_counter()
                     compiled(), compiled()
@@ -223,10 +234,11 @@ def main() -> None:
             for side in once:
                 result[side]["timed_once"] = "no bf16 kernels on this CPU: one step, no warm-up"
             result["speedup"] = ratio(times, "litebert", "transformers")
-            if args.cuda_graphs:
-                result["litebert_graphed"] = stats(times["litebert_graphed"], B * T, "tokens")
-                result["litebert_graphed"].update(precision=runs, optimizer="AdamW(fused), eager after the graph")
-                result["graphed_vs_eager"] = ratio(times, "litebert_graphed", "litebert")
+            for side in ("litebert_graphed", "litebert_graphed_layers"):
+                if side in times:
+                    result[side] = stats(times[side], B * T, "tokens")
+                    result[side].update(precision=runs, optimizer="AdamW(fused), eager after the graph")
+                    result[side.removeprefix("litebert_") + "_vs_eager"] = ratio(times, side, "litebert")
             if args.lamb:
                 result["litebert_lamb"] = stats(times["litebert_lamb"], B * T, "tokens")
                 result["litebert_lamb"].update(precision=runs, optimizer="Lamb(foreach)")
@@ -238,6 +250,7 @@ def main() -> None:
                 result["auto_choice"] = auto.record()
                 best = min(statistics.median(times.get(s) or once[s]) for s in ("litebert_fp32", "litebert_bf16"))
                 result["auto_vs_best"] = round(best / statistics.median(times["litebert"]), 3)  # >= ~1: as fast
+            result.update(extra_notes)
             mfu_fields(result, times, flops, probe_flops)
             result["machine"] = machine()
             emit(result)
