@@ -230,7 +230,9 @@ def qa_reference(tokenizer, model, question, context, max_length, stride, max_an
     """Every candidate span's score from transformers: its fast tokenizer's windows (`stride` tokens between
     window starts, i.e. an overlap of window - stride) and offsets, AlbertForQuestionAnswering's logits, every
     span of at most max_answer_length context tokens starting in the window that gives its first token the most context
-    (BERT's rule), scored start + end logit. Returns ({(answer, start, end): score}, number of windows)."""
+    (BERT's rule), scored start + end logit. Returns ({(answer, start, end): score}, number of windows), or None
+    where the windows leave context tokens out: transformers 5.17 (tokenizers 0.23.2) ends the overflowing windows
+    of 18 of these 35 contexts early (one at its token 128 of 182), so a span after that has no reference."""
     window = max_length - len(tokenizer(question, add_special_tokens=False)["input_ids"]) - 3
     enc = tokenizer(question, context, truncation="only_second", max_length=max_length, stride=window - stride,
                     return_overflowing_tokens=True, return_offsets_mapping=True, padding="longest",
@@ -252,6 +254,8 @@ def qa_reference(tokenizer, model, question, context, max_length, stride, max_an
             score = min(k, len(tokens) - 1 - k) + 0.01 * len(tokens)
             if first + k not in most or score > most[first + k][0]:
                 most[first + k] = (score, w)
+    if len(most) < len(full):
+        return None
     scores = {}  # (answer, start char, end char) -> start + end logit, every span the rule allows
     for w, (tokens, offsets, first) in enumerate(windows):
         start, end = out.start_logits[w].numpy(), out.end_logits[w].numpy()
@@ -274,9 +278,13 @@ def test_question_answering_equals_the_best_span_of_transformers_logits(models):
                              max_query_length=max_query, max_answer_length=max_answer)
     assert pipe.task == "question-answering"
     answers = pipe(inputs, batch_size=7)
-    windows = []
+    windows, without_reference = [], 0
     for x, ours in zip(inputs, answers):
-        scores, n = qa_reference(tokenizer, model, x["question"], x["context"], max_length, stride, max_answer)
+        reference = qa_reference(tokenizer, model, x["question"], x["context"], max_length, stride, max_answer)
+        if reference is None:
+            without_reference += 1
+            continue
+        scores, n = reference
         windows.append(n)
         expected = max(scores, key=scores.get)
         span = (ours["answer"], ours["start"], ours["end"])
@@ -285,7 +293,8 @@ def test_question_answering_equals_the_best_span_of_transformers_logits(models):
         assert span == expected or scores.get(span, -np.inf) >= scores[expected] - 1e-5, \
             f"{span} scores {scores.get(span)}, the best {expected} {scores[expected]}"
         assert x["context"][ours["start"]:ours["end"]] == ours["answer"] and 0 < ours["score"] <= 1
-    assert len(inputs) >= 25 and max(windows) >= 4  # long contexts really were windowed
+    # long contexts really were windowed; all 35 have a reference with transformers 5.24, 17 with 5.17
+    assert len(windows) >= (15 if without_reference else 25) and max(windows) >= 4
 
 
 def test_squad2_checkpoints_abstain_by_their_calibrated_null_threshold(models):
