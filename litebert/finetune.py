@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,6 +52,8 @@ from litebert.training.state import EarlyStopping
 from litebert.training.train_config import CONFIG_NAME, TrainConfig
 from litebert.weights import resolve_model_dir
 
+log = logging.getLogger("litebert")
+
 BEST_SCORE_NAME = "best_score.json"  # in best/, written with it: what it scored, so --resume keeps it unless beaten
 
 
@@ -76,9 +79,11 @@ class FinetuneConfig(TaskConfig):
                 "attention on CUDA in bf16/fp16; elsewhere attention re-pads, the rest stays unpadded): the same "
                 "model to rounding (QA: logits at padding become the head's bias). On because a CPU measured it "
                 "faster: 1.5x the padded step's tokens/s (tiny model, novel_authorship at 128, 52%% padding). On an "
-                "H100 (albert-base, bf16, batch 32, 512) it takes 0.46x the padded step's memory and skips its "
-                "setup for each new batch length (0.75 s vs 11.7 s over 20 batches), but a step at a length seen "
-                "before is 0.88x as fast (bench/finetune_padding.py)"})
+                "H100 (albert-base, bf16, max_length 512) it halves the GPU's work and memory and skips the padded "
+                "step's setup for each new batch length (0.75 s vs 11.7 s over 20 batches); a step at a length "
+                "seen before, launch-bound at these sizes, is 0.86x as fast at batch 32 and 1.25x at batch 128 "
+                "(bench/finetune_padding.py, docs/gpu.md). --compile turns it off (padded batches keep the compiled "
+                "blocks' shapes)"})
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -218,7 +223,9 @@ def finetune(cfg: FinetuneConfig, train_cfg: TrainConfig) -> dict[str, Any]:
     run = prepare(cfg)
     torch.manual_seed(train_cfg.seed)
     model = load_model(cfg, run.family, run.labels, run.model_dir)
-    encoder_of(model).padding_free = cfg.padding_free
+    encoder_of(model).padding_free = cfg.padding_free and not train_cfg.compile
+    if cfg.padding_free and train_cfg.compile:  # a padding-free batch's token count changes every batch
+        log.info("--compile: padded batches, so that the compiled transformer blocks keep their shapes")
     primary = run.family.primary_metric(run.task)
     best_dir = os.path.join(train_cfg.out_dir, "best")
     if is_main_process():  # a kill between the two renames that replace best/ left it aside: put it back first

@@ -199,3 +199,24 @@ def test_cuda_bf16_runs_varlen_attention_and_agrees_with_the_padded_path(monkeyp
     for name in grads_a:
         scale = grads_a[name].abs().max().item() + 1e-6
         assert (grads_b[name] - grads_a[name]).abs().max().item() <= 0.05 * scale, name
+
+
+def test_finetune_with_compile_trains_on_padded_batches(tmp_path, monkeypatch, caplog):
+    """--compile compiles the transformer blocks, whose shapes a padding-free batch would change every step: the
+    run pads instead, and says so (the training itself is stubbed: only the model it is handed is read)."""
+    import litebert.finetune as finetune_module
+
+    handed = []
+
+    def stop_at_train(model, *args, **kwargs):
+        handed.append(encoder_of(model).padding_free)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(finetune_module, "train", stop_at_train)
+    for extra in ([], ["--compile"]):
+        with caplog.at_level("INFO", logger="litebert"):
+            assert litebert_main(["finetune", "--model", str(tiny_model_dir(tmp_path)), "--task", "novel_authorship",
+                           "--data-dir", str(SHARED_DATA / "tasks" / "novel_authorship"), "--max-train-examples",
+                           "32", "--max-eval-examples", "8", "--max-length", "32", "--out-dir",
+                           str(tmp_path / f"run{len(extra)}"), "--no-progress", *extra]) != 0  # interrupted
+    assert handed == [True, False]
+    assert "--compile: padded batches" in caplog.text
