@@ -184,6 +184,13 @@ class Grid:
         """Fine-tuning runs per checkpoint and task: --finetune-seeds, else the scale's."""
         return self.cfg.finetune_seeds or self.scale.finetune_seeds
 
+    def finetune_seeds(self, seed: int) -> list[int]:
+        """The fine-tuning seeds of a checkpoint pretrained with `seed`: with several, the same ones for every
+        pretraining seed (the grid's first seed onwards), so the report can split the spread between the two;
+        with one, the pretraining seed itself (as grids before --finetune-seeds)."""
+        n = self.finetune_seed_count
+        return [seed] if n == 1 else [self.cfg.seed + k for k in range(n)]
+
     def row_dir(self, row: Row, seed: int) -> str:
         return os.path.join(self.out, "rows", slug(row.name), f"seed{seed}")
 

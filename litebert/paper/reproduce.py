@@ -282,21 +282,13 @@ def oscillation(values: list[float]) -> float:
     return variation / (sum(v) / len(v))
 
 
-def finetune_seeds(grid: Grid, seed: int) -> list[int]:
-    """The fine-tuning seeds of a checkpoint pretrained with `seed`: with --finetune-seeds N, the same N for
-    every pretraining seed (the grid's first seed onwards), so the report can split the spread between the two;
-    with one, the pretraining seed itself (as grids before the option)."""
-    n = grid.finetune_seed_count
-    return [seed] if n == 1 else [grid.cfg.seed + k for k in range(n)]
-
-
 def downstream(grid: Grid, checkpoint: str, row_dir: str, seed: int) -> dict[str, Any]:
     """Fine-tune on each bundled task with the scale's one recipe (`litebert finetune --config`), once per
     fine-tuning seed; the best dev score of the task's primary metric, averaged over those seeds."""
     out = {}
     for task in grid.scale.finetune["tasks"]:
         scores, metric, baseline = [], None, {}
-        for k, ft_seed in enumerate(finetune_seeds(grid, seed)):
+        for k, ft_seed in enumerate(grid.finetune_seeds(seed)):
             name = finetune_dir_name(task) + ("" if k == 0 else f"_seed{ft_seed}")
             ft_dir = os.path.join(row_dir, name)
             summary = read_json(os.path.join(ft_dir, "summary.json"))
