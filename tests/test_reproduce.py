@@ -15,6 +15,7 @@ import pytest
 import torch
 from paths import SHARED_DATA
 
+import litebert.finetune
 import litebert.pretrain
 from litebert.cli import main as litebert_main
 from litebert.config import AlbertConfig
@@ -395,7 +396,7 @@ def test_set_derives_heads_ffn_and_a_tied_embedding_or_refuses():
     assert scale_model(layers, by_name["E=128 all-shared"], cpu, 8000, {"num_hidden_layers": 6})["num_hidden_groups"] == 1
 
 
-def test_a_suite_names_its_tasks_and_their_label_counts_or_is_refused(tmp_path):
+def test_a_suite_names_its_tasks_and_their_label_counts_or_is_refused(tmp_path, monkeypatch):
     """`name@N` fine-tunes on the task's first N training examples; a task the project does not bundle, or a
     count that is not one, is refused when the grid is made, before any row runs."""
     assert split_task("novel_authorship@539") == ("novel_authorship", 539) and split_task("x") == ("x", None)
@@ -414,8 +415,22 @@ def test_a_suite_names_its_tasks_and_their_label_counts_or_is_refused(tmp_path):
     R.reproduce(R.ReproduceConfig(experiment=["data"], out=str(tmp_path / "paper"), scale="paper",
                                   set=["finetune.tasks=SST-2@670"]))
     commands = (tmp_path / "paper" / "commands.sh").read_text()
-    assert "--task SST-2 --data-dir $GLUE_DIR/SST-2" in commands and "finetune_SST-2_670 --seed 12345 " \
-        "--max-train-examples 670" in commands
+    recipe = sorted((tmp_path / "paper" / "recipes" / "finetune").glob("*-seed12345-finetune_SST-2_670.toml"))[0]
+    assert f"litebert finetune --config {recipe} --data-dir $GLUE_DIR/SST-2" in commands
+    seen = []
+
+    class Loaded(Exception):
+        pass
+
+    def fake_finetune(cfg, train_cfg):
+        seen.append((cfg, train_cfg))
+        raise Loaded
+    monkeypatch.setattr(litebert.finetune, "finetune", fake_finetune)
+    with pytest.raises(Loaded):  # the recipe as `litebert finetune` reads it, the directory from the command line
+        litebert.finetune.cli(["--config", str(recipe), "--data-dir", "glue/SST-2"])
+    (cfg, train_cfg), = seen
+    assert (cfg.task, cfg.data_dir, cfg.max_train_examples, train_cfg.seed) == ("SST-2", "glue/SST-2", 670, 12345)
+    assert train_cfg.out_dir.endswith("/seed12345/finetune_SST-2_670")
 
 
 def test_a_row_says_where_it_is_while_it_runs(tmp_path, monkeypatch, capsys):

@@ -119,17 +119,19 @@ def write_paper_recipes(grid: Grid) -> list[str]:
                 f"# {grid.exp.table}, row {row.name!r}, seed {seed}: the paper's recipe ({SOURCE}).\n"
                 f"# torchrun --nproc-per-node 8 -m litebert.cli pretrain --config {path}\n")))
             cmds.append(f"torchrun --nproc-per-node $NPROC -m litebert.cli pretrain --config {q(path)}")
-    cmds += ["", "# 3. fine-tune every row on the paper's tasks (the ALBERT README's recipes are litebert's defaults)"]
+    cmds += ["", "# 3. fine-tune every row on the paper's tasks (the ALBERT README's recipes are litebert's defaults;",
+             "#    each task's directory comes from the environment, so it is given on the command line)"]
     for row in grid.exp.rows:
         for seed in grid.seeds:
             ckpt = os.path.join(grid.row_dir(row, seed), "pretrain", f"step_{steps}")
             for task in scale.finetune["tasks"]:
-                r = finetune_recipe(grid, ckpt, task, os.path.join(grid.row_dir(row, seed), finetune_dir_name(task)),
-                                    seed)
-                f = r["finetune"]
-                cmds.append(f"litebert finetune --model {q(ckpt)} --task {f['task']} --data-dir {f['data_dir']} "
-                            f"--out-dir {q(r['train']['out_dir'])} --seed {seed}"
-                            + (f" --max-train-examples {f['max_train_examples']}" if "max_train_examples" in f else ""))
+                name = finetune_dir_name(task)
+                sections = finetune_recipe(grid, ckpt, task, os.path.join(grid.row_dir(row, seed), name), seed)
+                data_dir = sections["finetune"].pop("data_dir")
+                path = os.path.join(out, "recipes", "finetune", f"{slug(row.name)}-seed{seed}-{name}.toml")
+                write_recipe(path, sections, f"# {grid.exp.table}, row {row.name!r}, seed {seed}: fine-tuning on "
+                                             f"{task} (litebert finetune --config this --data-dir DIR)\n")
+                cmds.append(f"litebert finetune --config {q(path)} --data-dir {data_dir}")
     cmds += ["", "# 4. the report, from what the runs above left in this directory",
              f"litebert reproduce {grid.exp.name} --scale paper --out {q(out)} --report-only"
              + (f" --seeds {len(grid.seeds)}" if len(grid.seeds) > 1 else "")]
