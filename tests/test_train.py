@@ -333,10 +333,13 @@ def test_two_process_ddp_equals_single_process(tmp_path):
 
 @pytest.mark.slow
 def test_compiled_model_trains_like_eager(tmp_path):
+    """The whole toy model compiled (it has no transformer blocks for the default scope; compile_layers is tested
+    in test_compile.py and, under inductor, in test_gpu.py)."""
     pytest.importorskip("torch._inductor")
     eager, compiled = make_toy(0.0), make_toy(0.0)
     ra = train(eager, toy_batches(8, 4), toy_config(tmp_path / "a", micro_batch_size=4, max_steps=4))
-    rb = train(compiled, toy_batches(8, 4), toy_config(tmp_path / "b", micro_batch_size=4, max_steps=4, compile=True))
+    rb = train(compiled, toy_batches(8, 4), toy_config(tmp_path / "b", micro_batch_size=4, max_steps=4, compile=True,
+                                                       compile_scope="model"))
     assert ra.losses == pytest.approx(rb.losses, rel=1e-4)
     assert (tmp_path / "b" / "run" / "step_4" / "model.safetensors").is_file()
 
