@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from litebert.config import IGNORE_INDEX, AlbertConfig
-from litebert.errors import ConfigError
+from litebert.errors import ConfigError, DataError
 from litebert.runtime.gemm import dense, eager_fp32_on_cpu, linear
 from litebert.weights import PretrainedMixin
 
@@ -539,23 +539,37 @@ class AlbertSOPHead(nn.Module):
         return self.classifier(self.dropout(pooled))  # (B, 2)
 
 
-def loss_positions(labels: torch.Tensor, with_cls: bool) -> tuple[torch.Tensor | None, torch.Tensor]:
+def loss_positions(labels: torch.Tensor, with_cls: bool, max_predictions: int | None = None
+                   ) -> tuple[torch.Tensor | None, torch.Tensor]:
     """The positions whose final hidden states the pretraining losses read, for AlbertModel's
     `output_positions`: the labelled ones, and position 0 for the SOP head's pooler.
 
     Returns (positions (B, Tq), their labels (B, Tq)): each row lists its needed positions in ascending order
-    (so the MLM logits keep the row-major order of the full computation), then fills up to the longest row with
+    (so the MLM logits keep the row-major order of the full computation), then fills up to the width with
     unneeded positions (label -100: computed, never read). At 15% masking Tq is ~1/5 of T, so the last layer
     costs ~1/3 of a full one (its keys and values still need every token). Returns (None, labels) when every
-    position is needed, and under torch.compile, whose graphs need static shapes: Tq depends on the data (a
-    graph break there, and one graph per width), so a compiled model computes every position (see masked_lm)."""
-    if static_shapes():
+    position is needed.
+
+    The width is the longest row's count, a number that depends on the data: a host sync, which the static-shape
+    path (torch.compile, CUDA graph capture: see static_shapes) cannot have. There the width is the data's bound
+    (`max_predictions`: litebert's masking labels at most max_predictions_per_seq tokens a row), checked on the
+    device; without one, that path reads every position, unlabelled ones weighted 0 in masked_lm. A row over the
+    bound is an error in either path."""
+    T, static = labels.shape[1], static_shapes()
+    if static and max_predictions is None:
         return None, labels
     needed = labels != IGNORE_INDEX
     if with_cls:
         needed[:, 0] = True
-    width = max(1, int(needed.sum(1).max()))
-    if width == labels.shape[1]:
+    if static:
+        width = min(T, max_predictions + int(with_cls))
+        torch._assert_async(needed.sum(1).max() <= width, "a row has more MLM labels than max_predictions_per_seq")
+    else:
+        width = max(1, int(needed.sum(1).max()))
+        if max_predictions is not None and width > max_predictions + int(with_cls):
+            raise DataError(f"a row has {width - int(with_cls)} MLM labels, more than the data's "
+                            f"max_predictions_per_seq ({max_predictions}) that this model reads")
+    if width == T:
         return None, labels
     positions = torch.sort((~needed).to(torch.uint8), dim=1, stable=True).indices[:, :width]  # needed first
     return positions, labels.gather(1, positions)
@@ -573,7 +587,7 @@ def masked_lm(head: AlbertMLMHead, h: torch.Tensor, labels: torch.Tensor | None
     Returns (loss, logits) with logits (M, V) for the M labelled positions in row-major order, or (B, T, V)."""
     if labels is None:
         return None, head(h)
-    if static_shapes():  # every position's logits (B, T, V), unlabelled ones weigh 0
+    if static_shapes():  # every position's logits (B, T, V), or a bounded width's (loss_positions); unlabelled weigh 0
         logits = head(h)
         flat = labels.reshape(-1)
         losses = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), flat, ignore_index=IGNORE_INDEX,
@@ -609,6 +623,7 @@ class AlbertForPreTraining(PretrainedMixin, nn.Module):
         self.albert = AlbertModel(config)                                                         # SOP head so
         self.predictions = AlbertMLMHead(config)
         self.sop_classifier = AlbertSOPHead(config)
+        self.max_predictions_per_seq: int | None = None  # the data's bound on labels a row (loss_positions)
         self.init_weights()
         self.predictions.decoder.weight = self.albert.embeddings.word_embeddings.weight  # weight tying
 
@@ -618,7 +633,7 @@ class AlbertForPreTraining(PretrainedMixin, nn.Module):
                 output_hidden_states: bool = False, output_attentions: bool = False) -> PreTrainingOutput:
         positions = None
         if labels is not None and not (output_hidden_states or output_attentions):  # those need every position
-            positions, labels = loss_positions(labels, with_cls=True)
+            positions, labels = loss_positions(labels, with_cls=True, max_predictions=self.max_predictions_per_seq)
         out = self.albert(input_ids, attention_mask, token_type_ids, position_ids, positions, output_hidden_states,
                           output_attentions)
         mlm_loss, prediction_logits = masked_lm(self.predictions, out.last_hidden_state, labels)
@@ -645,6 +660,7 @@ class AlbertForMaskedLM(PretrainedMixin, nn.Module):
         self.config = config
         self.albert = AlbertModel(config, add_pooling_layer=False)
         self.predictions = AlbertMLMHead(config)
+        self.max_predictions_per_seq: int | None = None  # the data's bound on labels a row (loss_positions)
         self.init_weights()
         self.predictions.decoder.weight = self.albert.embeddings.word_embeddings.weight  # weight tying
 
@@ -654,7 +670,7 @@ class AlbertForMaskedLM(PretrainedMixin, nn.Module):
                 output_attentions: bool = False) -> MaskedLMOutput:
         positions = None
         if labels is not None and not (output_hidden_states or output_attentions):  # those need every position
-            positions, labels = loss_positions(labels, with_cls=False)
+            positions, labels = loss_positions(labels, with_cls=False, max_predictions=self.max_predictions_per_seq)
         out = self.albert(input_ids, attention_mask, token_type_ids, position_ids, positions, output_hidden_states,
                           output_attentions)
         return MaskedLMOutput(*masked_lm(self.predictions, out.last_hidden_state, labels), out.hidden_states,

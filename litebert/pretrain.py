@@ -253,6 +253,10 @@ def pretrain(cfg: PretrainConfig, train_cfg: TrainConfig, model_overrides: dict[
         extra_eval.append((os.path.basename(os.path.normpath(directory)) + "/",
                            Batches(other, train_cfg.seed, sentence_task(other, "auto")), list(range(len(other)))))
 
+    # litebert's masking labels at most max_predictions_per_seq tokens a row: every step reads that many positions
+    model.max_predictions_per_seq = max(b.knobs["max_predictions_per_seq"] for b in [batches] +
+                                        [other_batches for _, other_batches, _ in extra_eval])
+
     def evaluate(m) -> dict[str, float]:
         metrics = evaluate_pretraining(m, batches, eval_indices, cfg.eval_batch_size)
         for prefix, other_batches, indices in extra_eval:

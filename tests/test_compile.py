@@ -129,3 +129,35 @@ def test_padding_free_batches_run_compiled_layers_eager():
     model.albert.padding_free = True
     torch.testing.assert_close(model(ids, mask).logits, padded, rtol=1e-5, atol=1e-5)
     assert counter.frame_count == 0
+
+
+def test_a_bound_on_labels_gives_compiled_models_the_labelled_positions_alone():
+    """With the data's max_predictions_per_seq (pretraining sets it), the static-shape path reads that many
+    positions a row instead of every position's logits (B, T, V): one graph for any label count, eager's loss
+    and gradients. A row over the bound is refused, eagerly with a one-line error, compiled by an assert."""
+    from litebert.errors import DataError
+    from litebert.model import forced_static_shapes
+
+    torch.manual_seed(0)
+    model = AlbertForPreTraining(CONFIG).eval()
+    model.max_predictions_per_seq = 5
+    b = batch(0.15)
+    eager = model(**b)
+    eager.loss.backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    counter = CompileCounter()
+    compiled = torch.compile(model, backend=counter)
+    out = compiled(**b)
+    out.loss.backward()
+    torch.testing.assert_close(out.loss, eager.loss, rtol=1e-5, atol=1e-6)
+    for g, p in zip(grads, model.parameters()):
+        torch.testing.assert_close(p.grad, g, rtol=1e-4, atol=1e-6)
+    assert out.prediction_logits.shape == (3, 5 + 1, CONFIG.vocab_size)  # the bound and [CLS], not all 12
+    compiled(**batch(0.3, seed=1)).loss.backward()
+    assert counter.frame_count == 1
+    crowded = batch(0.9, seed=2)
+    with pytest.raises(DataError, match="more than the data's max_predictions_per_seq \\(5\\)"):
+        model(**crowded)
+    with forced_static_shapes(), pytest.raises(RuntimeError, match="max_predictions_per_seq"):
+        model(**crowded)

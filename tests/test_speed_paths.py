@@ -199,7 +199,7 @@ def test_last_layer_at_loss_positions_trains_like_the_full_layer(monkeypatch, cl
         del inputs["sentence_order_label"]
     logits_selected = a(**inputs)[1]  # (M, V) at the labelled positions, row-major
     loss_selected, grads_selected = loss_and_grads(a, inputs)
-    monkeypatch.setattr(model_module, "loss_positions", lambda labels, with_cls: (None, labels))
+    monkeypatch.setattr(model_module, "loss_positions", lambda labels, with_cls, max_predictions=None: (None, labels))
     logits_full = b(**inputs)[1]
     loss_full, grads_full = loss_and_grads(b, inputs)
     torch.testing.assert_close(logits_selected, logits_full, atol=1e-5, rtol=1e-5)
