@@ -55,7 +55,8 @@ class TrainConfig:
         "torch.compile the training step's transformer blocks (--compile-scope layers) or whole model, compiled "
         "again for each new batch shape. Measured on an H100 (albert-base 64x512 bf16, docs/gpu.md): blocks 8 s to "
         "compile, then 1.06x eager (53.5 vs 56.6 ms), so it pays after ~2,700 steps; the whole model 34 s, then "
-        "1.02x, and 4.4 GB more (it computes every position's MLM logits). On a CPU it rarely pays"))
+        "1.02x (while it computed every position's MLM logits; it now reads the data's max_predictions_per_seq "
+        "a row). On a CPU it rarely pays"))
     compile_scope: str = field(default="layers", metadata=_help(
         "what --compile compiles: layers (each transformer block, the rest eager: the MLM loss keeps reading only "
         "the labelled positions, and a shared block compiles once) or model (the whole step as one graph, every "
@@ -63,7 +64,8 @@ class TrainConfig:
     cuda_graphs: bool = field(default=False, metadata=_help(
         "CUDA, one process: capture each batch shape's forward and backward once as a CUDA graph and replay it, "
         "for small models whose step is spent launching kernels (the demo's 0.8M model on an H200: 4.1x the steps/s, "
-        "docs/gpu.md). Like --compile-scope model, the MLM loss then reads every position's logits (static shapes)"))
+        "docs/gpu.md). Static shapes, as --compile-scope model: the MLM loss reads the data's max_predictions_per_seq "
+        "positions a row"))
     find_unused_parameters: bool = field(default=False, metadata=_help(
         "DDP only: allow trainable parameters outside the loss in a model of your own (litebert's verbs freeze "
         "what their objective leaves out, so they never need it)"))
