@@ -3,9 +3,9 @@
 # /tmp/out). Each step is bounded in time; on an H100 `all` takes about 6 minutes:
 #   bash bench/gpu_check.sh tests    # tests marked gpu, and beside them (CPU) the tests that failed on the first
 #                                    # GPU machine's image                                             (~2 min)
-#   bash bench/gpu_check.sh bench    # train_step (base with LAMB and both compile scopes, large, xxlarge; the
-#                                    # tiny model graphed), padding-free fine-tuning, the kernel-time profile
-#                                    # of base with its blocks compiled                                (~5 min)
+#   bash bench/gpu_check.sh bench    # train_step (base with LAMB and both compile scopes; base graphed, with
+#                                    # and without compiled blocks; large, xxlarge; the tiny model graphed),
+#                                    # padding-free fine-tuning, base's kernel-time profile compiled   (~5 min)
 #   bash bench/gpu_check.sh compile  # the compiled step beside eager on albert-base 64x512 bf16      (~2 min)
 #   bash bench/gpu_check.sh all      # bench, then tests
 # Nothing is downloaded. What the image lacks (the serve extra: starlette, uvicorn, httptools) can travel as wheels
@@ -55,6 +55,9 @@ bench() {
   [ -d "$TOKENIZER" ] || $PY -m litebert.cli tokenizer "${LITEBERT_SHARED_DATA:-../shared/data}/pretrain/en_medium.txt" \
     --out "$TOKENIZER" --vocab-size 8000 > "$OUT/tokenizer.log" 2>&1
   run train_step_base 200 $step --preset albert-base-v2 --shapes 64x512 --lamb --compile
+  # eager, compiled blocks, and both captured as CUDA graphs (32x512: every side keeps its own graph pool)
+  run train_step_graphs 150 $step --preset albert-base-v2 --shapes 32x512 --compile --compile-scopes layers \
+    --cuda-graphs
   run train_step_large 80 $step --preset albert-large-v2 --shapes 32x512
   run train_step_xxlarge 80 $step --preset albert-xxlarge-v2 --shapes 8x512
   run train_step_tiny 60 $PY bench/train_step.py --device cuda --preset tiny --shapes 32x64 --precisions fp32 \
@@ -63,7 +66,7 @@ bench() {
     --task "${TASK_DIR:-${LITEBERT_SHARED_DATA:-../shared/data}/tasks/novel_authorship}" --tokenizer "$TOKENIZER"
   run profile 90 $PY bench/profile_step.py --device cuda --preset albert-base-v2 --shape 64x512 --precision bf16 \
     --rows 30 --compile layers
-  for f in train_step_base train_step_large train_step_xxlarge train_step_tiny finetune_padding profile; do
+  for f in train_step_base train_step_graphs train_step_large train_step_xxlarge train_step_tiny finetune_padding profile; do
     grep '^{' "$OUT/$f.log"; done
 }
 case "${1:-tests}" in
