@@ -327,9 +327,9 @@ class AlbertLayer(nn.Module):
 def compile_layers(model: nn.Module, **options) -> nn.Module:
     """torch.compile each transformer block in place (regional compilation); the rest of the step stays eager.
     The block holds most of a step's memory-bound work (bias + GELU, residual + LayerNorm, casts), which inductor
-    fuses, and its shapes never depend on the data: the eager MLM loss keeps reading only the ~15% labelled
-    positions (a whole compiled model computes every position's logits), and a shared block compiles once however
-    often it is applied. Padding-free batches (a token count per batch) run the blocks eager. `options` go to
+    fuses, and its shapes never depend on the data: the eager MLM loss keeps reading only the labelled positions
+    (a whole compiled model reads a fixed width, or every position: loss_positions), and a shared block compiles
+    once however often it is applied. Padding-free batches (a token count per batch) run the blocks eager. `options` go to
     torch.compile (tests pass a backend)."""
     for module in model.modules():
         if isinstance(module, AlbertLayer):
