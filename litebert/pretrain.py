@@ -253,7 +253,8 @@ def pretrain(cfg: PretrainConfig, train_cfg: TrainConfig, model_overrides: dict[
         extra_eval.append((os.path.basename(os.path.normpath(directory)) + "/",
                            Batches(other, train_cfg.seed, sentence_task(other, "auto")), list(range(len(other)))))
 
-    # litebert's masking labels at most max_predictions_per_seq tokens a row: every step reads that many positions
+    # litebert's masking labels at most max_predictions_per_seq tokens a row: a compiled or graphed step reads that
+    # many positions a row (loss_positions), and any step refuses a row over it
     model.max_predictions_per_seq = max(b.knobs["max_predictions_per_seq"] for b in [batches] +
                                         [other_batches for _, other_batches, _ in extra_eval])
 
