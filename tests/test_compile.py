@@ -25,6 +25,21 @@ def batch(masked: float, seed: int = 0):
             "sentence_order_label": torch.tensor([0, 1, 0])}
 
 
+def assert_trains_as_eager(model, b: dict, compiler):
+    """`model` on `b` eagerly, then `compiler(model)` on `b` (called after the eager pass: compile_layers
+    compiles in place): the same loss and gradients. Returns (eager output, compiled output)."""
+    eager = model(**b)
+    eager.loss.backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    compiled = compiler(model)(**b)
+    compiled.loss.backward()
+    torch.testing.assert_close(compiled.loss, eager.loss, rtol=1e-5, atol=1e-6)
+    for g, p in zip(grads, model.parameters()):
+        torch.testing.assert_close(p.grad, g, rtol=1e-4, atol=1e-6)
+    return eager, compiled
+
+
 @pytest.fixture(autouse=True)
 def _fresh_dynamo():
     torch._dynamo.reset()
@@ -57,16 +72,8 @@ def test_compiled_losses_and_gradients_equal_eager(masked):
     torch.manual_seed(0)
     model = AlbertForPreTraining(CONFIG).eval()
     b = batch(masked)
-    eager = model(**b)
-    eager.loss.backward()
-    grads = [p.grad.clone() for p in model.parameters()]
-    model.zero_grad()
-    compiled = torch.compile(model, backend="eager")(**b)
-    compiled.loss.backward()
+    eager, compiled = assert_trains_as_eager(model, b, lambda m: torch.compile(m, backend="eager"))
     torch.testing.assert_close(compiled.mlm_loss, eager.mlm_loss, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(compiled.loss, eager.loss, rtol=1e-5, atol=1e-6)
-    for g, p in zip(grads, model.parameters()):
-        torch.testing.assert_close(p.grad, g, rtol=1e-4, atol=1e-6)
     selected = b["labels"] != -100
     assert compiled.prediction_logits.shape == (3, 12, CONFIG.vocab_size)  # every position under compile
     torch.testing.assert_close(compiled.prediction_logits[selected], eager.prediction_logits, rtol=1e-5, atol=1e-5)
@@ -92,18 +99,8 @@ def test_compiled_layers_compile_once_and_leave_the_loss_eager(sharing):
     config = CONFIG.replace(num_hidden_groups=CONFIG.num_hidden_layers) if sharing == "none" else CONFIG
     torch.manual_seed(0)
     model = AlbertForPreTraining(config).eval()
-    b = batch(0.15)
-    eager = model(**b)
-    eager.loss.backward()
-    grads = [p.grad.clone() for p in model.parameters()]
-    model.zero_grad()
     counter = CompileCounter()
-    compile_layers(model, backend=counter)
-    compiled = model(**b)
-    compiled.loss.backward()
-    torch.testing.assert_close(compiled.loss, eager.loss, rtol=1e-5, atol=1e-6)
-    for g, p in zip(grads, model.parameters()):
-        torch.testing.assert_close(p.grad, g, rtol=1e-4, atol=1e-6)
+    eager, compiled = assert_trains_as_eager(model, batch(0.15), lambda m: compile_layers(m, backend=counter))
     assert compiled.prediction_logits.shape == eager.prediction_logits.shape  # labelled positions only
     model(**batch(0.05, seed=1)).loss.backward()
     graphs = counter.frame_count
@@ -141,18 +138,9 @@ def test_a_bound_on_labels_gives_compiled_models_the_labelled_positions_alone():
     torch.manual_seed(0)
     model = AlbertForPreTraining(CONFIG).eval()
     model.max_predictions_per_seq = 5
-    b = batch(0.15)
-    eager = model(**b)
-    eager.loss.backward()
-    grads = [p.grad.clone() for p in model.parameters()]
-    model.zero_grad()
     counter = CompileCounter()
     compiled = torch.compile(model, backend=counter)
-    out = compiled(**b)
-    out.loss.backward()
-    torch.testing.assert_close(out.loss, eager.loss, rtol=1e-5, atol=1e-6)
-    for g, p in zip(grads, model.parameters()):
-        torch.testing.assert_close(p.grad, g, rtol=1e-4, atol=1e-6)
+    _, out = assert_trains_as_eager(model, batch(0.15), lambda m: compiled)
     assert out.prediction_logits.shape == (3, 5 + 1, CONFIG.vocab_size)  # the bound and [CLS], not all 12
     compiled(**batch(0.3, seed=1)).loss.backward()
     assert counter.frame_count == 1
