@@ -9,7 +9,8 @@
      against the baselines the run computes itself (most frequent token, unigram loss, majority SOP label) and
      against the untrained model;
   4. fine-tune it on a real labelled task (novel_authorship: who wrote this passage?), and fine-tune the same
-     architecture from random initialisation with the same budget, to show what pretraining bought;
+     architecture from random initialisation with the same budget, to show what pretraining bought: once with
+     all 5,386 training passages and once with 54 of them (1%), the regime pretraining is for;
   5. use them on text they never saw, through the pipelines `litebert predict` and `litebert serve` run: the
      pretrained model fills masks in sentences written for the demo, the classifier reads the task's test split;
   6. print a summary a person can read, where the checkpoints and plots are, and the command that serves the
@@ -58,6 +59,12 @@ FINETUNE = dict(optimizer="adamw", lr=3e-4, batch_size=32, max_steps=500, warmup
 # or above (65.3% -> 65.2% and 64.6% -> 65.2% in two demo runs; +1.6 points in the longer cpu_long run; README,
 # "Pretraining recipe: what we measured").
 LONG_PHASE = dict(max_steps=600, warmup_steps=50, lr=5e-3, eval_every=200, save_every=600)
+# The few-label point: the first 54 training passages (1%; the file is shuffled, so a random sample). Pretraining's
+# gain over a random start grows as labels get scarce (docs/results.md, label efficiency: +11.3 points at 1%, +5.9
+# with all labels, three seeds each). 200 steps see each passage ~120 times; the 500-step runs of that curve had
+# reached their best dev score by step 200 (the 1% runs of both inits gain < 1 point after it).
+FEW_LABELS = 54
+FEW_LABEL_STEPS = dict(max_steps=200, warmup_steps=20)
 QUICK = dict(max_steps=40, eval_every=20, save_every=20, warmup_steps=4)  # --quick: a smoke run of every stage
 QUICK_LONG_PHASE = dict(max_steps=10, eval_every=10, save_every=10, warmup_steps=2)
 
@@ -65,7 +72,8 @@ QUICK_LONG_PHASE = dict(max_steps=10, eval_every=10, save_every=10, warmup_steps
 DEMO_MARKER = ".litebert-demo"  # written first into a demo's directory
 # What a demo writes (and what demos before the release wrote).
 DEMO_ENTRIES = {DEMO_MARKER, "summary.json", "tokenizer", "data64", "data128", "pretrain", "pretrain128",
-                "finetune_pretrained", "finetune_from_scratch", *prerelease.OLD_DEMO_ENTRIES}
+                "finetune_pretrained", "finetune_from_scratch", f"finetune_pretrained_{FEW_LABELS}",
+                f"finetune_from_scratch_{FEW_LABELS}", *prerelease.OLD_DEMO_ENTRIES}
 
 
 def start_clean(out_dir: str) -> None:
@@ -126,22 +134,29 @@ def run(out_dir: str, quick: bool = False, seed: int = 12345) -> dict:
     pre = pretrain(long_cfg, long_train)
     pretrained_dir = pre["checkpoint"]
 
-    print("[5/6] fine-tune: novel_authorship (4 authors), from the pretrained model and from scratch", flush=True)
-    runs = {}
+    print(f"[5/6] fine-tune: novel_authorship (4 authors) with all its training passages and with {FEW_LABELS}, "
+          "each from the pretrained model and from scratch", flush=True)
+    runs, few = {}, {}
     for name, scratch in (("pretrained", False), ("from_scratch", True)):
-        cfg = FinetuneConfig(model=pretrained_dir, task="novel_authorship", data_dir=TASK_DIR,
-                             max_length=TASK_MAX_LENGTH, from_scratch=scratch, max_eval_examples=None)
-        train_cfg = TrainConfig(**{**FINETUNE, **(QUICK if quick else {}),
-                                   "out_dir": os.path.join(out_dir, f"finetune_{name}"), "seed": seed})
-        runs[name] = finetune(cfg, train_cfg)
+        runs[name] = fine_tune(pretrained_dir, scratch, os.path.join(out_dir, f"finetune_{name}"), seed,
+                               {**FINETUNE, **(QUICK if quick else {})})
+        few[name] = fine_tune(pretrained_dir, scratch, os.path.join(out_dir, f"finetune_{name}_{FEW_LABELS}"), seed,
+                              {**FINETUNE, **FEW_LABEL_STEPS, **(QUICK if quick else {})}, FEW_LABELS)
 
     print("[6/6] use: the pretrained model and the classifier on text they never saw", flush=True)
     use = use_models(pretrained_dir, runs["pretrained"]["best_dir"], TASK_MAX_LENGTH,
                      runs["pretrained"]["baseline"]["majority_class"])
-    summary = {"pretrain": short, "pretrain128": pre, "finetune": runs, "use": use,
+    summary = {"pretrain": short, "pretrain128": pre, "finetune": runs, "few_labels": few, "use": use,
                "minutes": (time.time() - t0) / 60, "out_dir": out_dir}
     write_json(os.path.join(out_dir, "summary.json"), summary)
     return summary
+
+
+def fine_tune(model: str, from_scratch: bool, out_dir: str, seed: int, recipe: dict,
+              train_examples: int | None = None) -> dict:
+    cfg = FinetuneConfig(model=model, task="novel_authorship", data_dir=TASK_DIR, max_length=TASK_MAX_LENGTH,
+                         from_scratch=from_scratch, max_train_examples=train_examples, max_eval_examples=None)
+    return finetune(cfg, TrainConfig(**{**recipe, "out_dir": out_dir, "seed": seed}))
 
 
 def use_models(pretrained_dir: str, classifier_dir: str, max_length: int, majority: str) -> dict:
@@ -197,18 +212,30 @@ def format_use(use: dict) -> list[str]:
     return lines
 
 
+def best(run: dict, metric: str = "accuracy") -> float:
+    return run["best"].get(metric, float("nan"))  # nan: a run too short to have evaluated (never in the demo)
+
+
+def format_finetuning(runs: dict, few: dict) -> list[str]:
+    """Pretrained against random initialisation, with all labels and with 1% of them, where the gap is widest."""
+    p, s = runs["pretrained"], runs["from_scratch"]
+    fp, fs = few["pretrained"], few["from_scratch"]
+    return [f"fine-tuned on novel_authorship ({p['examples']['train']} train passages, "
+            f"{p['examples']['dev']} dev), best dev accuracy:",
+            f"  from the pretrained model  {best(p):.1%}   (macro-F1 {best(p, 'macro_f1'):.3f})",
+            f"  from random initialisation {best(s):.1%}   (macro-F1 {best(s, 'macro_f1'):.3f})",
+            f"  majority class ({p['baseline']['majority_class']}) {p['baseline']['accuracy']:.1%}",
+            f"the same with {fp['examples']['train']} train passages (1% of the labels), where pretraining shows most:",
+            f"  from the pretrained model  {best(fp):.1%}",
+            f"  from random initialisation {best(fs):.1%}   (pretraining's gain {100 * (best(fp) - best(fs)):+.1f} "
+            f"points, against {100 * (best(p) - best(s)):+.1f} with all labels; 3 seeds: docs/results.md)"]
+
+
 def format_demo(summary: dict) -> str:
-    short, pre, ft = summary["pretrain"], summary["pretrain128"], summary["finetune"]
-    p, s = ft["pretrained"], ft["from_scratch"]
+    short, pre, p = summary["pretrain"], summary["pretrain128"], summary["finetune"]["pretrained"]
     lines = ["", "=" * 78, f"litebert demo: done in {summary['minutes']:.1f} minutes", "=" * 78,
              format_summary(short), format_summary(pre), "",
-             f"fine-tuned on novel_authorship ({p['examples']['train']} train passages, "
-             f"{p['examples']['dev']} dev), best dev accuracy:",
-             f"  from the pretrained model  {p['best'].get('accuracy', float('nan')):.1%}   "
-             f"(macro-F1 {p['best'].get('macro_f1', float('nan')):.3f})",
-             f"  from random initialisation {s['best'].get('accuracy', float('nan')):.1%}   "
-             f"(macro-F1 {s['best'].get('macro_f1', float('nan')):.3f})",
-             f"  majority class ({p['baseline']['majority_class']}) {p['baseline']['accuracy']:.1%}",
+             *format_finetuning(summary["finetune"], summary["few_labels"]),
              *format_use(summary["use"]), "", "files:",
              f"  pretraining curves   {os.path.join(short['out_dir'], 'metrics.png')} (seq 64), "
              f"{os.path.join(pre['out_dir'], 'metrics.png')} (seq 128)",

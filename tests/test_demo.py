@@ -8,7 +8,7 @@ import pytest
 from litebert.cli import main as litebert_main
 from litebert.corpus.shards import prepare
 from litebert.corpus.tokenizer_training import train_tokenizer
-from litebert.demo import DEMO_MARKER, TASK_DIR, TASK_MAX_LENGTH, UNSEEN_SENTENCES, start_clean
+from litebert.demo import DEMO_MARKER, FEW_LABELS, TASK_DIR, TASK_MAX_LENGTH, UNSEEN_SENTENCES, start_clean
 from litebert.errors import ConfigError
 from litebert.finetune import FinetuneConfig, evaluate_checkpoint
 from litebert.pretrain import PretrainConfig, pretrain
@@ -28,7 +28,13 @@ def test_quick_demo_runs_every_stage_and_prints_a_summary(tmp_path, capsys):
     assert summary["pretrain128"]["steps"] == 10 and summary["pretrain128"]["seq_length"] == 128
     assert summary["pretrain128"]["init_from"] == summary["pretrain"]["checkpoint"]
     assert "continued 0." in out and "at start" in out
-    assert set(summary["finetune"]) == {"pretrained", "from_scratch"}
+    assert set(summary["finetune"]) == set(summary["few_labels"]) == {"pretrained", "from_scratch"}
+    # The few-label point: the same two inits on the task's first 54 training passages, the same dev split.
+    few, full = summary["few_labels"], summary["finetune"]
+    assert [r["examples"]["train"] for r in few.values()] == [FEW_LABELS] * 2
+    assert [r["examples"]["dev"] for r in few.values()] == [r["examples"]["dev"] for r in full.values()]
+    assert few["from_scratch"]["from_scratch"] and not few["pretrained"]["from_scratch"]
+    assert f"{few['pretrained']['best']['accuracy']:.1%}" in out and "1% of the labels" in out
     assert (tmp_path / "demo" / "finetune_pretrained" / "best" / "model.safetensors").exists()
 
     # It ends by using what it made, through the pipelines: masks filled in sentences no corpus holds, the
