@@ -7,6 +7,9 @@
 #                                    # and without compiled blocks; large, xxlarge; the tiny model graphed),
 #                                    # padding-free fine-tuning, base's kernel-time profile compiled   (~5 min)
 #   bash bench/gpu_check.sh compile  # the compiled step beside eager on albert-base 64x512 bf16      (~2 min)
+#   bash bench/gpu_check.sh paper [EXPERIMENT ...]  # issue 32 on the card: Table 2's speed column, then each
+#                                    # experiment at `litebert reproduce --scale gpu --seeds 3` (default:
+#                                    # sharing); reports under $OUT/paper/ for docs/paper/   (~1 + ~8 min each)
 #   bash bench/gpu_check.sh all      # bench, then tests
 # Nothing is downloaded. What the image lacks (the serve extra: starlette, uvicorn, httptools) can travel as wheels
 # in .gpu/whl, and the developers' shared data as .gpu/shared_data (../shared/tools/gpu/prepare.sh makes both);
@@ -69,11 +72,23 @@ bench() {
   for f in train_step_base train_step_graphs train_step_large train_step_xxlarge train_step_tiny finetune_padding profile; do
     grep '^{' "$OUT/$f.log"; done
 }
+paper() {
+  # Table 2: every BERT and ALBERT preset's pretraining step, bf16, interleaved, relative to BERT-large
+  run table2 150 $PY bench/table2_throughput.py --device cuda --precision bf16 --batch 16 --length 512 --repeats 5
+  grep '^{' "$OUT/table2.log" > "$OUT/table2_gpu.json"
+  # The grids share one tokenizer and prepared data (/tmp: checkpoints do not travel back); reports do
+  for experiment in "${@:-sharing}"; do
+    run "paper_$experiment" 540 $PY -m litebert.cli reproduce "$experiment" --scale gpu --seeds 3 \
+      --out "/tmp/paper/$experiment" --data-dir /tmp/paper/data --report-dir "$OUT/paper/$experiment"
+    tail -3 "$OUT/paper_$experiment.log"
+  done
+}
 case "${1:-tests}" in
   tests) tests ;;
   bench) bench ;;
   all) bench; tests ;;
+  paper) shift; paper "$@" ;;
   compile)
     run compile 240 $step --compile --preset albert-base-v2 --shapes 64x512; grep "^{" "$OUT/compile.log" ;;
-  *) echo "usage: bash bench/gpu_check.sh tests|bench|compile|all"; exit 2 ;;
+  *) echo "usage: bash bench/gpu_check.sh tests|bench|compile|all|paper [EXPERIMENT ...]"; exit 2 ;;
 esac

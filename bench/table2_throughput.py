@@ -10,17 +10,20 @@ to BERT-large measured in this run, beside the paper's. On a CPU the large model
 
     .venv/bin/python bench/table2_throughput.py --batch 2 --length 128
     .venv/bin/python bench/table2_throughput.py --quick
+    python bench/table2_throughput.py --device cuda --precision bf16 --batch 16 --length 512   # on a GPU
 """
 
 from __future__ import annotations
 
 import os
 
+import common
 import torch
-from common import base_parser, configure, emit, interleaved, machine, pretraining_batch, stats
+from common import base_parser, configure, emit, interleaved, machine, pretraining_batch, stats, to_device
 
 from litebert.config import AlbertConfig
 from litebert.model import AlbertForPreTraining
+from litebert.runtime.precision import autocast
 
 PAPER_SPEEDUP = {"bert-base": 4.7, "bert-large": 1.0, "albert-base-v2": 5.6, "albert-large-v2": 1.7,
                  "albert-xlarge-v2": 0.6, "albert-xxlarge-v2": 0.3}  # Table 2's "Speedup", relative to BERT-large
@@ -35,7 +38,7 @@ def build(preset: str, quick: bool, seed: int) -> AlbertForPreTraining:
                                 intermediate_size=max(64, int(config.intermediate_size * QUICK_SCALE["intermediate_size"])),
                                 embedding_size=min(config.embedding_size, h), vocab_size=2000)
     torch.manual_seed(seed)
-    return AlbertForPreTraining(config)
+    return AlbertForPreTraining(config).to(common.DEVICE)
 
 
 def main() -> None:
@@ -43,6 +46,8 @@ def main() -> None:
     parser.add_argument("--presets", default=",".join(PAPER_SPEEDUP), help="comma-separated; bert-large among them")
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--length", type=int, default=128)
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                        help="bf16: autocast, as pretraining on a GPU runs. Default: %(default)s")
     args = parser.parse_args()
     configure(args)
     presets = args.presets.split(",")
@@ -52,11 +57,12 @@ def main() -> None:
     models = {p: build(p, args.quick, args.seed) for p in presets}
     steps = {}
     for name, model in models.items():
-        batch = pretraining_batch(model.config, args.batch, args.length, args.seed)
+        batch = to_device(pretraining_batch(model.config, args.batch, args.length, args.seed))
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
 
         def step(model=model, batch=batch, optimizer=optimizer):
-            loss = model(**batch).loss
+            with autocast(args.precision, common.DEVICE.type):
+                loss = model(**batch).loss
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
@@ -69,7 +75,8 @@ def main() -> None:
         rows[name] = {**stats(seconds, args.batch * args.length, "tokens"),
                       "parameters": sum(p.numel() for p in models[name].parameters()),
                       "speedup_vs_bert_large": round(reference / median, 2), "paper": PAPER_SPEEDUP.get(name)}
-    emit({"bench": "table2_throughput", "batch": args.batch, "length": args.length, "quick": args.quick,
+    emit({"bench": "table2_throughput", "batch": args.batch, "length": args.length, "precision": args.precision,
+          "quick": args.quick,
           "load_1min": os.getloadavg()[0], **machine(), "models": rows})
 
 
