@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from fixtures.runs import free_ports, prepare_tiny_pretraining
+from fixtures.runs import free_ports, gpu_scale_in_seconds, prepare_tiny_pretraining
 from safetensors.torch import load_file
 
 import litebert
@@ -285,3 +285,18 @@ def test_cuda_graphs_train_as_eager_and_resume(prepared, tmp_path, precision):
     tol = TOLERANCE[precision]
     assert [graphed[s] for s in range(1, 7)] == pytest.approx([eager[s] for s in range(1, 7)], rel=tol["rtol"] * 10)
     assert_close_weights(tmp_path / "eager" / "step_6", tmp_path / "graphed" / "step_6", **tol)
+
+
+def test_the_paper_gpu_scale_runs_a_grid_with_fine_tuning(tmp_path):
+    """`litebert reproduce --scale gpu` as it runs on the card (bf16, LAMB, its own model sizes), seconds of work a
+    row: every row pretrains, fine-tunes on both suite tasks and reaches the report."""
+    cpu = () if DEVICE == "cuda" else ("train.device=cpu", "train.precision=fp32", "finetune.device=cpu",
+                                       "finetune.precision=fp32")
+    assert litebert_main(gpu_scale_in_seconds(tmp_path, "objective", *cpu)) == 0
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert list(results["rows"]) == ["None", "NSP", "SOP"]
+    for row in results["rows"].values():
+        assert set(row["runs"]["12345"]["downstream"]) == {"novel_authorship", "novel_authorship@539"}
+    recipe = (tmp_path / "rows" / "SOP" / "seed12345" / "pretrain.toml").read_text()
+    assert f'device = "{DEVICE}"' in recipe and ('precision = "bf16"' in recipe) == (DEVICE == "cuda")
+    assert "## The paper's comparisons" in (tmp_path / "report.md").read_text()

@@ -9,10 +9,12 @@ import json
 import os
 import re
 import sys
+import tomllib
 
 import numpy as np
 import pytest
 import torch
+from fixtures.runs import gpu_scale_in_seconds
 from paths import SHARED_DATA
 
 import litebert.finetune
@@ -282,6 +284,24 @@ def test_rows_map_the_papers_sizes_onto_a_scale():
     with pytest.raises(ConfigError, match="varies embedding_size"):
         scale_model(emb, emb.rows[0], cpu, 8000, {"embedding_size": 32})
     assert scale_model(emb, emb.rows[0], cpu, 8000, {"hidden_dropout_prob": 0.1})["hidden_dropout_prob"] == 0.1
+
+
+@pytest.mark.slow
+def test_the_gpu_scale_runs_its_own_models_and_recipe_when_pointed_at_the_cpu(tmp_path, rows_in_process):
+    """The gpu scale's sizes (ALBERT-base's H 768 -> 256, heads of 64) and recipe (LAMB 4e-3, bf16 on CUDA), run
+    end to end with fine-tuning with only the device and precision pointed at the CPU: what a GPU session then
+    finds wrong is the GPU's, not the scale's."""
+    cpu = ("train.device=cpu", "train.precision=fp32", "finetune.device=cpu", "finetune.precision=fp32")
+    assert litebert_main(gpu_scale_in_seconds(tmp_path, "objective", *cpu)) == 0
+    results = json.loads((tmp_path / "results.json").read_text())
+    sop = results["rows"]["SOP"]
+    assert (sop["model"]["hidden_size"], sop["model"]["embedding_size"], sop["model"]["num_attention_heads"],
+            sop["model"]["intermediate_size"], sop["model"]["num_hidden_layers"]) == (256, 128, 4, 1024, 4)
+    assert set(sop["runs"]["12345"]["downstream"]) == {"novel_authorship", "novel_authorship@539"}
+    recipe = tmp_path / "rows" / slug("SOP") / "seed12345" / "pretrain.toml"
+    train = tomllib.loads(recipe.read_text())["train"]
+    assert (train["optimizer"], train["lr"], train["device"], train["precision"]) == ("lamb", 4e-3, "cpu", "fp32")
+    assert "## The paper's comparisons" in (tmp_path / "report.md").read_text()
 
 
 def test_verdicts_are_welch_tests_with_the_smallest_detectable_gap():

@@ -142,8 +142,8 @@ class GridData:
                                   "../shared/data/corpus/en/bible_kjv.jsonl)")
             split_corpus(self.extra, self.split, 0, d.get("max_documents"), d.get("max_sentences"), name="extra")
         prepare(self.inputs(part, extra), out, self.tokenizer, max_seq_length=d["max_seq_length"], pair_task=task,
-                dupe_factor=d["dupe_factor"] if part == "train" else 1, seed=self.seed, num_workers=1,
-                progress=False)
+                dupe_factor=d["dupe_factor"] if part == "train" else 1, seed=self.seed,
+                num_workers=min(8, os.cpu_count() or 1), progress=False)  # the same shards at any worker count
         return out
 
     def vocab_size(self) -> int:
