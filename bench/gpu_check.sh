@@ -76,10 +76,14 @@ paper() {
   # Table 2: every BERT and ALBERT preset's pretraining step, bf16, interleaved, relative to BERT-large
   run table2 150 $PY bench/table2_throughput.py --device cuda --precision bf16 --batch 16 --length 512 --repeats 5
   grep '^{' "$OUT/table2.log" > "$OUT/table2_gpu.json"
-  # The grids share one tokenizer and prepared data (/tmp: checkpoints do not travel back); reports do
+  # The grids share one tokenizer and prepared data (/tmp: checkpoints do not travel back); reports do. The
+  # Bibles are the additional text of `data` and `curves`.
+  local bibles=() f
+  for f in "${LITEBERT_SHARED_DATA:-../shared/data}"/corpus/en/bible_*.jsonl; do [ -f "$f" ] && bibles+=("$f"); done
   for experiment in "${@:-sharing}"; do
     run "paper_$experiment" 540 $PY -m litebert.cli reproduce "$experiment" --scale gpu --seeds 3 \
-      --out "/tmp/paper/$experiment" --data-dir /tmp/paper/data --report-dir "$OUT/paper/$experiment"
+      --out "/tmp/paper/$experiment" --data-dir /tmp/paper/data --report-dir "$OUT/paper/$experiment" \
+      ${bibles[@]:+--extra-corpus "${bibles[@]}"}
     tail -3 "$OUT/paper_$experiment.log"
   done
 }
