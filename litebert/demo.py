@@ -62,7 +62,8 @@ LONG_PHASE = dict(max_steps=600, warmup_steps=50, lr=5e-3, eval_every=200, save_
 # The few-label point: the first 54 training passages (1%; the file is shuffled, so a random sample). Pretraining's
 # gain over a random start grows as labels get scarce (docs/results.md, label efficiency: +11.3 points at 1%, +5.9
 # with all labels, three seeds each). 200 steps see each passage ~120 times; the 500-step runs of that curve had
-# reached their best dev score by step 200 (the 1% runs of both inits gain < 1 point after it).
+# reached their best dev score by step 200 (< 1 point gained after it), and 200-step runs from the same model,
+# seeds 1-3, gave 52.8 +- 5.8% pretrained against 40.2 +- 0.6% from scratch.
 FEW_LABELS = 54
 FEW_LABEL_STEPS = dict(max_steps=200, warmup_steps=20)
 QUICK = dict(max_steps=40, eval_every=20, save_every=20, warmup_steps=4)  # --quick: a smoke run of every stage
