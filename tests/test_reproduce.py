@@ -204,6 +204,27 @@ def test_a_report_dir_holding_another_report_md_is_refused_before_any_row_runs(d
     assert (tmp_path / "docs" / "report.md").read_text() == "# my own notes\n" and not (tmp_path / "g").exists()
 
 
+def test_a_grid_made_before_recipes_were_recorded_continues_only_with_the_recipe_it_had(tmp_path):
+    """grid.json files written before 2026-11-27 record no fine-tuning recipe (and keep --set finetune.X among
+    "set"); their cpu grids were fine-tuned at lr 3e-4 for 300 steps. Continuing one under today's default recipe
+    would mix two recipes in one table: refused; given its recipe back with --set, it continues."""
+    def settings(*sets):
+        cfg = R.ReproduceConfig(experiment=["dropout"], out=str(tmp_path), seeds=5, finetune_seeds=4,
+                                set=["model.hidden_size=128", "train.max_steps=1000", *sets])
+        return R.grid_settings(R.make_grid(cfg))
+    old = {**settings(), "set": ["finetune.tasks=novel_authorship", "model.hidden_size=128", "train.max_steps=1000"],
+           "downstream_tasks": ["novel_authorship"]}
+    del old["finetune_recipe"]  # as an old grid.json has it
+    assert R.recorded_settings(old)["finetune_recipe"]["lr"] == 3e-4
+    assert R.recorded_settings(old) != settings("finetune.tasks=novel_authorship")  # today's default: refused
+    continued = settings("finetune.tasks=novel_authorship", "finetune.lr=3e-4", "finetune.max_steps=300",
+                         "finetune.warmup_steps=30")
+    assert R.recorded_settings(old) == continued and continued["set"] == ["model.hidden_size=128",
+                                                                          "train.max_steps=1000"]
+    assert R.recorded_settings(continued) is continued  # a recorded recipe is read as it is
+    assert settings()["finetune_recipe"]["lr"] == 1e-3 and settings()["finetune_recipe"]["max_steps"] == 1000
+
+
 def test_the_grid_refuses_to_run_under_torchrun(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "0")

@@ -312,8 +312,9 @@ def run_grid(grid: Grid, command: str | None = None) -> dict[str, Any]:
     state_path = os.path.join(grid.out, "grid.json")
     state = read_json(state_path) or {}
     settings = grid_settings(grid)
-    if state and state.get("settings") != settings:
-        changed = sorted(k for k in settings if state["settings"].get(k) != settings[k])
+    recorded = recorded_settings(state.get("settings", {}))
+    if state and recorded != settings:
+        changed = sorted(k for k in settings if recorded.get(k) != settings[k])
         raise ConfigError(f"{grid.out} holds a grid made with other settings ({', '.join(changed)}); use another "
                           "--out, or the same options to continue it")
     if command and not (grid.cfg.rows or grid.cfg.report_only):
@@ -368,13 +369,42 @@ def _minutes(seconds: float) -> str:
 
 
 def grid_settings(grid: Grid) -> dict[str, Any]:
-    """What makes a grid's rows comparable: a rerun with other values would mix two grids in one directory."""
+    """What makes a grid's rows comparable: a rerun with other values would mix two grids in one directory. The
+    fine-tuning recipe is recorded as it resolved (the scale's, with --set finetune.X), so that a changed
+    default is caught as surely as a changed option."""
     c = grid.cfg
     return {"experiment": grid.exp.name, "scale": c.scale, "seed": c.seed, "corpus": c.corpus,
-            "extra_corpus": list(c.extra_corpus), "set": sorted(c.set), "budget_minutes": c.budget_minutes,
-            "downstream": downstream_on(grid),
-            **({"downstream_tasks": list(grid.scale.finetune["tasks"])} if downstream_on(grid) else {}),
+            "extra_corpus": list(c.extra_corpus), "set": sorted(s for s in c.set if not _sets_finetune(s)),
+            "budget_minutes": c.budget_minutes, "downstream": downstream_on(grid),
+            **({"downstream_tasks": list(grid.scale.finetune["tasks"]),
+                "finetune_recipe": _recipe(grid.scale.finetune)} if downstream_on(grid) else {}),
             **({"finetune_seeds": grid.finetune_seed_count} if grid.finetune_seed_count != 1 else {})}
+
+
+# The cpu scale's fine-tuning recipe until 2026-11-27 (then lr 1e-3 for 1000 steps): what the grids whose
+# grid.json records no recipe were fine-tuned with.
+LEGACY_CPU_FINETUNE = dict(lr=3e-4, max_steps=300, warmup_steps=30)
+
+
+def _sets_finetune(item: str) -> bool:
+    return item.strip().startswith("finetune.")
+
+
+def _recipe(finetune: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in finetune.items() if k != "tasks"}
+
+
+def recorded_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """A grid.json's settings in grid_settings' current form: a grid made before recipes were recorded kept its
+    --set finetune.X among "set" and was fine-tuned with its scale's recipe of the day."""
+    if "finetune_recipe" in settings or not settings.get("downstream"):
+        return settings
+    finetune_sets = [item for item in settings.get("set", []) if _sets_finetune(item)]
+    scale = settings.get("scale", "cpu")
+    recipe = {**SCALES[scale].finetune, **(LEGACY_CPU_FINETUNE if scale == "cpu" else {}),
+              **parse_sets(finetune_sets)["finetune"]}
+    return {**settings, "set": [item for item in settings["set"] if item not in finetune_sets],
+            "finetune_recipe": _recipe(recipe)}
 
 
 
