@@ -445,7 +445,7 @@ def test_a_suite_names_its_tasks_and_their_label_counts_or_is_refused(tmp_path, 
         with pytest.raises(ConfigError, match="NAME@N"):
             split_task(bad)
     grid = R.make_grid(R.ReproduceConfig(experiment=["data"], out=str(tmp_path)))
-    assert grid.scale.finetune["tasks"] == ("novel_authorship", "novel_authorship@539") and grid.finetune_seed_count == 2
+    assert grid.scale.finetune["tasks"] == ("novel_authorship",) and grid.finetune_seed_count == 2
     recipe = finetune_recipe(grid, "ckpt", "novel_authorship@539", "ft", 1)["finetune"]
     assert (recipe["task"], recipe["max_train_examples"]) == ("novel_authorship", 539)
     assert "max_train_examples" not in finetune_recipe(grid, "ckpt", "novel_authorship", "ft", 1)["finetune"]
