@@ -221,7 +221,7 @@ def test_a_grid_made_before_recipes_were_recorded_continues_only_with_the_recipe
                          "finetune.warmup_steps=30")
     assert R.recorded_settings(old) == continued and continued["set"] == ["model.hidden_size=128",
                                                                           "train.max_steps=1000"]
-    assert R.recorded_settings(continued) is continued  # a recorded recipe is read as it is
+    assert R.recorded_settings(continued) == continued  # a recorded recipe is read as it is
     assert settings()["finetune_recipe"]["lr"] == 1e-3 and settings()["finetune_recipe"]["max_steps"] == 1000
 
 

@@ -397,15 +397,14 @@ def _recipe(finetune: Mapping[str, Any]) -> dict[str, Any]:
 def recorded_settings(settings: dict[str, Any]) -> dict[str, Any]:
     """A grid.json's settings in grid_settings' current form: a grid made before recipes were recorded kept its
     --set finetune.X among "set" and was fine-tuned with its scale's recipe of the day."""
-    if "finetune_recipe" in settings or not settings.get("downstream"):
-        return settings
     finetune_sets = [item for item in settings.get("set", []) if _sets_finetune(item)]
+    current = {**settings, "set": [item for item in settings.get("set", []) if item not in finetune_sets]}
+    if "finetune_recipe" in settings or not settings.get("downstream"):
+        return current
     scale = settings.get("scale", "cpu")
     recipe = {**SCALES[scale].finetune, **(LEGACY_CPU_FINETUNE if scale == "cpu" else {}),
               **parse_sets(finetune_sets)["finetune"]}
-    return {**settings, "set": [item for item in settings["set"] if item not in finetune_sets],
-            "finetune_recipe": _recipe(recipe)}
-
+    return {**current, "finetune_recipe": _recipe(recipe)}
 
 
 # -- the verb --------------------------------------------------------------------------------------------------
