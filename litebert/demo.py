@@ -1,4 +1,4 @@
-"""`litebert demo`: the whole ALBERT life cycle on the bundled corpus, in about 10 minutes on 2 CPU cores.
+"""`litebert demo`: the whole ALBERT life cycle on the bundled corpus, in under 20 minutes on 2 CPU cores.
 
   1. train a SentencePiece tokenizer on the bundled demo corpus (six Austen novels, three other Gutenberg
      novels and the Jargon File: 7 MB of public-domain text, documents in a fixed shuffled order);
@@ -65,7 +65,7 @@ LONG_PHASE = dict(max_steps=600, warmup_steps=50, lr=5e-3, eval_every=200, save_
 # with all labels, three seeds each). 200 steps see each passage ~120 times; the 500-step runs of that curve had
 # reached their best dev score by step 200 (< 1 point gained after it), and 200-step runs from the same model,
 # seeds 1-3, gave 52.8 +- 5.8% pretrained against 40.2 +- 0.6% from scratch. One seed is not enough there: the
-# demo's own seed drew 47.1% against 44.0%. So three seeds of each, about 30 s a run.
+# demo's own seed drew 47.1% against 44.0%. So three seeds of each: under a minute a run, ~3 minutes in all.
 FEW_LABELS = 54
 FEW_LABEL_STEPS = dict(max_steps=200, warmup_steps=20)
 FEW_LABEL_SEEDS = 3
