@@ -76,8 +76,7 @@ def main() -> None:
                       "parameters": sum(p.numel() for p in models[name].parameters()),
                       "speedup_vs_bert_large": round(reference / median, 2), "paper": PAPER_SPEEDUP.get(name)}
     emit({"bench": "table2_throughput", "batch": args.batch, "length": args.length, "precision": args.precision,
-          "quick": args.quick,
-          "load_1min": os.getloadavg()[0], **machine(), "models": rows})
+          "quick": args.quick, "load_1min": os.getloadavg()[0], **machine(), "models": rows})
 
 
 if __name__ == "__main__":
