@@ -140,14 +140,14 @@ def run(out_dir: str, quick: bool = False, seed: int = 12345) -> dict:
 
     print(f"[5/6] fine-tune: novel_authorship (4 authors) with all its training passages and with {FEW_LABELS}, "
           "each from the pretrained model and from scratch", flush=True)
+    recipe = {**FINETUNE, **(QUICK if quick else {})}
+    few_recipe = {**FINETUNE, **FEW_LABEL_STEPS, **(QUICK if quick else {})}
     runs, few = {}, {}
     for name, scratch in (("pretrained", False), ("from_scratch", True)):
-        runs[name] = fine_tune(pretrained_dir, scratch, os.path.join(out_dir, f"finetune_{name}"), seed,
-                               {**FINETUNE, **(QUICK if quick else {})})
-        few[name] = [fine_tune(pretrained_dir, scratch, os.path.join(out_dir, f"finetune_{name}_{FEW_LABELS}",
-                                                                  f"seed={seed + i}"), seed + i,
-                               {**FINETUNE, **FEW_LABEL_STEPS, **(QUICK if quick else {})}, FEW_LABELS)
-                     for i in range(FEW_LABEL_SEEDS)]
+        runs[name] = fine_tune(pretrained_dir, scratch, os.path.join(out_dir, f"finetune_{name}"), seed, recipe)
+        few_dir = os.path.join(out_dir, f"finetune_{name}_{FEW_LABELS}")
+        few[name] = [fine_tune(pretrained_dir, scratch, os.path.join(few_dir, f"seed={s}"), s, few_recipe, FEW_LABELS)
+                     for s in range(seed, seed + FEW_LABEL_SEEDS)]
 
     print("[6/6] use: the pretrained model and the classifier on text they never saw", flush=True)
     use = use_models(pretrained_dir, runs["pretrained"]["best_dir"], TASK_MAX_LENGTH,
