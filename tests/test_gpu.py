@@ -290,9 +290,7 @@ def test_cuda_graphs_train_as_eager_and_resume(prepared, tmp_path, precision):
 def test_the_paper_gpu_scale_runs_a_grid_with_fine_tuning(tmp_path):
     """`litebert reproduce --scale gpu` as it runs on the card (bf16, LAMB, its own model sizes), seconds of work a
     row: every row pretrains, fine-tunes on both suite tasks and reaches the report."""
-    cpu = () if DEVICE == "cuda" else ("train.device=cpu", "train.precision=fp32", "finetune.device=cpu",
-                                       "finetune.precision=fp32")
-    assert litebert_main(gpu_scale_in_seconds(tmp_path, "objective", *cpu)) == 0
+    assert litebert_main(gpu_scale_in_seconds(tmp_path, "objective", DEVICE)) == 0
     results = json.loads((tmp_path / "results.json").read_text())
     assert list(results["rows"]) == ["None", "NSP", "SOP"]
     for row in results["rows"].values():

@@ -312,8 +312,7 @@ def test_the_gpu_scale_runs_its_own_models_and_recipe_when_pointed_at_the_cpu(tm
     """The gpu scale's sizes (ALBERT-base's H 768 -> 256, heads of 64) and recipe (LAMB 4e-3, bf16 on CUDA), run
     end to end with fine-tuning with only the device and precision pointed at the CPU: what a GPU session then
     finds wrong is the GPU's, not the scale's."""
-    cpu = ("train.device=cpu", "train.precision=fp32", "finetune.device=cpu", "finetune.precision=fp32")
-    assert litebert_main(gpu_scale_in_seconds(tmp_path, "objective", *cpu)) == 0
+    assert litebert_main(gpu_scale_in_seconds(tmp_path, "objective", "cpu")) == 0
     results = json.loads((tmp_path / "results.json").read_text())
     sop = results["rows"]["SOP"]
     assert (sop["model"]["hidden_size"], sop["model"]["embedding_size"], sop["model"]["num_attention_heads"],
