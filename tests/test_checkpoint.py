@@ -373,6 +373,30 @@ def test_every_saved_step_is_evaluated_exactly_once(tmp_path):
     assert calls == [] and again.eval == {"acc": 0.5} and again.losses == {}
 
 
+def test_a_kill_between_logging_and_recording_an_evaluation_leaves_it_logged_once(tmp_path, monkeypatch):
+    """Step 4's evaluation reached metrics.jsonl, then the run died before the checkpoint recorded it: the
+    resume evaluates step 4 again and metrics.jsonl keeps one evaluation of it, not two (CI caught the pair)."""
+    from litebert.training import loop
+    real = ckpt.write_evaluation
+
+    def dies_at_step_4(checkpoint, metrics):
+        if checkpoint.name == "step_4":
+            raise Crash
+        real(checkpoint, metrics)
+
+    kw = dict(save_every=2, eval_every=2, max_steps=6, micro_batch_size=8, keep_last=0)
+    monkeypatch.setattr(loop.ckpt, "write_evaluation", dies_at_step_4)
+    with pytest.raises(Crash):
+        train(make_toy(), toy_batches(8, 8), toy_config(tmp_path, **kw), lambda m: {"acc": 0.5})
+    out = tmp_path / "run"
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl") if "eval_acc" in r] == [2, 4]
+    monkeypatch.setattr(loop.ckpt, "write_evaluation", real)
+    train(make_toy(), toy_batches(8, 8), toy_config(tmp_path, resume=True, **kw), lambda m: {"acc": 0.5})
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl") if "eval_acc" in r] == [2, 4, 6]
+    logged = [r["step"] for r in read_metrics(out / "metrics.jsonl") if "loss" in r]
+    assert logged == sorted(set(logged))  # the training records, too, each once and in order
+
+
 def test_the_initial_weights_are_evaluated_once_per_run(tmp_path):
     seen = []
 

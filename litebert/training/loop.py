@@ -350,7 +350,8 @@ def _start(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, env
         out.mkdir(parents=True, exist_ok=True)
         (out / CONFIG_NAME).write_text(dump_toml({"train": cfg, **(configs or {})}))
     # A fresh start drops what an earlier attempt in this directory logged (its step 0 too).
-    metrics.restart_at(state.progress.step if resumed_from is not None else -1)
+    metrics.restart_at(state.progress.step if resumed_from is not None else -1,
+                       evaluated=resumed_from is None or ckpt.read_evaluation(resumed_from) is not None)
 
     net = model
     if env.world_size > 1:  # every trainable parameter must be in the loss (see train_step's check)

@@ -44,10 +44,13 @@ class MetricsLog:
         self._purge_step: int | None = None
         self._plotted_at = -math.inf  # time.monotonic() of the last plot
 
-    def restart_at(self, step: int) -> None:
-        """Keep the records up to `step`: what a crashed run logged after its last checkpoint is redone."""
+    def restart_at(self, step: int, *, evaluated: bool = True) -> None:
+        """Keep the records up to `step`: what a crashed run logged after its last checkpoint is redone. With
+        evaluated=False (the checkpoint holds no record of its evaluation: a kill after logging it and before
+        recording it), the evaluation logged at `step` is dropped too, as the resume evaluates that step again."""
         if self.writes:
-            records = [r for r in read_metrics(self.path) if r["step"] <= step]
+            records = [r for r in read_metrics(self.path)
+                       if r["step"] < step or (r["step"] == step and (evaluated or not is_evaluation(r)))]
             self.path.write_text("".join(json.dumps(r) + "\n" for r in records))
             self._purge_step = step + 1
 
@@ -102,6 +105,10 @@ class _Window:
 
     def tokens_per_s(self) -> float:
         return self.tokens / max(self.seconds, 1e-9)
+
+
+def is_evaluation(record: dict[str, Any]) -> bool:
+    return any(key.startswith("eval_") for key in record)
 
 
 def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
