@@ -17,8 +17,9 @@ demo: $(STAMP)  ## the main job: tokenizer, data, pretraining, fine-tuning on th
 	$(VENV)/bin/litebert demo
 
 # One test process per core (at most 4), each on one thread (tests/conftest.py); a file's tests stay together so
-# that its module fixtures are built once.
-PYTEST := $(VENV)/bin/python -m pytest -q -n auto --maxprocesses 4 --dist loadfile
+# that its module fixtures are built once. The 25 slowest tests are listed at the end: the suite must stay well
+# inside CI's 20 minutes, and that list says where its time goes.
+PYTEST := $(VENV)/bin/python -m pytest -q -n auto --maxprocesses 4 --dist loadfile --durations=25
 
 test: $(STAMP)  ## the whole suite, slow end-to-end checks included
 	$(PYTEST)
