@@ -9,6 +9,8 @@ import json
 import os
 import re
 import sys
+import threading
+import time
 import tomllib
 
 import numpy as np
@@ -54,7 +56,7 @@ def run(out, experiment, data_dir, *extra, steps=2):
 EIGHT_ROWS = {"embedding", "sharing"}
 
 
-def run_verb_in_process(verb, args, log_path, nproc=1, progress=None):
+def run_verb_in_process(verb, args, log_path, nproc=1, progress=None, lane=R.ALONE):
     """R.run_verb by `litebert VERB` in this process rather than a child: the same verb and recipe without a
     child's start (importing torch, then torch._dynamo for the optimizer: 4-5 s a row here)."""
     assert nproc == 1
@@ -171,6 +173,91 @@ def test_a_killed_grid_resumes_to_the_same_results(data_dir, tmp_path, monkeypat
 
     assert run(tmp_path / "killed", "objective", data_dir, *extra, "--rows", "SOP", steps=4) == whole
     assert ran() == every[8:]
+
+
+# A row's child that writes down its verb, when it ran (start, end) and its OMP_NUM_THREADS to $REPRODUCE_SPANS.
+TIMED_CHILD = """
+import os, sys, time
+from litebert.cli import main
+start = time.time()
+code = main(sys.argv[1:])
+with open(os.environ["REPRODUCE_SPANS"], "a") as f:
+    f.write(f"{sys.argv[1]} {start} {time.time()} {os.environ.get('OMP_NUM_THREADS')}\\n")
+sys.exit(code)
+"""
+
+
+def test_jobs_train_rows_at_once_to_the_results_of_one_at_a_time(data_dir, tmp_path, monkeypatch, capsys):
+    """--jobs 2: the three rows train two at a time (their children's spans overlap), each child on the threads
+    it was given, and results.json is the one-at-a-time grid's."""
+    micro = ("--set", "train.max_steps=3")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the reference runs in this process, on one thread
+    with monkeypatch.context() as patched:
+        patched.setattr(R, "run_verb", run_verb_in_process)
+        one = run(tmp_path / "one", "objective", data_dir, *micro)
+    monkeypatch.setattr(R, "VERB_COMMAND", [sys.executable, "-c", TIMED_CHILD])
+    monkeypatch.setenv("REPRODUCE_SPANS", str(tmp_path / "spans.txt"))
+    capsys.readouterr()
+    assert run(tmp_path / "two", "objective", data_dir, *micro, "--jobs", "2") == one
+    spans = [line.split() for line in (tmp_path / "spans.txt").read_text().splitlines()]
+    assert len(spans) == 3 and {threads for *_, threads in spans} == {"1"}
+    overlaps = [(a, b) for a in spans for b in spans if a is not b and float(a[1]) < float(b[1]) < float(a[2])]
+    assert overlaps, spans
+    printed = capsys.readouterr().out
+    assert "[3/3] objective:" in printed and re.search(r"(None|NSP|SOP), seed 12345: done in", printed)
+
+
+def test_jobs_keep_warm_starts_in_order_and_stop_starting_rows_after_a_failure(tmp_path, monkeypatch):
+    """With warm starts each seed's rows run in order, two seeds at once; a failing row starts no new row, lets
+    the running one finish, and its error is raised."""
+    events, lock = [], threading.Lock()
+
+    def fake_row(grid, row, seed, steps, lane):
+        with lock:
+            events.append(("start", row.name, seed))
+        time.sleep(0.05)
+        if (row.name, seed) == fail_at:
+            raise R.LitebertError(f"row {row.name} failed")
+        with lock:
+            events.append(("end", row.name, seed))
+        return {"mlm_acc": 0.5, "sop_acc": 0.5}
+
+    monkeypatch.setattr(R, "run_row", fake_row)
+    grid = R.make_grid(R.ReproduceConfig(experiment=["depth"], out=str(tmp_path), scale="tiny", seeds=2, jobs=2))
+    todo = [(r, s) for r in grid.exp.rows for s in grid.seeds]
+    fail_at = None
+    R.run_rows(grid, todo, {r.name: 2 for r in grid.exp.rows})
+    names = [r.name for r in grid.exp.rows]
+    for seed in grid.seeds:
+        mine = [(kind, name) for kind, name, s in events if s == seed]
+        assert mine == [(kind, name) for name in names for kind in ("start", "end")]  # a chain, in row order
+    assert {s for kind, _, s in events[:2]} == set(grid.seeds)  # the two seeds' chains ran at once
+
+    events.clear()
+    fail_at = ("L=3", grid.seeds[0])
+    with pytest.raises(R.LitebertError, match="row L=3 failed"):
+        R.run_rows(grid, todo, {r.name: 2 for r in grid.exp.rows})
+    failed_at = events.index(("start", "L=3", grid.seeds[0]))
+    assert len([e for e in events[failed_at + 1:] if e[0] == "start"]) <= 1  # at most the other chain's next row
+    assert not [e for e in events if e[0] == "start" and e[1] == "L=24"]
+
+
+def test_each_job_gets_its_share_of_the_cores_unless_threads_are_set(tmp_path, monkeypatch):
+    cores = len(os.sched_getaffinity(0))
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+
+    def lane(jobs, nproc=1):
+        cfg = R.ReproduceConfig(experiment=["objective"], out=str(tmp_path), scale="tiny", jobs=jobs,
+                                nproc_per_node=nproc)
+        grid = R.make_grid(cfg)
+        return R.lane_for(grid, grid.exp.rows[0], 7)
+
+    assert lane(1) == R.ALONE and lane(1).env() is None
+    assert lane(2) == R.Lane("None, seed 7: ", max(1, cores // 2)) and lane(2).env()["OMP_NUM_THREADS"] == str(
+        max(1, cores // 2))
+    assert lane(2, nproc=2).threads == max(1, cores // 4)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's choice stands
+    assert lane(2).threads is None and lane(2).env() is None
 
 
 @pytest.mark.slow

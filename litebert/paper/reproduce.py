@@ -11,8 +11,9 @@ with --downstream, the average best dev score of fine-tuning on the bundled task
     litebert reproduce objective --out out/paper/objective --seeds 2
     litebert reproduce embedding --out out/paper/embedding --scale paper --corpus wiki_books.txt
 
-The grid runs in one process; --nproc-per-node N trains each row with N processes under torchrun (the batch
-sizes are global: the same examples per step). The grid resumes: rerunning the command skips every finished
+The grid runs in one process, its rows one after another or --jobs N at once (each row in its own processes, the
+cores shared out); --nproc-per-node N trains each row with N processes under torchrun (the batch sizes are
+global: the same examples per step). The grid resumes: rerunning the command skips every finished
 row (its result.json), resumes a killed row from its last checkpoint, and --rows reruns a subset from scratch.
 The report (report.md beside results.json and PNG plots) sets the grid's table beside the paper's and says,
 for each comparison the paper makes whether it reproduces, is contradicted, or is inconclusive at the grid's
@@ -22,6 +23,7 @@ power: with --seeds N a cell is its mean ± a 95% t interval, and each compariso
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import math
 import os
@@ -30,6 +32,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import tomllib
 from collections.abc import Mapping
@@ -124,14 +127,41 @@ def verb_command(nproc: int) -> list[str]:
             *VERB_COMMAND[1:]]
 
 
+@dataclasses.dataclass(frozen=True)
+class Lane:
+    """Where a row's children run when several rows train at once (--jobs): the name their heartbeat lines
+    carry, and the threads each child gets (None: the process's own setting)."""
+
+    tag: str = ""
+    threads: int | None = None
+
+    def env(self) -> dict[str, str] | None:
+        return None if self.threads is None else {**os.environ, "OMP_NUM_THREADS": str(self.threads)}
+
+
+ALONE = Lane()
+
+
+def lane_for(grid: Grid, row: Row | None = None, seed: int | None = None) -> Lane:
+    """The lane of a row run: ALONE with --jobs 1; else the row's name, and the machine's cores shared among
+    the jobs and their torchrun processes (an OMP_NUM_THREADS of the user's is kept)."""
+    if grid.cfg.jobs == 1:
+        return ALONE
+    tag = f"{row.name}, seed {seed}: " if row is not None else ""
+    if "OMP_NUM_THREADS" in os.environ:
+        return Lane(tag)
+    return Lane(tag, max(1, len(os.sched_getaffinity(0)) // (grid.cfg.jobs * grid.cfg.nproc_per_node)))
+
+
 def run_verb(verb: str, args: list[str], log_path: str, nproc: int = 1,
-             progress: tuple[str, int] | None = None) -> None:
+             progress: tuple[str, int] | None = None, lane: Lane = ALONE) -> None:
     """`litebert VERB ARGS` in a child process (`nproc` of them under torchrun), its output in `log_path`; a
     failure names the log. `progress`: the child's run directory and its last step, for the heartbeat."""
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     started, seen = time.time(), []
     with open(log_path, "a") as log:
-        child = subprocess.Popen(verb_command(nproc) + [verb, *args], stdout=log, stderr=subprocess.STDOUT)
+        child = subprocess.Popen(verb_command(nproc) + [verb, *args], stdout=log, stderr=subprocess.STDOUT,
+                                 env=lane.env())
         try:
             while True:  # a row takes minutes to an hour: say where it is every HEARTBEAT_SECONDS
                 try:
@@ -139,8 +169,8 @@ def run_verb(verb: str, args: list[str], log_path: str, nproc: int = 1,
                     break
                 except subprocess.TimeoutExpired:
                     where = _steps_and_time_left(progress, seen) if progress else None
-                    print(f"      {verb}, {_minutes(time.time() - started)} in: {where or _last_line(log_path)}",
-                          flush=True)
+                    print(f"      {lane.tag}{verb}, {_minutes(time.time() - started)} in: "
+                          f"{where or _last_line(log_path)}", flush=True)
         except BaseException:
             child.kill()
             child.wait()
@@ -181,7 +211,8 @@ def seconds_per_step(grid: Grid, row: Row, probe_steps: int = 8) -> float:
     sections["train"].update(max_steps=probe_steps, warmup_steps=0, log_every=1, eval_every=0, save_every=0)
     sections["pretrain"]["eval_data"] = []
     recipe = write_recipe(os.path.join(probe, "recipe.toml"), sections, f"# speed probe of {row.name!r}\n")
-    run_verb("pretrain", ["--config", recipe], os.path.join(probe, "log.txt"), grid.cfg.nproc_per_node)
+    run_verb("pretrain", ["--config", recipe], os.path.join(probe, "log.txt"), grid.cfg.nproc_per_node,
+             lane=lane_for(grid))  # the threads a row will have
     tokens = sections["train"]["batch_size"] * grid.scale.data["max_seq_length"]
     rates = [r["tokens_per_s"] for r in read_metrics(os.path.join(probe, METRICS_NAME))
              if "tokens_per_s" in r and r["step"] > 2]
@@ -209,7 +240,7 @@ def step_budgets(grid: Grid, state: dict[str, Any]) -> dict[str, int]:
     return steps
 
 
-def run_row(grid: Grid, row: Row, seed: int, steps: int) -> dict[str, Any]:
+def run_row(grid: Grid, row: Row, seed: int, steps: int, lane: Lane = ALONE) -> dict[str, Any]:
     """Pretrain one row with one seed (its recipe, through `litebert pretrain`), score it, and write its
     result.json, the mark of a finished row. A stage whose summary.json exists is not rerun; a killed
     pretraining resumes from its last checkpoint (the recipe says resume = true)."""
@@ -232,7 +263,7 @@ def run_row(grid: Grid, row: Row, seed: int, steps: int) -> dict[str, Any]:
                               f"# {grid.exp.table}, row {row.name!r}, seed {seed} (litebert reproduce "
                               f"{grid.exp.name}, scale {grid.scale.name})\n")
         run_verb("pretrain", ["--config", recipe], os.path.join(d, "pretrain.log"), grid.cfg.nproc_per_node,
-                 progress=(pre_dir, steps))
+                 progress=(pre_dir, steps), lane=lane)
         summary = read_json(os.path.join(pre_dir, "summary.json"))
     final = summary["final"]
     result: dict[str, Any] = {
@@ -249,7 +280,7 @@ def run_row(grid: Grid, row: Row, seed: int, steps: int) -> dict[str, Any]:
     if grid.exp.analysis == "transitions":
         result.update(transitions(grid, checkpoint))
     if downstream_on(grid):
-        result["downstream"] = downstream(grid, checkpoint, d, seed)
+        result["downstream"] = downstream(grid, checkpoint, d, seed, lane)
         result["avg"] = sum(v["score"] for v in result["downstream"].values()) / len(result["downstream"])
     write_json(grid.result_path(row, seed), result)
     return result
@@ -282,7 +313,7 @@ def oscillation(values: list[float]) -> float:
     return variation / (sum(v) / len(v))
 
 
-def downstream(grid: Grid, checkpoint: str, row_dir: str, seed: int) -> dict[str, Any]:
+def downstream(grid: Grid, checkpoint: str, row_dir: str, seed: int, lane: Lane = ALONE) -> dict[str, Any]:
     """Fine-tune on each bundled task with the scale's one recipe (`litebert finetune --config`), once per
     fine-tuning seed; the best dev score of the task's primary metric, averaged over those seeds."""
     out = {}
@@ -296,7 +327,7 @@ def downstream(grid: Grid, checkpoint: str, row_dir: str, seed: int) -> dict[str
                 recipe = write_recipe(os.path.join(row_dir, f"{name}.toml"),
                                       finetune_recipe(grid, checkpoint, task, ft_dir, ft_seed), "")
                 run_verb("finetune", ["--config", recipe], os.path.join(row_dir, f"{name}.log"),
-                         grid.cfg.nproc_per_node, progress=(ft_dir, grid.scale.finetune["max_steps"]))
+                         grid.cfg.nproc_per_node, progress=(ft_dir, grid.scale.finetune["max_steps"]), lane=lane)
                 summary = read_json(os.path.join(ft_dir, "summary.json"))
             metric = summary["primary_metric"]
             baseline = summary.get("baseline") or {}
@@ -334,20 +365,7 @@ def run_grid(grid: Grid, command: str | None = None) -> dict[str, Any]:
         done_before = len(selected) * len(grid.seeds) - len(todo)
         if done_before:
             print(f"{grid.exp.name}: {done_before} finished row run(s) kept (their result.json)", flush=True)
-        t_start, durations = time.time(), []
-        for k, (row, seed) in enumerate(todo, 1):
-            elapsed = time.time() - t_start
-            left = f"~{_minutes(sum(durations) / len(durations) * (len(todo) - k + 1))} left" if durations else \
-                "time left: after the first row"
-            print(f"[{k}/{len(todo)}] {grid.exp.name}: {row.name}, seed {seed}, {steps[row.name]} steps "
-                  f"(elapsed {_minutes(elapsed)}, {left})", flush=True)
-            t0 = time.time()
-            result = run_row(grid, row, seed, steps[row.name])
-            durations.append(time.time() - t0)
-            write_json(os.path.join(grid.row_dir(row, seed), "timing.json"), {"seconds": durations[-1]})
-            print(f"      done in {_minutes(durations[-1])}: held-out MLM {result['mlm_acc']:.1%}, "
-                  + ", ".join(f"{t.upper()} {result[f'{t}_acc']:.1%}" for t in grid.exp.held_out)
-                  + (f", downstream avg {result['avg']:.1%}" if "avg" in result else ""), flush=True)
+        run_rows(grid, todo, steps)
     if grid.scale.name == "paper":  # the runs were made elsewhere by commands.sh: read the finished ones
         steps = {r.name: int(grid.scale.train["max_steps"]) for r in grid.exp.rows}
         for row in grid.exp.rows:
@@ -362,6 +380,74 @@ def run_grid(grid: Grid, command: str | None = None) -> dict[str, Any]:
     write_text_atomically(os.path.join(report_dir, "report.md"), report(grid, results, state, plots))
     print(f"report: {os.path.join(report_dir, 'report.md')}", flush=True)
     return results
+
+
+class _Tally:
+    """The grid's progress lines, for rows that may finish in any order (--jobs): which run starts, of how
+    many, the time elapsed and left (from the mean duration so far, shared among the jobs), and each result."""
+
+    def __init__(self, grid: Grid, count: int) -> None:
+        self.grid, self.count, self.started, self.durations = grid, count, 0, []
+        self.t_start, self.lock = time.time(), threading.Lock()
+
+    def start(self, row: Row, seed: int, steps: int) -> None:
+        with self.lock:
+            self.started += 1
+            d, left_runs = self.durations, self.count - self.started + 1
+            left = f"~{_minutes(sum(d) / len(d) * left_runs / min(self.grid.cfg.jobs, left_runs))} left" if d \
+                else "time left: after the first row"
+            print(f"[{self.started}/{self.count}] {self.grid.exp.name}: {row.name}, seed {seed}, {steps} steps "
+                  f"(elapsed {_minutes(time.time() - self.t_start)}, {left})", flush=True)
+
+    def done(self, lane: Lane, seconds: float, result: dict[str, Any]) -> None:
+        with self.lock:
+            self.durations.append(seconds)
+            print(f"      {lane.tag}done in {_minutes(seconds)}: held-out MLM {result['mlm_acc']:.1%}, "
+                  + ", ".join(f"{t.upper()} {result[f'{t}_acc']:.1%}" for t in self.grid.exp.held_out)
+                  + (f", downstream avg {result['avg']:.1%}" if "avg" in result else ""), flush=True)
+
+
+def run_rows(grid: Grid, todo: list[tuple[Row, int]], steps: dict[str, int]) -> None:
+    """Train the (row, seed) runs of `todo` in order, --jobs of them at once. A run that warm-starts from
+    another row waits for it: with warm starts, each seed's rows are one chain run in order. When a run
+    fails, no new one starts; those already running finish (each is kept, or resumes), then the error is
+    raised."""
+    tally = _Tally(grid, len(todo))
+
+    def run_one(row: Row, seed: int) -> None:
+        lane = lane_for(grid, row, seed)
+        tally.start(row, seed, steps[row.name])
+        t0 = time.time()
+        result = run_row(grid, row, seed, steps[row.name], lane)
+        write_json(os.path.join(grid.row_dir(row, seed), "timing.json"), {"seconds": time.time() - t0})
+        tally.done(lane, time.time() - t0, result)
+
+    if grid.cfg.jobs == 1:  # in this thread: a row's verb may run in this process (tests) and set signals
+        for row, seed in todo:
+            run_one(row, seed)
+        return
+    if any(r.warm_start for r in grid.exp.rows):
+        chains = [[(r, s) for r, s in todo if s == seed] for seed in dict.fromkeys(s for _, s in todo)]
+    else:
+        chains = [[item] for item in todo]
+    failed = threading.Event()
+
+    def run_chain(chain: list[tuple[Row, int]]) -> None:
+        for row, seed in chain:
+            if failed.is_set():
+                return
+            try:
+                run_one(row, seed)
+            except BaseException:
+                failed.set()
+                raise
+
+    with concurrent.futures.ThreadPoolExecutor(grid.cfg.jobs) as pool:
+        futures = [pool.submit(run_chain, chain) for chain in chains]
+        errors = [f.exception() for f in futures]  # waits for each; the first failure stops new starts
+    first = next((e for e in errors if e is not None), None)
+    if first is not None:
+        raise first
 
 
 def _minutes(seconds: float) -> str:
