@@ -267,7 +267,8 @@ def test_rows_train_under_torchrun(data_dir, tmp_path, monkeypatch):
     the one-process grid (run in this process: its rows' children are not what is tested here) does (up to the
     order of the gradient sums; these rows have no dropout). Fine-tuning's classifier dropout draws its masks per
     rank, so its scores are only checked to exist."""
-    micro = ("--set", "train.max_steps=3", "train.micro_batch_size=4", "finetune.micro_batch_size=4")
+    micro = ("--set", "train.max_steps=3", "train.micro_batch_size=4", "finetune.micro_batch_size=4",
+             'finetune.tasks=["novel_authorship"]')  # one task: each fine-tuning under torchrun starts 2 processes
     with monkeypatch.context() as patched:
         patched.setattr(R, "run_verb", run_verb_in_process)
         one = run(tmp_path / "one", "objective", data_dir, "--downstream", *micro)
