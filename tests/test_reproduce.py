@@ -8,6 +8,8 @@ import dataclasses
 import json
 import os
 import re
+import signal
+import subprocess
 import sys
 import threading
 import time
@@ -23,9 +25,9 @@ import litebert.finetune
 import litebert.pretrain
 from litebert.cli import main as litebert_main
 from litebert.config import AlbertConfig
-from litebert.errors import ConfigError
+from litebert.errors import ConfigError, LitebertError
+from litebert.paper import children, stats
 from litebert.paper import reproduce as R
-from litebert.paper import stats
 from litebert.paper.experiments import DATA, EXPERIMENTS, SCALES, Claim, scale_model, split_task
 from litebert.paper.grid import slug
 from litebert.paper.recipes import finetune_recipe
@@ -142,7 +144,7 @@ def test_a_killed_grid_resumes_to_the_same_results(data_dir, tmp_path, monkeypat
     """The second row's process dies in its step 3, after its step-2 checkpoint: the rerun keeps the first
     row's result, resumes the second at step 3, runs the third, and results.json equals an uninterrupted
     grid's; --rows then reruns one row from scratch."""
-    monkeypatch.setattr(R, "VERB_COMMAND", [sys.executable, "-c", CHILD])
+    monkeypatch.setattr(children, "VERB_COMMAND", [sys.executable, "-c", CHILD])
     steps_file = tmp_path / "steps.txt"
     monkeypatch.setenv("REPRODUCE_STEPS", str(steps_file))
 
@@ -191,11 +193,12 @@ def test_jobs_train_rows_at_once_to_the_results_of_one_at_a_time(data_dir, tmp_p
     """--jobs 2: the three rows train two at a time (their children's spans overlap), each child on the threads
     it was given, and results.json is the one-at-a-time grid's."""
     micro = ("--set", "train.max_steps=3")
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the reference runs in this process, on one thread
-    with monkeypatch.context() as patched:
+    with monkeypatch.context() as patched:  # the reference: rows in this process, on one thread
         patched.setattr(R, "run_verb", run_verb_in_process)
         one = run(tmp_path / "one", "objective", data_dir, *micro)
-    monkeypatch.setattr(R, "VERB_COMMAND", [sys.executable, "-c", TIMED_CHILD])
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # a child's thread count can only come from its lane:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)  # two cores, one each
+    monkeypatch.setattr(children, "VERB_COMMAND", [sys.executable, "-c", TIMED_CHILD])
     monkeypatch.setenv("REPRODUCE_SPANS", str(tmp_path / "spans.txt"))
     capsys.readouterr()
     assert run(tmp_path / "two", "objective", data_dir, *micro, "--jobs", "2") == one
@@ -217,12 +220,13 @@ def test_jobs_keep_warm_starts_in_order_and_stop_starting_rows_after_a_failure(t
             events.append(("start", row.name, seed))
         time.sleep(0.05)
         if (row.name, seed) == fail_at:
-            raise R.LitebertError(f"row {row.name} failed")
+            raise LitebertError(f"row {row.name} failed")
         with lock:
             events.append(("end", row.name, seed))
         return {"mlm_acc": 0.5, "sop_acc": 0.5}
 
     monkeypatch.setattr(R, "run_row", fake_row)
+    monkeypatch.setattr(R, "prepare_row_data", lambda grid, row: None)
     grid = R.make_grid(R.ReproduceConfig(experiment=["depth"], out=str(tmp_path), scale="tiny", seeds=2, jobs=2))
     todo = [(r, s) for r in grid.exp.rows for s in grid.seeds]
     fail_at = None
@@ -235,11 +239,38 @@ def test_jobs_keep_warm_starts_in_order_and_stop_starting_rows_after_a_failure(t
 
     events.clear()
     fail_at = ("L=3", grid.seeds[0])
-    with pytest.raises(R.LitebertError, match="row L=3 failed"):
+    with pytest.raises(LitebertError, match="row L=3 failed"):
         R.run_rows(grid, todo, {r.name: 2 for r in grid.exp.rows})
     failed_at = events.index(("start", "L=3", grid.seeds[0]))
     assert len([e for e in events[failed_at + 1:] if e[0] == "start"]) <= 1  # at most the other chain's next row
     assert not [e for e in events if e[0] == "start" and e[1] == "L=24"]
+
+    events.clear()  # without warm starts every run is its own chain: the same rule
+    grid = R.make_grid(R.ReproduceConfig(experiment=["objective"], out=str(tmp_path), scale="tiny", seeds=2,
+                                         jobs=2))
+    fail_at = ("None", grid.seeds[0])
+    with pytest.raises(LitebertError, match="row None failed"):
+        R.run_rows(grid, [(r, s) for r in grid.exp.rows for s in grid.seeds], {r.name: 2 for r in grid.exp.rows})
+    assert len([e for e in events if e[0] == "start"]) <= 3 and ("end", "None", grid.seeds[1]) in events
+
+
+def test_an_interrupt_while_jobs_run_kills_their_children_and_starts_no_more(tmp_path, monkeypatch):
+    """Ctrl-C sent to the grid's process alone (not its children's group): the two children running are
+    killed, the third run never starts, and the interrupt reaches the caller."""
+    monkeypatch.setattr(children, "VERB_COMMAND", [sys.executable, "-c", "import time; time.sleep(60)"])
+    started, real_popen = [], subprocess.Popen
+
+    def popen(*args, **kwargs):
+        started.append(real_popen(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(children.subprocess, "Popen", popen)
+    threading.Timer(1.0, os.kill, args=(os.getpid(), signal.SIGINT)).start()
+    t0 = time.time()
+    with pytest.raises(KeyboardInterrupt):
+        children.run_chains([["a"], ["b"], ["c"]], lambda name: children.run_verb(
+            "pretrain", [], str(tmp_path / name / "log.txt")), 2)
+    assert time.time() - t0 < 30 and len(started) == 2 and all(p.poll() is not None for p in started)
 
 
 def test_each_job_gets_its_share_of_the_cores_unless_threads_are_set(tmp_path, monkeypatch):
@@ -250,7 +281,7 @@ def test_each_job_gets_its_share_of_the_cores_unless_threads_are_set(tmp_path, m
         cfg = R.ReproduceConfig(experiment=["objective"], out=str(tmp_path), scale="tiny", jobs=jobs,
                                 nproc_per_node=nproc)
         grid = R.make_grid(cfg)
-        return R.lane_for(grid, grid.exp.rows[0], 7)
+        return R.lane_for(grid, jobs, grid.exp.rows[0], 7)
 
     assert lane(1) == R.ALONE and lane(1).env() is None
     assert lane(2) == R.Lane("None, seed 7: ", max(1, cores // 2)) and lane(2).env()["OMP_NUM_THREADS"] == str(
@@ -563,10 +594,10 @@ def test_a_suite_names_its_tasks_and_their_label_counts_or_is_refused(tmp_path, 
 
 def test_a_row_says_where_it_is_while_it_runs(tmp_path, monkeypatch, capsys):
     """A row's child runs for minutes: its last log line is printed every HEARTBEAT_SECONDS."""
-    monkeypatch.setattr(R, "HEARTBEAT_SECONDS", 0.2)
-    monkeypatch.setattr(R, "VERB_COMMAND", [sys.executable, "-c",
+    monkeypatch.setattr(children, "HEARTBEAT_SECONDS", 0.2)
+    monkeypatch.setattr(children, "VERB_COMMAND", [sys.executable, "-c",
                                             "import time; print('step 5/10 loss 3.2', flush=True); time.sleep(1.0)"])
-    R.run_verb("pretrain", [], str(tmp_path / "row" / "pretrain.log"))
+    children.run_verb("pretrain", [], str(tmp_path / "row" / "pretrain.log"))
     beats = [line for line in capsys.readouterr().out.splitlines() if "pretrain, " in line]
     assert len(beats) >= 2 and all(line.endswith("step 5/10 loss 3.2") for line in beats[1:])
 
@@ -574,15 +605,15 @@ def test_a_row_says_where_it_is_while_it_runs(tmp_path, monkeypatch, capsys):
 def test_a_training_row_says_its_step_and_the_time_left(tmp_path, monkeypatch, capsys):
     """With the child's run directory the heartbeat reads its metrics log: the step reached, of how many, and
     the time left at the pace seen so far (the child logs nothing else while it trains)."""
-    monkeypatch.setattr(R, "HEARTBEAT_SECONDS", 0.3)
+    monkeypatch.setattr(children, "HEARTBEAT_SECONDS", 0.3)
     run_dir = tmp_path / "row" / "pretrain"
     run_dir.mkdir(parents=True)
     child = ("import json, sys, time\n"
              "for step in range(10, 210, 10):\n"
              "    with open(sys.argv[-1], 'a') as f: f.write(json.dumps({'step': step, 'loss': 1.0}) + '\\n')\n"
              "    time.sleep(0.1)\n")
-    monkeypatch.setattr(R, "VERB_COMMAND", [sys.executable, "-c", child])
-    R.run_verb("pretrain", [str(run_dir / "metrics.jsonl")], str(tmp_path / "row" / "pretrain.log"),
+    monkeypatch.setattr(children, "VERB_COMMAND", [sys.executable, "-c", child])
+    children.run_verb("pretrain", [str(run_dir / "metrics.jsonl")], str(tmp_path / "row" / "pretrain.log"),
                progress=(str(run_dir), 1000))
     beats = [line for line in capsys.readouterr().out.splitlines() if "pretrain, " in line and " of 1000" in line]
     assert len(beats) >= 2, beats  # (a beat before the child's first step shows its log's last line instead)

@@ -310,6 +310,18 @@ def test_metrics_log_writes_tensorboard_events(tmp_path, monkeypatch):
     assert scalars["lr"] == [(10, pytest.approx(1e-3)), (20, pytest.approx(1e-3))]
     assert scalars["eval_accuracy"] == []  # purged with the steps after 20 (the tag stays listed)
     assert [r["loss"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [0.1, 0.05, 0.5]
+    # Step 30 was evaluated but its checkpoint never recorded it: the resume redoes that evaluation, and
+    # TensorBoard, like metrics.jsonl, keeps one of it and step 30's training record.
+    resumed.write({"step": 30, "eval_accuracy": 0.5})
+    again = MetricsLog(tmp_path, writes=True)
+    again.restart_at(30, evaluated=False)
+    again.write({"step": 30, "eval_accuracy": 0.8})
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("eval_accuracy")] == [(30, pytest.approx(0.8))]
+    assert [(e.step, e.value) for e in events.Scalars("loss")][-1] == (30, 0.5)
+    assert [r.get("eval_accuracy") for r in read_metrics(tmp_path / "metrics.jsonl") if r["step"] == 30] == [
+        None, 0.8]
     (tmp_path / "off").mkdir()
     MetricsLog(tmp_path / "off", writes=True, tensorboard=False).write({"step": 1, "loss": 1.0})
     assert os.listdir(tmp_path / "off") == ["metrics.jsonl"]

@@ -23,15 +23,11 @@ power: with --seeds N a cell is its mean ± a 95% t interval, and each compariso
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import math
 import os
 import shlex
 import shutil
-import signal
-import subprocess
-import sys
 import threading
 import time
 import tomllib
@@ -39,10 +35,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from litebert.corpus.documents import resolve_inputs
-from litebert.errors import ConfigError, LitebertError
+from litebert.errors import ConfigError
 from litebert.files import check_replaceable, write_json, write_text_atomically
 from litebert.model import AlbertModel
 from litebert.paper.analysis import layer_transitions, read_sentences
+from litebert.paper.children import ALONE, Lane, minutes, run_chains, run_verb, shared_threads
 from litebert.paper.experiments import DATA, EXPERIMENTS, SCALES, Row, Scale, split_task
 from litebert.paper.grid import Grid, GridData, ReproduceConfig, finetune_dir_name, read_json, slug
 from litebert.paper.recipes import (
@@ -61,8 +58,8 @@ from litebert.training.metrics_log import METRICS_NAME, read_metrics
 from litebert.training.train_config import TrainConfig
 
 # The experiments and scales are data (experiments.py); a grid's options, shared data and row directories are
-# grid.py's; results.json, the verdicts, report.md and the plots are report.py's. Here: settings, running rows,
-# the paper-scale recipes and the verb.
+# grid.py's; results.json, the verdicts, report.md and the plots are report.py's; starting a row's verbs as child
+# processes, several at once, is children.py's. Here: settings, what a row runs and scores, and the verb.
 
 
 # -- settings --------------------------------------------------------------------------------------------------
@@ -111,95 +108,13 @@ def resolved_scale(name: str, sets: Mapping[str, Mapping[str, Any]]) -> Scale:
 
 # -- running rows ----------------------------------------------------------------------------------------------
 
-# Each row is a recipe (the TOML `litebert pretrain --config` reads) run by the verb itself in its own process:
-# the paper scale writes the same recipes without running them, a stage imports no verb, and a row that dies
-# takes nothing of the grid with it. Tests swap the command (e.g. to inject a crash into the child).
-VERB_COMMAND = [sys.executable, "-m", "litebert.cli"]
-
-
-def verb_command(nproc: int) -> list[str]:
-    """How a row's training verb is started: itself, or under torchrun with `nproc` processes. --standalone
-    picks a free rendezvous port, so two grids on one machine do not meet; the batch sizes of a recipe are
-    global, so a row trains on the same examples whatever `nproc` is."""
-    if nproc == 1:
-        return VERB_COMMAND
-    return [VERB_COMMAND[0], "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-            *VERB_COMMAND[1:]]
-
-
-@dataclasses.dataclass(frozen=True)
-class Lane:
-    """Where a row's children run when several rows train at once (--jobs): the name their heartbeat lines
-    carry, and the threads each child gets (None: the process's own setting)."""
-
-    tag: str = ""
-    threads: int | None = None
-
-    def env(self) -> dict[str, str] | None:
-        return None if self.threads is None else {**os.environ, "OMP_NUM_THREADS": str(self.threads)}
-
-
-ALONE = Lane()
-
-
-def lane_for(grid: Grid, row: Row | None = None, seed: int | None = None) -> Lane:
-    """The lane of a row run: ALONE with --jobs 1; else the row's name, and the machine's cores shared among
-    the jobs and their torchrun processes (an OMP_NUM_THREADS of the user's is kept)."""
-    if grid.cfg.jobs == 1:
+def lane_for(grid: Grid, parallel: int, row: Row | None = None, seed: int | None = None) -> Lane:
+    """The lane of a row run among `parallel` at once: ALONE with one; else the row's name, and the machine's
+    cores shared among the runs and their torchrun processes (an OMP_NUM_THREADS of the user's is kept)."""
+    if parallel == 1:
         return ALONE
-    tag = f"{row.name}, seed {seed}: " if row is not None else ""
-    if "OMP_NUM_THREADS" in os.environ:
-        return Lane(tag)
-    return Lane(tag, max(1, len(os.sched_getaffinity(0)) // (grid.cfg.jobs * grid.cfg.nproc_per_node)))
-
-
-def run_verb(verb: str, args: list[str], log_path: str, nproc: int = 1,
-             progress: tuple[str, int] | None = None, lane: Lane = ALONE) -> None:
-    """`litebert VERB ARGS` in a child process (`nproc` of them under torchrun), its output in `log_path`; a
-    failure names the log. `progress`: the child's run directory and its last step, for the heartbeat."""
-    os.makedirs(os.path.dirname(log_path), exist_ok=True)
-    started, seen = time.time(), []
-    with open(log_path, "a") as log:
-        child = subprocess.Popen(verb_command(nproc) + [verb, *args], stdout=log, stderr=subprocess.STDOUT,
-                                 env=lane.env())
-        try:
-            while True:  # a row takes minutes to an hour: say where it is every HEARTBEAT_SECONDS
-                try:
-                    code = child.wait(timeout=HEARTBEAT_SECONDS)
-                    break
-                except subprocess.TimeoutExpired:
-                    where = _steps_and_time_left(progress, seen) if progress else None
-                    print(f"      {lane.tag}{verb}, {_minutes(time.time() - started)} in: "
-                          f"{where or _last_line(log_path)}", flush=True)
-        except BaseException:
-            child.kill()
-            child.wait()
-            raise
-    if code == -signal.SIGINT or code == 130:
-        raise KeyboardInterrupt
-    if code != 0:
-        raise LitebertError(f"litebert {verb} exited with {code}: {_last_line(log_path)} (log: {log_path})")
-
-
-HEARTBEAT_SECONDS = 60.0
-
-
-def _last_line(log_path: str) -> str:
-    with open(log_path, errors="replace") as f:
-        return ([line.strip() for line in f if line.strip()] or ["(no output)"])[-1][:200]
-
-
-def _steps_and_time_left(progress: tuple[str, int], seen: list[tuple[float, int]]) -> str | None:
-    """The step the run's metrics log has reached, of how many, and the time left at the pace since the first
-    heartbeat that saw a step (a resumed run starts at its checkpoint's step); None before the first step."""
-    run_dir, last_step = progress
-    steps = [r["step"] for r in read_metrics(os.path.join(run_dir, METRICS_NAME)) if "loss" in r]
-    if not steps:
-        return None
-    seen.append((time.time(), steps[-1]))
-    (t0, step0), (t1, step1) = seen[0], seen[-1]
-    left = f", ~{_minutes((last_step - step1) * (t1 - t0) / (step1 - step0))} left" if step1 > step0 else ""
-    return f"step {step1} of {last_step}{left}"
+    return Lane(f"{row.name}, seed {seed}: " if row is not None else "",
+                shared_threads(parallel * grid.cfg.nproc_per_node))
 
 
 def seconds_per_step(grid: Grid, row: Row, probe_steps: int = 8) -> float:
@@ -212,7 +127,7 @@ def seconds_per_step(grid: Grid, row: Row, probe_steps: int = 8) -> float:
     sections["pretrain"]["eval_data"] = []
     recipe = write_recipe(os.path.join(probe, "recipe.toml"), sections, f"# speed probe of {row.name!r}\n")
     run_verb("pretrain", ["--config", recipe], os.path.join(probe, "log.txt"), grid.cfg.nproc_per_node,
-             lane=lane_for(grid))  # the threads a row will have
+             lane=lane_for(grid, grid.cfg.jobs))  # the threads a row will have (then beside others)
     tokens = sections["train"]["batch_size"] * grid.scale.data["max_seq_length"]
     rates = [r["tokens_per_s"] for r in read_metrics(os.path.join(probe, METRICS_NAME))
              if "tokens_per_s" in r and r["step"] > 2]
@@ -245,9 +160,7 @@ def run_row(grid: Grid, row: Row, seed: int, steps: int, lane: Lane = ALONE) -> 
     result.json, the mark of a finished row. A stage whose summary.json exists is not rerun; a killed
     pretraining resumes from its last checkpoint (the recipe says resume = true)."""
     d = grid.row_dir(row, seed)
-    for t in grid.exp.held_out:
-        grid.data.dir("heldout", t)
-    grid.data.dir("train", row.data.get("pair_task", "sop"), row.data.get("extra", False))
+    prepare_row_data(grid, row)
     init_from = None
     if row.warm_start:
         warm = read_json(grid.result_path(grid.row(row.warm_start), seed))
@@ -284,6 +197,14 @@ def run_row(grid: Grid, row: Row, seed: int, steps: int, lane: Lane = ALONE) -> 
         result["avg"] = sum(v["score"] for v in result["downstream"].values()) / len(result["downstream"])
     write_json(grid.result_path(row, seed), result)
     return result
+
+
+def prepare_row_data(grid: Grid, row: Row) -> None:
+    """The tokenizer and the prepared pairs a row trains and is scored on (made once, shared by the grid)."""
+    for t in grid.exp.held_out:
+        grid.data.dir("heldout", t)
+    grid.data.dir("train", row.data.get("pair_task", "sop"), row.data.get("extra", False))
+    grid.data.vocab_size()
 
 
 def mlm_curve(run_dir: str) -> list[list[float]]:
@@ -338,7 +259,7 @@ def downstream(grid: Grid, checkpoint: str, row_dir: str, seed: int, lane: Lane 
 
 
 def run_grid(grid: Grid, command: str | None = None) -> dict[str, Any]:
-    """Run the grid's unfinished rows one after another (a progress line each), then write the report.
+    """Run the grid's unfinished rows (run_rows: a progress line each), then write the report.
     `command` (what was typed) is kept for the report unless it reran a subset or only reported."""
     state_path = os.path.join(grid.out, "grid.json")
     state = read_json(state_path) or {}
@@ -384,74 +305,57 @@ def run_grid(grid: Grid, command: str | None = None) -> dict[str, Any]:
 
 class _Tally:
     """The grid's progress lines, for rows that may finish in any order (--jobs): which run starts, of how
-    many, the time elapsed and left (from the mean duration so far, shared among the jobs), and each result."""
+    many, the time elapsed and left (from the mean duration so far, shared among the runs at once), and each
+    result."""
 
-    def __init__(self, grid: Grid, count: int) -> None:
-        self.grid, self.count, self.started, self.durations = grid, count, 0, []
+    def __init__(self, grid: Grid, count: int, parallel: int) -> None:
+        self.grid, self.count, self.parallel, self.started, self.durations = grid, count, parallel, 0, []
         self.t_start, self.lock = time.time(), threading.Lock()
 
     def start(self, row: Row, seed: int, steps: int) -> None:
         with self.lock:
             self.started += 1
             d, left_runs = self.durations, self.count - self.started + 1
-            left = f"~{_minutes(sum(d) / len(d) * left_runs / min(self.grid.cfg.jobs, left_runs))} left" if d \
+            left = f"~{minutes(sum(d) / len(d) * left_runs / min(self.parallel, left_runs))} left" if d \
                 else "time left: after the first row"
             print(f"[{self.started}/{self.count}] {self.grid.exp.name}: {row.name}, seed {seed}, {steps} steps "
-                  f"(elapsed {_minutes(time.time() - self.t_start)}, {left})", flush=True)
+                  f"(elapsed {minutes(time.time() - self.t_start)}, {left})", flush=True)
 
     def done(self, lane: Lane, seconds: float, result: dict[str, Any]) -> None:
         with self.lock:
             self.durations.append(seconds)
-            print(f"      {lane.tag}done in {_minutes(seconds)}: held-out MLM {result['mlm_acc']:.1%}, "
+            print(f"      {lane.tag}done in {minutes(seconds)}: held-out MLM {result['mlm_acc']:.1%}, "
                   + ", ".join(f"{t.upper()} {result[f'{t}_acc']:.1%}" for t in self.grid.exp.held_out)
                   + (f", downstream avg {result['avg']:.1%}" if "avg" in result else ""), flush=True)
 
 
 def run_rows(grid: Grid, todo: list[tuple[Row, int]], steps: dict[str, int]) -> None:
-    """Train the (row, seed) runs of `todo` in order, --jobs of them at once. A run that warm-starts from
-    another row waits for it: with warm starts, each seed's rows are one chain run in order. When a run
-    fails, no new one starts; those already running finish (each is kept, or resumes), then the error is
-    raised."""
-    tally = _Tally(grid, len(todo))
+    """Train the (row, seed) runs of `todo` in order, --jobs of them at once (children.run_chains: what a
+    failure or an interrupt does). A run that warm-starts from another row waits for it: with warm starts,
+    each seed's rows are one chain. The data every row needs is prepared first, in this thread."""
+    if any(r.warm_start for r in grid.exp.rows):
+        chains = [[(r, s) for r, s in todo if s == seed] for seed in dict.fromkeys(s for _, s in todo)]
+    else:
+        chains = [[item] for item in todo]
+    parallel = min(grid.cfg.jobs, len(chains)) or 1
+    for name in dict.fromkeys(r.name for r, _ in todo):
+        prepare_row_data(grid, grid.row(name))
+    tally = _Tally(grid, len(todo), parallel)
 
-    def run_one(row: Row, seed: int) -> None:
-        lane = lane_for(grid, row, seed)
+    def run_one(item: tuple[Row, int]) -> None:
+        row, seed = item
+        lane = lane_for(grid, parallel, row, seed)
         tally.start(row, seed, steps[row.name])
         t0 = time.time()
         result = run_row(grid, row, seed, steps[row.name], lane)
         write_json(os.path.join(grid.row_dir(row, seed), "timing.json"), {"seconds": time.time() - t0})
         tally.done(lane, time.time() - t0, result)
 
-    if grid.cfg.jobs == 1:  # in this thread: a row's verb may run in this process (tests) and set signals
-        for row, seed in todo:
-            run_one(row, seed)
-        return
-    if any(r.warm_start for r in grid.exp.rows):
-        chains = [[(r, s) for r, s in todo if s == seed] for seed in dict.fromkeys(s for _, s in todo)]
+    if parallel == 1:  # in this thread: a row's verb may run in this process (tests) and set signals
+        for item in todo:
+            run_one(item)
     else:
-        chains = [[item] for item in todo]
-    failed = threading.Event()
-
-    def run_chain(chain: list[tuple[Row, int]]) -> None:
-        for row, seed in chain:
-            if failed.is_set():
-                return
-            try:
-                run_one(row, seed)
-            except BaseException:
-                failed.set()
-                raise
-
-    with concurrent.futures.ThreadPoolExecutor(grid.cfg.jobs) as pool:
-        futures = [pool.submit(run_chain, chain) for chain in chains]
-        errors = [f.exception() for f in futures]  # waits for each; the first failure stops new starts
-    first = next((e for e in errors if e is not None), None)
-    if first is not None:
-        raise first
-
-
-def _minutes(seconds: float) -> str:
-    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
+        run_chains(chains, run_one, parallel)
 
 
 def grid_settings(grid: Grid) -> dict[str, Any]:

@@ -349,9 +349,11 @@ def _start(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, env
     if env.is_main:
         out.mkdir(parents=True, exist_ok=True)
         (out / CONFIG_NAME).write_text(dump_toml({"train": cfg, **(configs or {})}))
-    # A fresh start drops what an earlier attempt in this directory logged (its step 0 too).
-    metrics.restart_at(state.progress.step if resumed_from is not None else -1,
-                       evaluated=resumed_from is None or ckpt.read_evaluation(resumed_from) is not None)
+    # A fresh start drops what an earlier attempt in this directory logged (its step 0 too). A resume keeps the
+    # records up to its step, less an evaluation of that step its checkpoint holds no record of (a kill between
+    # logging and recording it): _owed_evaluations redoes that one.
+    redone = resumed_from is not None and env.is_main and ckpt.read_evaluation(resumed_from) is None
+    metrics.restart_at(state.progress.step if resumed_from is not None else -1, evaluated=not redone)
 
     net = model
     if env.world_size > 1:  # every trainable parameter must be in the loss (see train_step's check)

@@ -42,6 +42,7 @@ class MetricsLog:
         self._window = _Window()
         self._events = None  # the SummaryWriter, made at the first record
         self._purge_step: int | None = None
+        self._replay: list[dict[str, Any]] = []  # records the purge takes and the resume keeps (restart_at)
         self._plotted_at = -math.inf  # time.monotonic() of the last plot
 
     def restart_at(self, step: int, *, evaluated: bool = True) -> None:
@@ -52,7 +53,9 @@ class MetricsLog:
             records = [r for r in read_metrics(self.path)
                        if r["step"] < step or (r["step"] == step and (evaluated or not is_evaluation(r)))]
             self.path.write_text("".join(json.dumps(r) + "\n" for r in records))
-            self._purge_step = step + 1
+            # TensorBoard purges whole steps: one redone evaluation purges its step, whose kept records return.
+            self._purge_step = step + 1 if evaluated else step
+            self._replay = [] if evaluated else [r for r in records if r["step"] == step]
 
     def add_step(self, loss: float, tokens: float, seconds: float) -> None:
         self._window.add(loss, tokens, seconds)
@@ -79,10 +82,15 @@ class MetricsLog:
             directory = self.path.with_name(TENSORBOARD_DIR)
             wait_for_a_later_event_file_name(directory)
             self._events = SummaryWriter(str(directory), purge_step=self._purge_step)
+            for kept in self._replay:
+                self._add_scalars(kept)
+        self._add_scalars(record)
+        self._events.flush()  # records are few (one per logging interval): each is on disk as in metrics.jsonl
+
+    def _add_scalars(self, record: dict[str, Any]) -> None:
         for key, value in record.items():
             if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
                 self._events.add_scalar(key, value, record["step"])
-        self._events.flush()  # records are few (one per logging interval): each is on disk as in metrics.jsonl
 
     def plot(self, *, now: bool = True) -> None:
         """Redraw metrics.png; with now=False only if the last drawing is PLOT_INTERVAL_S old. A drawing takes

@@ -1,0 +1,165 @@
+"""A grid's row runs as child processes: how a verb is started (alone or under torchrun), the heartbeat that
+says where a child is, the threads it gets, and several chains of runs at once (`litebert reproduce --jobs`).
+
+Each row is a recipe (the TOML `litebert pretrain --config` reads) run by the verb itself in its own process:
+the paper scale writes the same recipes without running them, a stage imports no verb, and a row that dies
+takes nothing of the grid with it. Nothing here knows what a row is; reproduce.py says what to run."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from litebert.errors import LitebertError
+from litebert.training.metrics_log import METRICS_NAME, read_metrics
+
+# Tests swap the command (e.g. to inject a crash into the child) and shorten the heartbeat.
+VERB_COMMAND = [sys.executable, "-m", "litebert.cli"]
+HEARTBEAT_SECONDS = 60.0
+
+
+def verb_command(nproc: int) -> list[str]:
+    """How a row's training verb is started: itself, or under torchrun with `nproc` processes. --standalone
+    picks a free rendezvous port, so two grids on one machine do not meet; the batch sizes of a recipe are
+    global, so a row trains on the same examples whatever `nproc` is."""
+    if nproc == 1:
+        return VERB_COMMAND
+    return [VERB_COMMAND[0], "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+            *VERB_COMMAND[1:]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Lane:
+    """Where a row's children run when several rows train at once (--jobs): the name their heartbeat lines
+    carry, and the threads each child gets (None: the process's own setting)."""
+
+    tag: str = ""
+    threads: int | None = None
+
+    def env(self) -> dict[str, str] | None:
+        return None if self.threads is None else {**os.environ, "OMP_NUM_THREADS": str(self.threads)}
+
+
+ALONE = Lane()
+
+
+def shared_threads(processes: int) -> int | None:
+    """Each of `processes` children's share of this process's cores; None when the user set OMP_NUM_THREADS
+    (their choice stands) or there is nothing to share."""
+    if processes == 1 or "OMP_NUM_THREADS" in os.environ:
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cores // processes)
+
+
+# The children alive now, so that an interrupt of the grid (while several run in threads) can stop them all.
+_LIVE: set[subprocess.Popen] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def run_verb(verb: str, args: list[str], log_path: str, nproc: int = 1,
+             progress: tuple[str, int] | None = None, lane: Lane = ALONE) -> None:
+    """`litebert VERB ARGS` in a child process (`nproc` of them under torchrun), its output in `log_path`; a
+    failure names the log. `progress`: the child's run directory and its last step, for the heartbeat."""
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    started, seen = time.time(), []
+    with open(log_path, "a") as log:
+        child = subprocess.Popen(verb_command(nproc) + [verb, *args], stdout=log, stderr=subprocess.STDOUT,
+                                 env=lane.env())
+        with _LIVE_LOCK:
+            _LIVE.add(child)
+        try:
+            while True:  # a row takes minutes to an hour: say where it is every HEARTBEAT_SECONDS
+                try:
+                    code = child.wait(timeout=HEARTBEAT_SECONDS)
+                    break
+                except subprocess.TimeoutExpired:
+                    where = _steps_and_time_left(progress, seen) if progress else None
+                    print(f"      {lane.tag}{verb}, {minutes(time.time() - started)} in: "
+                          f"{where or _last_line(log_path)}", flush=True)
+        except BaseException:
+            child.kill()
+            child.wait()
+            raise
+        finally:
+            with _LIVE_LOCK:
+                _LIVE.discard(child)
+    if code == -signal.SIGINT or code == 130:
+        raise KeyboardInterrupt
+    if code != 0:
+        raise LitebertError(f"litebert {verb} exited with {code}: {_last_line(log_path)} (log: {log_path})")
+
+
+def _kill_live_children() -> None:
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for child in live:
+        child.kill()
+
+
+def run_chains(chains: Sequence[Sequence[Any]], run_one: Callable[[Any], None], jobs: int) -> None:
+    """run_one(item) for every item, each chain's items in order, `jobs` chains at once (in threads: the work
+    is in child processes). When an item fails, no new one starts; those running finish (a row is kept, or
+    resumes on the next run), then the first failure is raised and the others printed. An interrupt of this
+    thread (Ctrl-C, which a terminal also sends the children) kills the children and starts nothing more."""
+    failed, errors, lock = threading.Event(), [], threading.Lock()
+
+    def run_chain(chain: Sequence[Any]) -> None:
+        for item in chain:
+            if failed.is_set():
+                return
+            try:
+                run_one(item)
+            except BaseException as error:
+                with lock:
+                    errors.append(error)
+                failed.set()
+                return
+
+    pool = concurrent.futures.ThreadPoolExecutor(jobs)
+    futures = [pool.submit(run_chain, chain) for chain in chains]
+    try:  # waits of a second: a signal's handler runs between them, whichever thread the signal woke
+        while concurrent.futures.wait(futures, timeout=1.0).not_done:
+            pass
+    except BaseException:
+        failed.set()
+        for future in futures:
+            future.cancel()
+        _kill_live_children()
+        raise
+    finally:
+        pool.shutdown(wait=True)
+    for error in errors[1:]:
+        print(f"also failed: {error}", file=sys.stderr, flush=True)
+    if errors:
+        raise errors[0]
+
+
+def _last_line(log_path: str) -> str:
+    with open(log_path, errors="replace") as f:
+        return ([line.strip() for line in f if line.strip()] or ["(no output)"])[-1][:200]
+
+
+def _steps_and_time_left(progress: tuple[str, int], seen: list[tuple[float, int]]) -> str | None:
+    """The step the run's metrics log has reached, of how many, and the time left at the pace since the first
+    heartbeat that saw a step (a resumed run starts at its checkpoint's step); None before the first step."""
+    run_dir, last_step = progress
+    steps = [r["step"] for r in read_metrics(os.path.join(run_dir, METRICS_NAME)) if "loss" in r]
+    if not steps:
+        return None
+    seen.append((time.time(), steps[-1]))
+    (t0, step0), (t1, step1) = seen[0], seen[-1]
+    left = f", ~{minutes((last_step - step1) * (t1 - t0) / (step1 - step0))} left" if step1 > step0 else ""
+    return f"step {step1} of {last_step}{left}"
+
+
+def minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
