@@ -80,8 +80,11 @@ paper() {
   # Bibles are the additional text of `data` and `curves`.
   local bibles=() f
   for f in "${LITEBERT_SHARED_DATA:-../shared/data}"/corpus/en/bible_*.jsonl; do [ -f "$f" ] && bibles+=("$f"); done
+  # The gpu scale's rows are small (launch-bound) and each child spends seconds starting (imports, CUDA): four
+  # rows at a time share the card and the host's cores (--jobs).
   for experiment in "${@:-sharing}"; do
     run "paper_$experiment" 540 $PY -m litebert.cli reproduce "$experiment" --scale gpu --seeds 3 \
+      --jobs "${PAPER_JOBS:-4}" \
       --out "/tmp/paper/$experiment" --data-dir /tmp/paper/data --report-dir "$OUT/paper/$experiment" \
       ${bibles[@]:+--extra-corpus "${bibles[@]}"}
     tail -3 "$OUT/paper_$experiment.log"
