@@ -70,6 +70,7 @@ FEW_LABELS = 54
 FEW_LABEL_STEPS = dict(max_steps=200, warmup_steps=20)
 FEW_LABEL_SEEDS = 3
 QUICK = dict(max_steps=40, eval_every=20, save_every=20, warmup_steps=4)  # --quick: a smoke run of every stage
+QUICK_FEW_LABEL_SEEDS = 2  # enough for a mean and its spread; 40 steps teach nothing a third seed would show
 QUICK_LONG_PHASE = dict(max_steps=10, eval_every=10, save_every=10, warmup_steps=2)
 
 
@@ -147,7 +148,7 @@ def run(out_dir: str, quick: bool = False, seed: int = 12345) -> dict:
         runs[name] = fine_tune(pretrained_dir, scratch, os.path.join(out_dir, f"finetune_{name}"), seed, recipe)
         few_dir = os.path.join(out_dir, f"finetune_{name}_{FEW_LABELS}")
         few[name] = [fine_tune(pretrained_dir, scratch, os.path.join(few_dir, f"seed={s}"), s, few_recipe, FEW_LABELS)
-                     for s in range(seed, seed + FEW_LABEL_SEEDS)]
+                     for s in range(seed, seed + (QUICK_FEW_LABEL_SEEDS if quick else FEW_LABEL_SEEDS))]
 
     print("[6/6] use: the pretrained model and the classifier on text they never saw", flush=True)
     use = use_models(pretrained_dir, runs["pretrained"]["best_dir"], TASK_MAX_LENGTH,

@@ -10,8 +10,8 @@ from litebert.corpus.shards import prepare
 from litebert.corpus.tokenizer_training import train_tokenizer
 from litebert.demo import (
     DEMO_MARKER,
-    FEW_LABEL_SEEDS,
     FEW_LABELS,
+    QUICK_FEW_LABEL_SEEDS,
     TASK_DIR,
     TASK_MAX_LENGTH,
     UNSEEN_SENTENCES,
@@ -38,10 +38,10 @@ def test_quick_demo_runs_every_stage_and_prints_a_summary(tmp_path, capsys):
     assert "continued 0." in out and "at start" in out
     assert set(summary["finetune"]) == set(summary["few_labels"]) == {"pretrained", "from_scratch"}
     # The few-label point: the same two inits on the task's first 54 training passages, the same dev split,
-    # FEW_LABEL_SEEDS seeds each, their mean and every seed's score printed.
+    # QUICK_FEW_LABEL_SEEDS seeds each (FEW_LABEL_SEEDS in a whole demo), their mean and every seed's score printed.
     few, full = summary["few_labels"], summary["finetune"]
     for name, runs in few.items():
-        assert [r["from_scratch"] for r in runs] == [name == "from_scratch"] * FEW_LABEL_SEEDS
+        assert [r["from_scratch"] for r in runs] == [name == "from_scratch"] * QUICK_FEW_LABEL_SEEDS
         assert {(r["examples"]["train"], r["examples"]["dev"]) for r in runs} == {(FEW_LABELS, 746)}
         scores = [100 * r["best"]["accuracy"] for r in runs]
         assert f"{sum(scores) / len(scores):.1f}% ± " in out and ", ".join(f"{x:.1f}" for x in scores) in out
