@@ -182,8 +182,9 @@ def test_qa_training_learns_to_find_the_asked_word_in_real_passages(tmp_path):
         random_word_em = 100 * sum(1 / len(json.loads(line)["context"].split()) for line in f) / 200
     cfg = FinetuneConfig(model=str(tiny_model_dir(tmp_path, hidden_size=64)), task="wordnet_qa", data_dir=str(data),
                          max_length=96, max_query_length=24, doc_stride=32, max_eval_examples=200)
-    train_cfg = TrainConfig(optimizer="adamw", lr=2e-3, batch_size=32, max_steps=1500, warmup_steps=150,
-                            eval_every=1500, save_every=0, keep_last=1, log_every=100, out_dir=str(tmp_path / "run"),
+    # 1000 steps reach EM 42.5 (1500 reached 50.5): twice the bar, a third less of CI's time.
+    train_cfg = TrainConfig(optimizer="adamw", lr=2e-3, batch_size=32, max_steps=1000, warmup_steps=100,
+                            eval_every=1000, save_every=0, keep_last=1, log_every=100, out_dir=str(tmp_path / "run"),
                             progress=False, seed=0)
     best = finetune(cfg, train_cfg)["best"]
     assert random_word_em < 5
