@@ -200,11 +200,11 @@ def run_row(grid: Grid, row: Row, seed: int, steps: int, lane: Lane = ALONE) -> 
 
 
 def prepare_row_data(grid: Grid, row: Row) -> None:
-    """The tokenizer and the prepared pairs a row trains and is scored on (made once, shared by the grid)."""
+    """The prepared pairs a row trains and is scored on, and with them the tokenizer (made once, shared by the
+    grid)."""
     for t in grid.exp.held_out:
         grid.data.dir("heldout", t)
     grid.data.dir("train", row.data.get("pair_task", "sop"), row.data.get("extra", False))
-    grid.data.vocab_size()
 
 
 def mlm_curve(run_dir: str) -> list[list[float]]:
