@@ -8,6 +8,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from litebert.cli import main as litebert_main
 from litebert.config import AlbertConfig
 from litebert.errors import ConfigError, LitebertError
 from litebert.paper import children, stats
+from litebert.paper import grid as G
 from litebert.paper import reproduce as R
 from litebert.paper.experiments import DATA, EXPERIMENTS, SCALES, Claim, scale_model, split_task
 from litebert.paper.grid import slug
@@ -331,6 +333,58 @@ def test_a_report_dir_holding_another_report_md_is_refused_before_any_row_runs(d
     assert (tmp_path / "docs" / "report.md").read_text() == "# my own notes\n" and not (tmp_path / "g").exists()
 
 
+def test_a_grid_whose_out_was_lost_goes_on_from_the_runs_its_report_keeps(data_dir, tmp_path, monkeypatch, capsys,
+                                                                         rows_in_process):
+    """The report is rewritten after every finished run (saying it is in progress), and it is enough to go on
+    from: with --out gone, the rerun restores the report's finished runs, trains only the others, and ends with
+    the uninterrupted grid's results.json. A report of other settings is refused, not overwritten."""
+    docs, seeds = tmp_path / "docs", ("--seeds", "2")
+    whole = run(tmp_path / "whole", "dropout", data_dir, *seeds)
+    trained, real_run_row = [], R.run_row
+
+    def second_run_fails(grid, row, seed, *args):
+        if len(trained) == 1:
+            raise LitebertError("the machine went away")
+        trained.append((row.name, seed))
+        return real_run_row(grid, row, seed, *args)
+    monkeypatch.setattr(R, "run_row", second_run_fails)
+    assert litebert_main([*argv_for(tmp_path / "lost", "dropout", data_dir), *seeds, "--report-dir", str(docs)]) == 2
+    assert "In progress: 1 of 4 row runs finished." in (docs / "report.md").read_text()
+    assert len(json.loads((docs / "results.json").read_text())["rows"][trained[0][0]]["runs"]) == 1
+
+    shutil.rmtree(tmp_path / "lost")
+    trained.clear()
+    monkeypatch.setattr(R, "run_row", lambda *a: (trained.append(a[1:3]), real_run_row(*a))[1])
+    capsys.readouterr()
+    assert litebert_main([*argv_for(tmp_path / "lost", "dropout", data_dir), *seeds, "--report-dir", str(docs)]) == 0
+    assert "dropout: 1 finished row run(s) restored from" in capsys.readouterr().out and len(trained) == 3
+    assert json.loads((docs / "results.json").read_text()) == whole
+    assert "In progress" not in (docs / "report.md").read_text()
+
+    other = [*argv_for(tmp_path / "other", "dropout", data_dir, steps=3), *seeds, "--report-dir", str(docs)]
+    assert litebert_main(other) == 2
+    assert "holds the report of a grid made with other settings (set)" in capsys.readouterr().err
+    assert json.loads((docs / "results.json").read_text()) == whole
+
+
+def test_a_warm_started_chain_is_restored_only_where_its_report_finished_it(tmp_path):
+    """Checkpoints are not in a report: a seed whose depth chain the report holds whole is restored, a seed with
+    a row missing reruns its chain from the first row (each row warm-starts from the one before)."""
+    cfg = R.ReproduceConfig(experiment=["depth"], out=str(tmp_path / "out"), scale="tiny", seeds=2,
+                            report_dir=str(tmp_path / "docs"))
+    grid = R.make_grid(cfg)
+    names = [r.name for r in grid.exp.rows]
+    runs = {name: {"12345": {"row": name, "seed": 12345}} for name in names}
+    for name in names[:-1]:
+        runs[name]["12346"] = {"row": name, "seed": 12346}
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "results.json").write_text(json.dumps(
+        {"experiment": "depth", "settings": G.grid_settings(grid), "rows": {n: {"runs": r} for n, r in runs.items()}}))
+    R.restore_runs(grid, cfg.report_dir, G.grid_settings(grid), list(grid.exp.rows))
+    restored = {(r.name, s) for r in grid.exp.rows for s in grid.seeds if os.path.isfile(grid.result_path(r, s))}
+    assert restored == {(name, 12345) for name in names}
+
+
 def test_a_grid_made_before_recipes_were_recorded_continues_only_with_the_recipe_it_had(tmp_path):
     """grid.json files written before 2026-11-27 record no fine-tuning recipe (and keep --set finetune.X among
     "set"); their cpu grids were fine-tuned at lr 3e-4 for 300 steps. Continuing one under today's default recipe
@@ -342,13 +396,13 @@ def test_a_grid_made_before_recipes_were_recorded_continues_only_with_the_recipe
     old = {**settings(), "set": ["finetune.tasks=novel_authorship", "model.hidden_size=128", "train.max_steps=1000"],
            "downstream_tasks": ["novel_authorship"]}
     del old["finetune_recipe"]  # as an old grid.json has it
-    assert R.recorded_settings(old)["finetune_recipe"]["lr"] == 3e-4
-    assert R.recorded_settings(old) != settings("finetune.tasks=novel_authorship")  # today's default: refused
+    assert G.recorded_settings(old)["finetune_recipe"]["lr"] == 3e-4
+    assert G.recorded_settings(old) != settings("finetune.tasks=novel_authorship")  # today's default: refused
     continued = settings("finetune.tasks=novel_authorship", "finetune.lr=3e-4", "finetune.max_steps=300",
                          "finetune.warmup_steps=30")
-    assert R.recorded_settings(old) == continued and continued["set"] == ["model.hidden_size=128",
+    assert G.recorded_settings(old) == continued and continued["set"] == ["model.hidden_size=128",
                                                                           "train.max_steps=1000"]
-    assert R.recorded_settings(continued) == continued  # a recorded recipe is read as it is
+    assert G.recorded_settings(continued) == continued  # a recorded recipe is read as it is
     assert settings()["finetune_recipe"]["lr"] == 1e-3 and settings()["finetune_recipe"]["max_steps"] == 1000
 
 

@@ -1,6 +1,7 @@
 """One grid of `litebert reproduce`: the verb's options (ReproduceConfig), the data its rows share (the corpus
-split, the tokenizer, the prepared pairs: GridData) and where each row's run lives (Grid). Apart from the verb so
-that report.py can read a Grid without importing reproduce.py: imports point one way."""
+split, the tokenizer, the prepared pairs: GridData), where each row's run lives (Grid) and the settings that make
+its rows comparable. Apart from the verb so that report.py can read a Grid without importing reproduce.py: imports
+point one way."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import json
 import os
 import re
 import shutil
+import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +19,7 @@ from litebert.corpus.shards import prepare
 from litebert.corpus.tokenizer_training import train_tokenizer
 from litebert.errors import ConfigError
 from litebert.files import write_text_atomically
-from litebert.paper.experiments import EXPERIMENTS, Experiment, Row, Scale
+from litebert.paper.experiments import EXPERIMENTS, SCALES, Experiment, Row, Scale
 from litebert.runconfig import check_declared
 from litebert.text.transformers_files import SPIECE_FILE
 from litebert.tokenizer import Tokenizer
@@ -196,6 +199,11 @@ class Grid:
         n = self.finetune_seed_count
         return [seed] if n == 1 else [self.cfg.seed + k for k in range(n)]
 
+    @property
+    def downstream(self) -> bool:
+        """Whether every row is fine-tuned: --downstream, else the scale's default."""
+        return self.cfg.downstream if self.cfg.downstream is not None else self.scale.downstream
+
     def row_dir(self, row: Row, seed: int) -> str:
         return os.path.join(self.out, "rows", slug(row.name), f"seed{seed}")
 
@@ -207,6 +215,76 @@ class Grid:
             if name in (row.name, slug(row.name)):
                 return row
         raise ConfigError(f"{self.exp.name} has no row {name!r}; its rows: {', '.join(r.name for r in self.exp.rows)}")
+
+
+# -- what makes a grid's rows comparable ----------------------------------------------------------------
+
+SET_SECTIONS = ("model", "train", "pretrain", "data", "finetune")
+
+
+def parse_sets(items: list[str]) -> dict[str, dict[str, Any]]:
+    """--set section.key=value (value read as TOML: 3, 1e-3, true, "text", [1, 2]; bare words are strings)."""
+    out: dict[str, dict[str, Any]] = {s: {} for s in SET_SECTIONS}
+    for item in items:
+        key, sep, text = item.partition("=")
+        section, dot, name = key.strip().partition(".")
+        if not sep or not dot or section not in out or not name:
+            raise ConfigError(f"--set {item!r}: expected SECTION.KEY=VALUE with SECTION one of "
+                              f"{', '.join(SET_SECTIONS)}")
+        try:
+            value = tomllib.loads(f"v = {text.strip()}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = text.strip()
+        out[section][name] = value
+    return out
+
+
+def grid_settings(grid: Grid) -> dict[str, Any]:
+    """What makes a grid's rows comparable: a rerun with other values would mix two grids in one directory. The
+    fine-tuning recipe is recorded as it resolved (the scale's, with --set finetune.X), so that a changed
+    default is caught as surely as a changed option."""
+    c = grid.cfg
+    return {"experiment": grid.exp.name, "scale": c.scale, "seed": c.seed, "corpus": c.corpus,
+            "extra_corpus": list(c.extra_corpus), "set": sorted(s for s in c.set if not _sets_finetune(s)),
+            "budget_minutes": c.budget_minutes, "downstream": grid.downstream,
+            **({"downstream_tasks": list(grid.scale.finetune["tasks"]),
+                "finetune_recipe": _recipe(grid.scale.finetune)} if grid.downstream else {}),
+            **({"finetune_seeds": grid.finetune_seed_count} if grid.finetune_seed_count != 1 else {})}
+
+
+# The cpu scale's fine-tuning recipe until 2026-11-27 (then lr 1e-3 for 1000 steps): what the grids whose
+# grid.json records no recipe were fine-tuned with.
+LEGACY_CPU_FINETUNE = dict(lr=3e-4, max_steps=300, warmup_steps=30)
+
+
+def _sets_finetune(item: str) -> bool:
+    return item.strip().startswith("finetune.")
+
+
+def _recipe(finetune: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in finetune.items() if k != "tasks"}
+
+
+def recorded_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """A grid.json's settings in grid_settings' current form: a grid made before recipes were recorded kept its
+    --set finetune.X among "set" and was fine-tuned with its scale's recipe of the day."""
+    finetune_sets = [item for item in settings.get("set", []) if _sets_finetune(item)]
+    current = {**settings, "set": [item for item in settings.get("set", []) if item not in finetune_sets]}
+    if "finetune_recipe" in settings or not settings.get("downstream"):
+        return current
+    scale = settings.get("scale", "cpu")
+    recipe = {**SCALES[scale].finetune, **(LEGACY_CPU_FINETUNE if scale == "cpu" else {}),
+              **parse_sets(finetune_sets)["finetune"]}
+    return {**current, "finetune_recipe": _recipe(recipe)}
+
+
+def check_same_settings(recorded: dict[str, Any], settings: dict[str, Any], what: str, hint: str) -> None:
+    """Refuse to continue a grid (or overwrite its report) made with other settings: two grids in one table."""
+    recorded = recorded_settings(recorded)
+    if recorded != settings:
+        changed = sorted(k for k in settings if recorded.get(k) != settings[k])
+        raise ConfigError(f"{what} made with other settings ({', '.join(changed)}); {hint}, or the same options "
+                          "to continue it")
 
 
 def read_json(path: str) -> Any:

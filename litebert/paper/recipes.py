@@ -68,10 +68,6 @@ def finetune_recipe(grid: Grid, checkpoint: str, task: str, out_dir: str, seed: 
     return {"finetune": cfg, "train": train}
 
 
-def downstream_on(grid: Grid) -> bool:
-    return grid.cfg.downstream if grid.cfg.downstream is not None else grid.scale.downstream
-
-
 PAPER_TASK_DIRS = {"squad-v1.1": "$SQUAD_DIR/v1.1", "squad-v2.0": "$SQUAD_DIR/v2.0", "MNLI-m": "$GLUE_DIR/MNLI",
                    "SST-2": "$GLUE_DIR/SST-2", "race": "$RACE_DIR"}
 
@@ -144,6 +140,6 @@ def finished_elsewhere(grid: Grid, row: Row, seed: int) -> bool:
     so that run_row only reads them: at the paper scale nothing is trained here."""
     d = grid.row_dir(row, seed)
     needed = [os.path.join(d, "pretrain", "summary.json")]
-    if downstream_on(grid):
+    if grid.downstream:
         needed += [os.path.join(d, finetune_dir_name(task), "summary.json") for task in grid.scale.finetune["tasks"]]
     return all(os.path.isfile(p) for p in needed)

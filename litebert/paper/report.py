@@ -207,6 +207,11 @@ def report(grid: Grid, results: Mapping[str, Any], state: Mapping[str, Any], plo
     lines = [f"# {exp.table}: {exp.title}", "",
              f"`litebert reproduce {exp.name}` at scale **{scale.name}**, {n_seeds} seed(s) per row "
              f"({', '.join(map(str, grid.seeds))}). Made by:", "", "```bash", state.get("command", ""), "```", ""]
+    missing = [f"{r} (seed {s})" for r, e in results["rows"].items() for s in grid.seeds if str(s) not in e["runs"]]
+    if missing:
+        total = len(results["rows"]) * n_seeds
+        lines += [f"**In progress: {total - len(missing)} of {total} row runs finished.** The cells and verdicts "
+                  "below are those runs' alone; rerunning the command above runs the rest.", ""]
     t, d = scale.train, scale.data
     steps = results.get("steps") or {}
     steps_text = ", ".join(sorted({str(v) for v in steps.values()})) if steps else str(t["max_steps"])
@@ -274,7 +279,6 @@ def report(grid: Grid, results: Mapping[str, Any], state: Mapping[str, Any], plo
     lines.append("")
     if plots:
         lines += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
-    missing = [f"{r} (seed {s})" for r, e in results["rows"].items() for s in grid.seeds if str(s) not in e["runs"]]
     if missing:
         lines += [f"**Not yet run:** {', '.join(missing)}. Rerunning the command above runs them.", ""]
     return "\n".join(lines)

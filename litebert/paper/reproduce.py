@@ -30,8 +30,7 @@ import shlex
 import shutil
 import threading
 import time
-import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from litebert.corpus.documents import resolve_inputs
@@ -41,15 +40,18 @@ from litebert.model import AlbertModel
 from litebert.paper.analysis import layer_transitions, read_sentences
 from litebert.paper.children import ALONE, Lane, minutes, run_chains, run_verb, shared_threads
 from litebert.paper.experiments import DATA, EXPERIMENTS, SCALES, Row, Scale, split_task
-from litebert.paper.grid import Grid, GridData, ReproduceConfig, finetune_dir_name, read_json, slug
-from litebert.paper.recipes import (
-    downstream_on,
-    finetune_recipe,
-    finished_elsewhere,
-    row_recipe,
-    write_paper_recipes,
-    write_recipe,
+from litebert.paper.grid import (
+    Grid,
+    GridData,
+    ReproduceConfig,
+    check_same_settings,
+    finetune_dir_name,
+    grid_settings,
+    parse_sets,
+    read_json,
+    slug,
 )
+from litebert.paper.recipes import finetune_recipe, finished_elsewhere, row_recipe, write_paper_recipes, write_recipe
 from litebert.paper.report import collect, report, write_plots
 from litebert.runconfig import parse_verb, verb_parser
 from litebert.tokenizer import Tokenizer
@@ -57,32 +59,13 @@ from litebert.training.distributed import world_size
 from litebert.training.metrics_log import METRICS_NAME, read_metrics
 from litebert.training.train_config import TrainConfig
 
-# The experiments and scales are data (experiments.py); a grid's options, shared data and row directories are
-# grid.py's; results.json, the verdicts, report.md and the plots are report.py's; starting a row's verbs as child
-# processes, several at once, is children.py's. Here: settings, what a row runs and scores, and the verb.
+# The experiments and scales are data (experiments.py); a grid's options, settings, shared data and row
+# directories are grid.py's; results.json, the verdicts, report.md and the plots are report.py's; starting a
+# row's verbs as child processes, several at once, is children.py's. Here: the scale --set makes, what a row
+# runs and scores, and the verb.
 
 
 # -- settings --------------------------------------------------------------------------------------------------
-
-SET_SECTIONS = ("model", "train", "pretrain", "data", "finetune")
-
-
-def parse_sets(items: list[str]) -> dict[str, dict[str, Any]]:
-    """--set section.key=value (value read as TOML: 3, 1e-3, true, "text", [1, 2]; bare words are strings)."""
-    out: dict[str, dict[str, Any]] = {s: {} for s in SET_SECTIONS}
-    for item in items:
-        key, sep, text = item.partition("=")
-        section, dot, name = key.strip().partition(".")
-        if not sep or not dot or section not in out or not name:
-            raise ConfigError(f"--set {item!r}: expected SECTION.KEY=VALUE with SECTION one of "
-                              f"{', '.join(SET_SECTIONS)}")
-        try:
-            value = tomllib.loads(f"v = {text.strip()}")["v"]
-        except tomllib.TOMLDecodeError:
-            value = text.strip()
-        out[section][name] = value
-    return out
-
 
 def resolved_scale(name: str, sets: Mapping[str, Mapping[str, Any]]) -> Scale:
     """The scale with --set's train/pretrain/data/finetune values (model.X is applied per row). A key of
@@ -192,7 +175,7 @@ def run_row(grid: Grid, row: Row, seed: int, steps: int, lane: Lane = ALONE) -> 
     checkpoint = os.path.join(grid.out, result["checkpoint"])
     if grid.exp.analysis == "transitions":
         result.update(transitions(grid, checkpoint))
-    if downstream_on(grid):
+    if grid.downstream:
         result["downstream"] = downstream(grid, checkpoint, d, seed, lane)
         result["avg"] = sum(v["score"] for v in result["downstream"].values()) / len(result["downstream"])
     write_json(grid.result_path(row, seed), result)
@@ -259,48 +242,83 @@ def downstream(grid: Grid, checkpoint: str, row_dir: str, seed: int, lane: Lane 
 
 
 def run_grid(grid: Grid, command: str | None = None) -> dict[str, Any]:
-    """Run the grid's unfinished rows (run_rows: a progress line each), then write the report.
-    `command` (what was typed) is kept for the report unless it reran a subset or only reported."""
+    """Run the grid's unfinished rows (run_rows: a progress line each, the report rewritten after each), then
+    write the report. `command` (what was typed) is kept for the report unless it reran a subset or only
+    reported."""
     state_path = os.path.join(grid.out, "grid.json")
     state = read_json(state_path) or {}
     settings = grid_settings(grid)
-    recorded = recorded_settings(state.get("settings", {}))
-    if state and recorded != settings:
-        changed = sorted(k for k in settings if recorded.get(k) != settings[k])
-        raise ConfigError(f"{grid.out} holds a grid made with other settings ({', '.join(changed)}); use another "
-                          "--out, or the same options to continue it")
+    if state:
+        check_same_settings(state.get("settings", {}), settings, f"{grid.out} holds a grid", "use another --out")
     if command and not (grid.cfg.rows or grid.cfg.report_only):
         state["command"] = command
     state["settings"] = settings
     os.makedirs(grid.out, exist_ok=True)
     write_json(state_path, state)
+    report_dir = grid.cfg.report_dir or grid.out
     if not grid.cfg.report_only:
         selected = [grid.row(name) for name in grid.cfg.rows] if grid.cfg.rows else list(grid.exp.rows)
         if grid.cfg.rows:
             for row in selected:
                 for seed in grid.seeds:
                     shutil.rmtree(grid.row_dir(row, seed), ignore_errors=True)
+        restore_runs(grid, report_dir, settings, [r for r in grid.exp.rows if r not in grid.cfg.rows])
         steps = step_budgets(grid, state)
         write_json(state_path, state)
         todo = [(r, s) for r in selected for s in grid.seeds if not os.path.isfile(grid.result_path(r, s))]
         done_before = len(selected) * len(grid.seeds) - len(todo)
         if done_before:
             print(f"{grid.exp.name}: {done_before} finished row run(s) kept (their result.json)", flush=True)
-        run_rows(grid, todo, steps)
+        lock = threading.Lock()
+
+        def report_so_far() -> None:
+            with lock:
+                write_report(grid, state, report_dir, quiet=True)
+        run_rows(grid, todo, steps, report_so_far)
     if grid.scale.name == "paper":  # the runs were made elsewhere by commands.sh: read the finished ones
         steps = {r.name: int(grid.scale.train["max_steps"]) for r in grid.exp.rows}
         for row in grid.exp.rows:
             for seed in grid.seeds:
                 if not os.path.isfile(grid.result_path(row, seed)) and finished_elsewhere(grid, row, seed):
                     run_row(grid, row, seed, steps[row.name])
+    return write_report(grid, state, report_dir)
+
+
+def write_report(grid: Grid, state: Mapping[str, Any], report_dir: str, quiet: bool = False) -> dict[str, Any]:
+    """results.json, the plots and report.md in report_dir, from the rows finished so far."""
     results = collect(grid, state)
-    report_dir = grid.cfg.report_dir or grid.out
     os.makedirs(report_dir, exist_ok=True)
     write_json(os.path.join(report_dir, "results.json"), results)
     plots = write_plots(grid, results, report_dir)
     write_text_atomically(os.path.join(report_dir, "report.md"), report(grid, results, state, plots))
-    print(f"report: {os.path.join(report_dir, 'report.md')}", flush=True)
+    if not quiet:
+        print(f"report: {os.path.join(report_dir, 'report.md')}", flush=True)
     return results
+
+
+def restore_runs(grid: Grid, report_dir: str, settings: Mapping[str, Any], rows: list[Row]) -> None:
+    """Give the grid back the finished runs its report holds (results.json keeps each run's result.json as it
+    was): a grid whose --out was lost but whose --report-dir was kept, in git say, goes on from its last
+    finished run. A report of a grid with other settings is refused: continuing would overwrite it."""
+    previous = read_json(os.path.join(report_dir, "results.json")) if report_dir != grid.out else None
+    if not previous or previous.get("experiment") != grid.exp.name or not previous.get("settings"):
+        return
+    check_same_settings(previous["settings"], settings, f"{report_dir} holds the report of a grid",
+                        "choose another --report-dir")
+    runs = {name: entry.get("runs", {}) for name, entry in previous["rows"].items()}
+    chained = any(r.warm_start for r in grid.exp.rows)  # a warm start needs its source's checkpoint, not kept
+    restored = 0
+    for seed in grid.seeds:
+        if chained and not all(str(seed) in runs.get(r.name, {}) for r in grid.exp.rows):
+            continue  # the seed's chain reruns whole
+        for row in rows:
+            result = runs.get(row.name, {}).get(str(seed))
+            if result is not None and not os.path.isfile(grid.result_path(row, seed)):
+                write_json(grid.result_path(row, seed), result)
+                restored += 1
+    if restored:
+        print(f"{grid.exp.name}: {restored} finished row run(s) restored from {report_dir}/results.json",
+              flush=True)
 
 
 class _Tally:
@@ -329,9 +347,10 @@ class _Tally:
                   + (f", downstream avg {result['avg']:.1%}" if "avg" in result else ""), flush=True)
 
 
-def run_rows(grid: Grid, todo: list[tuple[Row, int]], steps: dict[str, int]) -> None:
+def run_rows(grid: Grid, todo: list[tuple[Row, int]], steps: dict[str, int],
+             after_each: Callable[[], None] = lambda: None) -> None:
     """Train the (row, seed) runs of `todo` in order, --jobs of them at once (children.run_chains: what a
-    failure or an interrupt does). A run that warm-starts from another row waits for it: with warm starts,
+    failure or an interrupt does), calling after_each when a run finishes. A run that warm-starts from another row waits for it: with warm starts,
     each seed's rows are one chain. The data every row needs is prepared first, in this thread."""
     if any(r.warm_start for r in grid.exp.rows):
         chains = [[(r, s) for r, s in todo if s == seed] for seed in dict.fromkeys(s for _, s in todo)]
@@ -350,51 +369,13 @@ def run_rows(grid: Grid, todo: list[tuple[Row, int]], steps: dict[str, int]) -> 
         result = run_row(grid, row, seed, steps[row.name], lane)
         write_json(os.path.join(grid.row_dir(row, seed), "timing.json"), {"seconds": time.time() - t0})
         tally.done(lane, time.time() - t0, result)
+        after_each()
 
     if parallel == 1:  # in this thread: a row's verb may run in this process (tests) and set signals
         for item in todo:
             run_one(item)
     else:
         run_chains(chains, run_one, parallel)
-
-
-def grid_settings(grid: Grid) -> dict[str, Any]:
-    """What makes a grid's rows comparable: a rerun with other values would mix two grids in one directory. The
-    fine-tuning recipe is recorded as it resolved (the scale's, with --set finetune.X), so that a changed
-    default is caught as surely as a changed option."""
-    c = grid.cfg
-    return {"experiment": grid.exp.name, "scale": c.scale, "seed": c.seed, "corpus": c.corpus,
-            "extra_corpus": list(c.extra_corpus), "set": sorted(s for s in c.set if not _sets_finetune(s)),
-            "budget_minutes": c.budget_minutes, "downstream": downstream_on(grid),
-            **({"downstream_tasks": list(grid.scale.finetune["tasks"]),
-                "finetune_recipe": _recipe(grid.scale.finetune)} if downstream_on(grid) else {}),
-            **({"finetune_seeds": grid.finetune_seed_count} if grid.finetune_seed_count != 1 else {})}
-
-
-# The cpu scale's fine-tuning recipe until 2026-11-27 (then lr 1e-3 for 1000 steps): what the grids whose
-# grid.json records no recipe were fine-tuned with.
-LEGACY_CPU_FINETUNE = dict(lr=3e-4, max_steps=300, warmup_steps=30)
-
-
-def _sets_finetune(item: str) -> bool:
-    return item.strip().startswith("finetune.")
-
-
-def _recipe(finetune: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in finetune.items() if k != "tasks"}
-
-
-def recorded_settings(settings: dict[str, Any]) -> dict[str, Any]:
-    """A grid.json's settings in grid_settings' current form: a grid made before recipes were recorded kept its
-    --set finetune.X among "set" and was fine-tuned with its scale's recipe of the day."""
-    finetune_sets = [item for item in settings.get("set", []) if _sets_finetune(item)]
-    current = {**settings, "set": [item for item in settings.get("set", []) if item not in finetune_sets]}
-    if "finetune_recipe" in settings or not settings.get("downstream"):
-        return current
-    scale = settings.get("scale", "cpu")
-    recipe = {**SCALES[scale].finetune, **(LEGACY_CPU_FINETUNE if scale == "cpu" else {}),
-              **parse_sets(finetune_sets)["finetune"]}
-    return {**current, "finetune_recipe": _recipe(recipe)}
 
 
 # -- the verb --------------------------------------------------------------------------------------------------
