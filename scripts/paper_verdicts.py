@@ -47,9 +47,14 @@ def main() -> None:
     found = sorted(Path(args.docs).glob("*/results.json"))
     table = ["| table | the paper's claim | metric | comparison | verdict | gap | p | smallest detectable gap |",
              "|---|---|---|---|---|---|---|---|"]
-    seeds = {}
+    seeds, in_progress = {}, []
     for path in found:
         results = json.loads(path.read_text(encoding="utf-8"))
+        finished = sum(len(entry["runs"]) for entry in results["rows"].values())
+        planned = len(results["rows"]) * len(results["seeds"])
+        if finished < planned:  # its verdicts would rest on the rows that happen to have finished
+            in_progress.append(f"{path.parent.name}/ ({finished} of {planned} row runs)")
+            continue
         seeds[path.parent.name] = len(results["seeds"])
         table += rows_for(results, path.parent.name)
     text = "\n".join([
@@ -63,6 +68,7 @@ def main() -> None:
         "is an accuracy.", "",
         "Seeds per grid: " + ", ".join(f"{k} {v}" for k, v in sorted(seeds.items())) + ". With two seeds a "
         "Welch test has about one degree of freedom: only gaps many times the seed-to-seed spread decide.", "",
+        *([f"Grids in progress, judged here when they finish: {', '.join(in_progress)}.", ""] if in_progress else []),
         *table, ""])
     write_text_atomically(Path(args.docs) / "verdicts.md", text)
     print(f"wrote {Path(args.docs) / 'verdicts.md'} ({len(table) - 2} comparisons from {len(found)} grids)")

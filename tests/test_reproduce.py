@@ -703,3 +703,21 @@ def test_a_row_on_both_sides_of_a_comparison_counts_its_variance_once():
     g = stats.gap([(1, l12), (-1, l6), (-1, l24), (1, l12)])
     assert g.value == pytest.approx(2 * 0.33 - 0.30 - 0.34)
     assert g.se == pytest.approx((6 * 0.02 ** 2 / 4) ** 0.5)
+
+
+def test_the_summary_page_judges_finished_grids_and_names_those_in_progress(tmp_path, monkeypatch):
+    """scripts/paper_verdicts.py: a grid still running is listed with its count of finished runs, not judged on
+    the rows that happen to have finished."""
+    import runpy
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    finished = json.loads(open(os.path.join(repo, "docs", "paper", "dropout", "results.json")).read())
+    partial = json.loads(json.dumps(finished))
+    partial["rows"]["with dropout"]["runs"].popitem()
+    for name, results in (("dropout", finished), ("dropout_more", partial)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(results))
+    monkeypatch.setattr(sys, "argv", ["paper_verdicts.py", "--docs", str(tmp_path)])
+    runpy.run_path(os.path.join(repo, "scripts", "paper_verdicts.py"), run_name="__main__")
+    page = (tmp_path / "verdicts.md").read_text()
+    assert "Grids in progress, judged here when they finish: dropout_more/ (9 of 10 row runs)." in page
+    assert "| Table 8 | removing dropout helps |" in page and "dropout_more/)" not in page
