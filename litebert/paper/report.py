@@ -201,6 +201,31 @@ def _pair_text(metric: str, pair: Mapping[str, Any], kind: str) -> str:
     return text
 
 
+def _setup(grid: Grid, results: Mapping[str, Any]) -> str:
+    """The report's paragraph on what every row ran and how it was scored and judged."""
+    exp, scale = grid.exp, grid.scale
+    t, d = scale.train, scale.data
+    steps = results.get("steps") or {}
+    steps_text = ", ".join(sorted({str(v) for v in steps.values()})) if steps else str(t["max_steps"])
+    return (f"**Setup.** Every row: {steps_text} {t['optimizer'].upper()} steps at lr {t['lr']}, batch "
+            f"{t['batch_size']}, sequence length {d['max_seq_length']}, vocabulary {d['vocab_size']} "
+            f"(a tokenizer trained on the training documents); {d['dupe_factor']} cut(s) of "
+            f"`{os.path.basename(str(grid.cfg.corpus or d['corpus']))}`, its last "
+            f"{d['held_out_fraction']:.0%} of documents held out. Scores: held-out MLM accuracy and "
+            + "/".join(t_.upper() for t_ in exp.held_out) + " accuracy on pairs cut from the held-out documents"
+            + (f"; downstream: best dev score after fine-tuning on {', '.join(scale.finetune['tasks'])} "
+               + ("(NAME@N: on its first N training examples) "
+                  if any(split_task(task)[1] for task in scale.finetune["tasks"]) else "")
+               + f"({scale.finetune.get('max_steps')} steps each, one recipe, {grid.finetune_seed_count} "
+               "fine-tuning seed(s) per checkpoint), averaged" if
+               any("avg" in e.get("stats", {}) for e in results["rows"].values()) else
+               "; no downstream fine-tuning in this grid (--downstream adds it)")
+            + f". Cells are percentages; with several seeds, mean ± the half-width of its {LEVEL:.0%} t interval. "
+            f"Each comparison is tested on the seeds (one-sided Welch t-test, or TOST for 'about equal', "
+            f"alpha {ALPHA}): reproduced, contradicted, or inconclusive at this power, beside the smallest gap "
+            f"the grid could have detected (power {POWER}).")
+
+
 def report(grid: Grid, results: Mapping[str, Any], state: Mapping[str, Any], plots: list[str]) -> str:
     exp, scale = grid.exp, grid.scale
     n_seeds = len(grid.seeds)
@@ -212,26 +237,7 @@ def report(grid: Grid, results: Mapping[str, Any], state: Mapping[str, Any], plo
         total = len(results["rows"]) * n_seeds
         lines += [f"**In progress: {total - len(missing)} of {total} row runs finished.** The cells and verdicts "
                   "below are those runs' alone; rerunning the command above runs the rest.", ""]
-    t, d = scale.train, scale.data
-    steps = results.get("steps") or {}
-    steps_text = ", ".join(sorted({str(v) for v in steps.values()})) if steps else str(t["max_steps"])
-    lines += [f"**Setup.** Every row: {steps_text} {t['optimizer'].upper()} steps at lr {t['lr']}, batch "
-              f"{t['batch_size']}, sequence length {d['max_seq_length']}, vocabulary {d['vocab_size']} "
-              f"(a tokenizer trained on the training documents); {d['dupe_factor']} cut(s) of "
-              f"`{os.path.basename(str(grid.cfg.corpus or d['corpus']))}`, its last "
-              f"{d['held_out_fraction']:.0%} of documents held out. Scores: held-out MLM accuracy and "
-              + "/".join(t_.upper() for t_ in exp.held_out) + " accuracy on pairs cut from the held-out documents"
-              + (f"; downstream: best dev score after fine-tuning on {', '.join(scale.finetune['tasks'])} "
-                 + ("(NAME@N: on its first N training examples) " if any(split_task(t)[1] for t in scale.finetune["tasks"])
-                    else "")
-                 + f"({scale.finetune.get('max_steps')} steps each, one recipe, {grid.finetune_seed_count} "
-                 "fine-tuning seed(s) per checkpoint), averaged" if
-                 any("avg" in e.get("stats", {}) for e in results["rows"].values()) else
-                 "; no downstream fine-tuning in this grid (--downstream adds it)")
-              + f". Cells are percentages; with several seeds, mean ± the half-width of its {LEVEL:.0%} t interval. "
-              f"Each comparison is tested on the seeds (one-sided Welch t-test, or TOST for 'about equal', "
-              f"alpha {ALPHA}): reproduced, contradicted, or inconclusive at this power, beside the smallest gap "
-              f"the grid could have detected (power {POWER}).", ""]
+    lines += [_setup(grid, results), ""]
     if results.get("chance"):
         lines += ["Chance on the held-out pairs (the majority label): "
                   + ", ".join(f"{k.split('_')[0].upper()} {100 * v:.1f}%" for k, v in results["chance"].items()), ""]
