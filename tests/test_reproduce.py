@@ -34,6 +34,7 @@ from litebert.paper.experiments import DATA, EXPERIMENTS, SCALES, Claim, scale_m
 from litebert.paper.grid import slug
 from litebert.paper.recipes import finetune_recipe
 from litebert.paper.report import judge
+from litebert.runtime.cpu import cpu_model
 
 DEMO_CORPUS = str(DATA) + "/demo_corpus.txt.gz"
 VERDICTS = ("reproduced", "contradicted", "inconclusive", "not measured")
@@ -359,7 +360,11 @@ def test_a_grid_whose_out_was_lost_goes_on_from_the_runs_its_report_keeps(data_d
     assert litebert_main([*argv_for(tmp_path / "lost", "dropout", data_dir), *seeds, "--report-dir", str(docs)]) == 0
     assert "dropout: 1 finished row run(s) restored from" in capsys.readouterr().out and len(trained) == 3
     assert json.loads((docs / "results.json").read_text()) == whole
-    assert "In progress" not in (docs / "report.md").read_text()
+    page = (docs / "report.md").read_text()
+    assert "In progress" not in page and "**Time spent.** 4 row runs" in page  # the restored run's time kept
+    timing = json.loads((docs / "timing.json").read_text())
+    assert sum(len(seeds) for seeds in timing.values()) == 4
+    assert {t["machine"] for seeds in timing.values() for t in seeds.values()} == {cpu_model()}
 
     other = [*argv_for(tmp_path / "other", "dropout", data_dir, steps=3), *seeds, "--report-dir", str(docs)]
     assert litebert_main(other) == 2

@@ -226,7 +226,32 @@ def _setup(grid: Grid, results: Mapping[str, Any]) -> str:
             f"the grid could have detected (power {POWER}).")
 
 
-def report(grid: Grid, results: Mapping[str, Any], state: Mapping[str, Any], plots: list[str]) -> str:
+def timings(grid: Grid) -> dict[str, dict[str, Any]]:
+    """Each finished run's timing.json (its wall-clock seconds, pretraining and fine-tuning, the machine, the
+    threads it had and how many runs trained at once), by row and seed."""
+    out: dict[str, dict[str, Any]] = {}
+    for row in grid.exp.rows:
+        for seed in grid.seeds:
+            timing = read_json(os.path.join(grid.row_dir(row, seed), "timing.json"))
+            if timing is not None and os.path.isfile(grid.result_path(row, seed)):
+                out.setdefault(row.name, {})[str(seed)] = timing
+    return out
+
+
+def _time_spent(spent: Mapping[str, Mapping[str, Any]], finished: int) -> str:
+    runs = [t for seeds in spent.values() for t in seeds.values()]
+    if not runs:
+        return ""
+    ways = sorted({f"{t.get('threads', '?')} thread(s) each, {t.get('at_once', 1)} at once" for t in runs})
+    machines = sorted({t.get("machine", "a machine not recorded") for t in runs})
+    unrecorded = f"; {finished - len(runs)} finished run(s) have no record" if finished > len(runs) else ""
+    return (f"**Time spent.** {len(runs)} row runs, {sum(t['seconds'] for t in runs) / 3600:.1f} hours of row time "
+            f"(each run's wall clock from its start to its result, pretraining and fine-tuning; "
+            f"{'; '.join(ways)}) on {'; '.join(machines)}{unrecorded}.")
+
+
+def report(grid: Grid, results: Mapping[str, Any], state: Mapping[str, Any], plots: list[str],
+           spent: Mapping[str, Mapping[str, Any]] | None = None) -> str:
     exp, scale = grid.exp, grid.scale
     n_seeds = len(grid.seeds)
     lines = [f"# {exp.table}: {exp.title}", "",
@@ -238,6 +263,9 @@ def report(grid: Grid, results: Mapping[str, Any], state: Mapping[str, Any], plo
         lines += [f"**In progress: {total - len(missing)} of {total} row runs finished.** The cells and verdicts "
                   "below are those runs' alone; rerunning the command above runs the rest.", ""]
     lines += [_setup(grid, results), ""]
+    finished = len(results["rows"]) * n_seeds - len(missing)
+    if spent_text := _time_spent(spent or {}, finished):
+        lines += [spent_text, ""]
     if results.get("chance"):
         lines += ["Chance on the held-out pairs (the majority label): "
                   + ", ".join(f"{k.split('_')[0].upper()} {100 * v:.1f}%" for k, v in results["chance"].items()), ""]

@@ -52,8 +52,9 @@ from litebert.paper.grid import (
     slug,
 )
 from litebert.paper.recipes import finetune_recipe, finished_elsewhere, row_recipe, write_paper_recipes, write_recipe
-from litebert.paper.report import collect, report, write_plots
+from litebert.paper.report import collect, report, timings, write_plots
 from litebert.runconfig import parse_verb, verb_parser
+from litebert.runtime.cpu import cpu_model
 from litebert.tokenizer import Tokenizer
 from litebert.training.distributed import world_size
 from litebert.training.metrics_log import METRICS_NAME, read_metrics
@@ -284,13 +285,22 @@ def run_grid(grid: Grid, command: str | None = None) -> dict[str, Any]:
     return write_report(grid, state, report_dir)
 
 
+def machine(grid: Grid) -> str:
+    """Where a row runs, for the report's time spent: the CPU, and the GPU where the scale trains on one."""
+    import torch
+    gpu = torch.cuda.get_device_name(0) if grid.scale.train.get("device") == "cuda" and torch.cuda.is_available() \
+        else None
+    return f"{gpu} (host: {cpu_model()})" if gpu else cpu_model()
+
+
 def write_report(grid: Grid, state: Mapping[str, Any], report_dir: str, quiet: bool = False) -> dict[str, Any]:
     """results.json, the plots and report.md in report_dir, from the rows finished so far."""
-    results = collect(grid, state)
+    results, spent = collect(grid, state), timings(grid)
     os.makedirs(report_dir, exist_ok=True)
     write_json(os.path.join(report_dir, "results.json"), results)
+    write_json(os.path.join(report_dir, "timing.json"), spent)  # apart: results.json is the same wherever run
     plots = write_plots(grid, results, report_dir)
-    write_text_atomically(os.path.join(report_dir, "report.md"), report(grid, results, state, plots))
+    write_text_atomically(os.path.join(report_dir, "report.md"), report(grid, results, state, plots, spent))
     if not quiet:
         print(f"report: {os.path.join(report_dir, 'report.md')}", flush=True)
     return results
@@ -306,6 +316,7 @@ def restore_runs(grid: Grid, report_dir: str, settings: Mapping[str, Any], rows:
     check_same_settings(previous["settings"], settings, f"{report_dir} holds the report of a grid",
                         "choose another --report-dir")
     runs = {name: entry.get("runs", {}) for name, entry in previous["rows"].items()}
+    spent = read_json(os.path.join(report_dir, "timing.json")) or {}
     chained = any(r.warm_start for r in grid.exp.rows)  # a warm start needs its source's checkpoint, not kept
     restored = 0
     for seed in grid.seeds:
@@ -314,6 +325,9 @@ def restore_runs(grid: Grid, report_dir: str, settings: Mapping[str, Any], rows:
         for row in rows:
             result = runs.get(row.name, {}).get(str(seed))
             if result is not None and not os.path.isfile(grid.result_path(row, seed)):
+                timing = spent.get(row.name, {}).get(str(seed))
+                if timing is not None:
+                    write_json(os.path.join(grid.row_dir(row, seed), "timing.json"), timing)
                 write_json(grid.result_path(row, seed), result)
                 restored += 1
     if restored:
@@ -350,8 +364,9 @@ class _Tally:
 def run_rows(grid: Grid, todo: list[tuple[Row, int]], steps: dict[str, int],
              after_each: Callable[[], None] = lambda: None) -> None:
     """Train the (row, seed) runs of `todo` in order, --jobs of them at once (children.run_chains: what a
-    failure or an interrupt does), calling after_each when a run finishes. A run that warm-starts from another row waits for it: with warm starts,
-    each seed's rows are one chain. The data every row needs is prepared first, in this thread."""
+    failure or an interrupt does), calling after_each when a run finishes. A run that warm-starts from another
+    row waits for it: with warm starts, each seed's rows are one chain. The data every row needs is prepared
+    first, in this thread."""
     if any(r.warm_start for r in grid.exp.rows):
         chains = [[(r, s) for r, s in todo if s == seed] for seed in dict.fromkeys(s for _, s in todo)]
     else:
@@ -367,7 +382,9 @@ def run_rows(grid: Grid, todo: list[tuple[Row, int]], steps: dict[str, int],
         tally.start(row, seed, steps[row.name])
         t0 = time.time()
         result = run_row(grid, row, seed, steps[row.name], lane)
-        write_json(os.path.join(grid.row_dir(row, seed), "timing.json"), {"seconds": time.time() - t0})
+        write_json(os.path.join(grid.row_dir(row, seed), "timing.json"),
+                   {"seconds": time.time() - t0, "machine": machine(grid), "at_once": parallel,
+                    "threads": lane.threads or int(os.environ.get("OMP_NUM_THREADS") or 0) or os.cpu_count()})
         tally.done(lane, time.time() - t0, result)
         after_each()
 
