@@ -355,7 +355,7 @@ def test_a_grid_whose_out_was_lost_goes_on_from_the_runs_its_report_keeps(data_d
 
     shutil.rmtree(tmp_path / "lost")
     trained.clear()
-    monkeypatch.setattr(R, "run_row", lambda *a: (trained.append(a[1:3]), real_run_row(*a))[1])
+    monkeypatch.setattr(R, "run_row", lambda *a: (trained.append((a[1].name, a[2])), real_run_row(*a))[1])
     capsys.readouterr()
     assert litebert_main([*argv_for(tmp_path / "lost", "dropout", data_dir), *seeds, "--report-dir", str(docs)]) == 0
     assert "dropout: 1 finished row run(s) restored from" in capsys.readouterr().out and len(trained) == 3
@@ -365,6 +365,13 @@ def test_a_grid_whose_out_was_lost_goes_on_from_the_runs_its_report_keeps(data_d
     timing = json.loads((docs / "timing.json").read_text())
     assert sum(len(seeds) for seeds in timing.values()) == 4
     assert {t["machine"] for seeds in timing.values() for t in seeds.values()} == {cpu_model()}
+
+    shutil.rmtree(tmp_path / "lost")  # --rows: the rows it names rerun, the others come back from the report
+    trained.clear()
+    assert litebert_main([*argv_for(tmp_path / "lost", "dropout", data_dir), *seeds, "--report-dir", str(docs),
+                          "--rows", "with dropout"]) == 0
+    assert sorted(trained) == [("with dropout", 12345), ("with dropout", 12346)]
+    assert json.loads((docs / "results.json").read_text()) == whole
 
     other = [*argv_for(tmp_path / "other", "dropout", data_dir, steps=3), *seeds, "--report-dir", str(docs)]
     assert litebert_main(other) == 2

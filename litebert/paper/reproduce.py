@@ -263,7 +263,7 @@ def run_grid(grid: Grid, command: str | None = None) -> dict[str, Any]:
             for row in selected:
                 for seed in grid.seeds:
                     shutil.rmtree(grid.row_dir(row, seed), ignore_errors=True)
-        restore_runs(grid, report_dir, settings, [r for r in grid.exp.rows if r not in grid.cfg.rows])
+        restore_runs(grid, report_dir, settings, [r for r in grid.exp.rows if not (grid.cfg.rows and r in selected)])
         steps = step_budgets(grid, state)
         write_json(state_path, state)
         todo = [(r, s) for r in selected for s in grid.seeds if not os.path.isfile(grid.result_path(r, s))]
