@@ -733,3 +733,13 @@ def test_the_summary_page_judges_finished_grids_and_names_those_in_progress(tmp_
     page = (tmp_path / "verdicts.md").read_text()
     assert "Grids in progress, judged here when they finish: dropout_more/ (9 of 10 row runs)." in page
     assert "| Table 8 | removing dropout helps |" in page and "dropout_more/)" not in page
+
+
+def test_the_time_spent_names_where_runs_were_made_and_counts_those_without_a_record():
+    from litebert.paper.report import _time_spent
+    spent = {"A": {"1": {"seconds": 1800}, "2": {"seconds": 1800, "machine": "CPU X", "threads": 1, "at_once": 2}}}
+    line = _time_spent(spent, finished=3)
+    assert line.startswith("**Time spent.** 2 row runs, 1.0 hours of row time")
+    assert "1 thread(s) each, 2 at once, on CPU X" in line
+    assert "1 of them recorded their time alone" in line and "1 finished run(s) recorded no time" in line
+    assert _time_spent({}, finished=2) == ""

@@ -242,12 +242,14 @@ def _time_spent(spent: Mapping[str, Mapping[str, Any]], finished: int) -> str:
     runs = [t for seeds in spent.values() for t in seeds.values()]
     if not runs:
         return ""
-    ways = sorted({f"{t.get('threads', '?')} thread(s) each, {t.get('at_once', 1)} at once" for t in runs})
-    machines = sorted({t.get("machine", "a machine not recorded") for t in runs})
-    unrecorded = f"; {finished - len(runs)} finished run(s) have no record" if finished > len(runs) else ""
+    known = [t for t in runs if "machine" in t]  # grids before 2026-11-27 recorded the seconds alone
+    ways = sorted({f"{t['threads']} thread(s) each, {t['at_once']} at once" for t in known})
+    where = f", {'; '.join(ways)}, on {'; '.join(sorted({t['machine'] for t in known}))}" if known else ""
+    gaps = ([f"{len(runs) - len(known)} of them recorded their time alone"] if len(known) < len(runs) else []) \
+        + ([f"{finished - len(runs)} finished run(s) recorded no time"] if finished > len(runs) else [])
     return (f"**Time spent.** {len(runs)} row runs, {sum(t['seconds'] for t in runs) / 3600:.1f} hours of row time "
-            f"(each run's wall clock from its start to its result, pretraining and fine-tuning; "
-            f"{'; '.join(ways)}) on {'; '.join(machines)}{unrecorded}.")
+            f"(each run's wall clock from its start to its result, pretraining and fine-tuning{where})"
+            + "".join(f"; {g}" for g in gaps) + ".")
 
 
 def report(grid: Grid, results: Mapping[str, Any], state: Mapping[str, Any], plots: list[str],
