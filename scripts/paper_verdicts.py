@@ -17,11 +17,13 @@ from litebert.paper.experiments import EXPERIMENTS
 from litebert.paper.report import _fmt, judge
 
 
-def rows_for(results: dict, folder: str) -> list[str]:
+def rows_for(results: dict, folder: str, unfinished: str | None = None) -> list[str]:
     """The verdict lines of one grid; a grid in a folder not named after its experiment (a second grid of the
-    same table: transitions24/, dropout_suite/) names its folder beside the table."""
+    same table: transitions24/, dropout_suite/) names its folder beside the table, and an unfinished one how
+    many of its runs finished."""
     exp = EXPERIMENTS[results["experiment"]]
     table = exp.table if folder == exp.name else f"{exp.table} ({folder}/)"
+    table += f" (unfinished: {unfinished})" if unfinished else ""
     lines = []
     for claim in exp.claims:
         judged = judge(claim, results)
@@ -52,11 +54,11 @@ def main() -> None:
         results = json.loads(path.read_text(encoding="utf-8"))
         finished = sum(len(entry["runs"]) for entry in results["rows"].values())
         planned = len(results["rows"]) * len(results["seeds"])
-        if finished < planned:  # its verdicts would rest on the rows that happen to have finished
-            in_progress.append(f"{path.parent.name}/ ({finished} of {planned} row runs)")
-            continue
+        unfinished = f"{finished} of {planned} row runs" if finished < planned else None
+        if unfinished:
+            in_progress.append(f"{path.parent.name}/ ({unfinished})")
         seeds[path.parent.name] = len(results["seeds"])
-        table += rows_for(results, path.parent.name)
+        table += rows_for(results, path.parent.name, unfinished)
     text = "\n".join([
         "# The paper's claims at CPU scale: what the seeds decide", "",
         "Every comparison of the grids in this folder, tested on their seeds (`python scripts/paper_verdicts.py`; "
@@ -68,7 +70,8 @@ def main() -> None:
         "is an accuracy.", "",
         "Seeds per grid: " + ", ".join(f"{k} {v}" for k, v in sorted(seeds.items())) + ". With two seeds a "
         "Welch test has about one degree of freedom: only gaps many times the seed-to-seed spread decide.", "",
-        *([f"Grids in progress, judged here when they finish: {', '.join(in_progress)}.", ""] if in_progress else []),
+        *([f"Unfinished grids, judged on the runs finished so far (a comparison with a row not run is not "
+           f"measured): {', '.join(in_progress)}.", ""] if in_progress else []),
         *table, ""])
     write_text_atomically(Path(args.docs) / "verdicts.md", text)
     print(f"wrote {Path(args.docs) / 'verdicts.md'} ({len(table) - 2} comparisons from {len(found)} grids)")

@@ -718,8 +718,8 @@ def test_a_row_on_both_sides_of_a_comparison_counts_its_variance_once():
 
 
 def test_the_summary_page_judges_finished_grids_and_names_those_in_progress(tmp_path, monkeypatch):
-    """scripts/paper_verdicts.py: a grid still running is listed with its count of finished runs, not judged on
-    the rows that happen to have finished."""
+    """scripts/paper_verdicts.py: an unfinished grid is listed with its count of finished runs, and each of its
+    verdicts says so."""
     import runpy
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     finished = json.loads(open(os.path.join(repo, "docs", "paper", "dropout", "results.json")).read())
@@ -731,8 +731,10 @@ def test_the_summary_page_judges_finished_grids_and_names_those_in_progress(tmp_
     monkeypatch.setattr(sys, "argv", ["paper_verdicts.py", "--docs", str(tmp_path)])
     runpy.run_path(os.path.join(repo, "scripts", "paper_verdicts.py"), run_name="__main__")
     page = (tmp_path / "verdicts.md").read_text()
-    assert "Grids in progress, judged here when they finish: dropout_more/ (9 of 10 row runs)." in page
-    assert "| Table 8 | removing dropout helps |" in page and "dropout_more/)" not in page
+    assert "judged on the runs finished so far (a comparison with a row not run is not measured): dropout_more/ " \
+           "(9 of 10 row runs)." in page
+    assert "| Table 8 | removing dropout helps |" in page
+    assert "| Table 8 (dropout_more/) (unfinished: 9 of 10 row runs) | removing dropout helps |" in page
 
 
 def test_the_time_spent_names_where_runs_were_made_and_counts_those_without_a_record():
