@@ -366,6 +366,13 @@ def test_a_grid_whose_out_was_lost_goes_on_from_the_runs_its_report_keeps(data_d
     assert sum(len(seeds) for seeds in timing.values()) == 4
     assert {t["machine"] for seeds in timing.values() for t in seeds.values()} == {cpu_model()}
 
+    shutil.rmtree(tmp_path / "lost")  # --report-only: the same report, its command and runs from the report dir
+    trained.clear()
+    assert litebert_main([*argv_for(tmp_path / "lost", "dropout", data_dir), *seeds, "--report-dir", str(docs),
+                          "--report-only"]) == 0
+    assert (docs / "report.md").read_text() == page
+    assert not trained
+
     shutil.rmtree(tmp_path / "lost")  # --rows: the rows it names rerun, the others come back from the report
     trained.clear()
     assert litebert_main([*argv_for(tmp_path / "lost", "dropout", data_dir), *seeds, "--report-dir", str(docs),

@@ -246,24 +246,27 @@ def run_grid(grid: Grid, command: str | None = None) -> dict[str, Any]:
     """Run the grid's unfinished rows (run_rows: a progress line each, the report rewritten after each), then
     write the report. `command` (what was typed) is kept for the report unless it reran a subset or only
     reported."""
-    state_path = os.path.join(grid.out, "grid.json")
-    state = read_json(state_path) or {}
+    state_path, report_dir = os.path.join(grid.out, "grid.json"), grid.cfg.report_dir or grid.out
+    state, holder = read_json(state_path), (f"{grid.out} holds a grid", "use another --out")
+    if state is None:  # a grid whose --out was lost goes on from what its report dir keeps
+        state, holder = read_json(os.path.join(report_dir, "grid.json")), (
+            f"{report_dir} holds the report of a grid", "choose another --report-dir")
+    state = state or {}
     settings = grid_settings(grid)
     if state:
-        check_same_settings(state.get("settings", {}), settings, f"{grid.out} holds a grid", "use another --out")
+        check_same_settings(state.get("settings", {}), settings, *holder)
     if command and not (grid.cfg.rows or grid.cfg.report_only):
         state["command"] = command
     state["settings"] = settings
     os.makedirs(grid.out, exist_ok=True)
     write_json(state_path, state)
-    report_dir = grid.cfg.report_dir or grid.out
+    selected = [grid.row(name) for name in grid.cfg.rows] if grid.cfg.rows else list(grid.exp.rows)
+    rerun = selected if grid.cfg.rows and not grid.cfg.report_only else []
+    restore_runs(grid, report_dir, settings, [r for r in grid.exp.rows if r not in rerun])
     if not grid.cfg.report_only:
-        selected = [grid.row(name) for name in grid.cfg.rows] if grid.cfg.rows else list(grid.exp.rows)
-        if grid.cfg.rows:
-            for row in selected:
-                for seed in grid.seeds:
-                    shutil.rmtree(grid.row_dir(row, seed), ignore_errors=True)
-        restore_runs(grid, report_dir, settings, [r for r in grid.exp.rows if not (grid.cfg.rows and r in selected)])
+        for row in rerun:
+            for seed in grid.seeds:
+                shutil.rmtree(grid.row_dir(row, seed), ignore_errors=True)
         steps = step_budgets(grid, state)
         write_json(state_path, state)
         todo = [(r, s) for r in selected for s in grid.seeds if not os.path.isfile(grid.result_path(r, s))]
@@ -294,11 +297,14 @@ def machine(grid: Grid) -> str:
 
 
 def write_report(grid: Grid, state: Mapping[str, Any], report_dir: str, quiet: bool = False) -> dict[str, Any]:
-    """results.json, the plots and report.md in report_dir, from the rows finished so far."""
+    """results.json, the plots and report.md in report_dir, from the rows finished so far; with timing.json and
+    grid.json beside them, the report dir holds all a rerun needs but the checkpoints (restore_runs)."""
     results, spent = collect(grid, state), timings(grid)
     os.makedirs(report_dir, exist_ok=True)
     write_json(os.path.join(report_dir, "results.json"), results)
     write_json(os.path.join(report_dir, "timing.json"), spent)  # apart: results.json is the same wherever run
+    if report_dir != grid.out:  # the command, settings and step budgets, for a grid whose --out is lost
+        write_json(os.path.join(report_dir, "grid.json"), state)
     plots = write_plots(grid, results, report_dir)
     write_text_atomically(os.path.join(report_dir, "report.md"), report(grid, results, state, plots, spent))
     if not quiet:
