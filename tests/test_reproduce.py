@@ -33,6 +33,7 @@ from litebert.paper import reproduce as R
 from litebert.paper.experiments import DATA, EXPERIMENTS, SCALES, Claim, scale_model, split_task
 from litebert.paper.grid import slug
 from litebert.paper.recipes import finetune_recipe
+from litebert.paper.record import kept_record, restore_runs
 from litebert.paper.report import judge
 from litebert.runtime.cpu import cpu_model
 
@@ -334,56 +335,96 @@ def test_a_report_dir_holding_another_report_md_is_refused_before_any_row_runs(d
     assert (tmp_path / "docs" / "report.md").read_text() == "# my own notes\n" and not (tmp_path / "g").exists()
 
 
-def test_a_grid_whose_out_was_lost_goes_on_from_the_runs_its_report_keeps(data_dir, tmp_path, monkeypatch, capsys,
-                                                                         rows_in_process):
-    """The report is rewritten after every finished run (saying it is in progress), and it is enough to go on
-    from: with --out gone, the rerun restores the report's finished runs, trains only the others, and ends with
-    the uninterrupted grid's results.json. A report of other settings is refused, not overwritten."""
-    docs, seeds = tmp_path / "docs", ("--seeds", "2")
-    whole = run(tmp_path / "whole", "dropout", data_dir, *seeds)
+@pytest.fixture
+def counted_rows(monkeypatch, rows_in_process):
+    """The (row, seed) runs trained, in order; a run fails when its row and seed are in `counted_rows.fail`."""
     trained, real_run_row = [], R.run_row
 
-    def second_run_fails(grid, row, seed, *args):
-        if len(trained) == 1:
+    def run_row(grid, row, seed, *args):
+        if (row.name, seed) in run_row.fail:
             raise LitebertError("the machine went away")
         trained.append((row.name, seed))
         return real_run_row(grid, row, seed, *args)
-    monkeypatch.setattr(R, "run_row", second_run_fails)
-    assert litebert_main([*argv_for(tmp_path / "lost", "dropout", data_dir), *seeds, "--report-dir", str(docs)]) == 2
+    run_row.trained, run_row.fail = trained, set()
+    monkeypatch.setattr(R, "run_row", run_row)
+    return run_row
+
+
+def test_a_grid_whose_out_was_lost_goes_on_from_the_runs_its_report_keeps(data_dir, tmp_path, capsys, counted_rows):
+    """The report is rewritten after every finished run (saying it is in progress), and it is enough to go on
+    from: with --out gone, the rerun restores the report's finished runs and their times, trains only the
+    others, and ends with the uninterrupted grid's results.json; --report-only rewrites the same report; --rows
+    reruns the rows it names and restores the others."""
+    docs, seeds = tmp_path / "docs", ("--seeds", "2")
+    lost = [*argv_for(tmp_path / "lost", "dropout", data_dir), *seeds, "--report-dir", str(docs)]
+    whole = run(tmp_path / "whole", "dropout", data_dir, *seeds)
+    trained = counted_rows.trained
+    trained.clear()
+    first = EXPERIMENTS["dropout"].rows[0].name
+    counted_rows.fail = {(first, 12346)}
+    assert litebert_main(lost) == 2
     assert "In progress: 1 of 4 row runs finished." in (docs / "report.md").read_text()
-    assert len(json.loads((docs / "results.json").read_text())["rows"][trained[0][0]]["runs"]) == 1
+    assert list(json.loads((docs / "results.json").read_text())["rows"][first]["runs"]) == ["12345"]
 
     shutil.rmtree(tmp_path / "lost")
     trained.clear()
-    monkeypatch.setattr(R, "run_row", lambda *a: (trained.append((a[1].name, a[2])), real_run_row(*a))[1])
+    counted_rows.fail = set()
     capsys.readouterr()
-    assert litebert_main([*argv_for(tmp_path / "lost", "dropout", data_dir), *seeds, "--report-dir", str(docs)]) == 0
+    assert litebert_main(lost) == 0
     assert "dropout: 1 finished row run(s) restored from" in capsys.readouterr().out and len(trained) == 3
     assert json.loads((docs / "results.json").read_text()) == whole
     page = (docs / "report.md").read_text()
     assert "In progress" not in page and "**Time spent.** 4 row runs" in page  # the restored run's time kept
     timing = json.loads((docs / "timing.json").read_text())
-    assert sum(len(seeds) for seeds in timing.values()) == 4
     assert {t["machine"] for seeds in timing.values() for t in seeds.values()} == {cpu_model()}
 
-    shutil.rmtree(tmp_path / "lost")  # --report-only: the same report, its command and runs from the report dir
-    trained.clear()
-    assert litebert_main([*argv_for(tmp_path / "lost", "dropout", data_dir), *seeds, "--report-dir", str(docs),
-                          "--report-only"]) == 0
-    assert (docs / "report.md").read_text() == page
-    assert not trained
+    for keep in ("grid.json", "nothing"):  # --report-only: the same report, from a record with or without grid.json
+        shutil.rmtree(tmp_path / "lost")
+        (docs / keep).unlink(missing_ok=True)
+        assert litebert_main([*lost, "--report-only"]) == 0
+        assert (docs / "report.md").read_text() == page and json.loads((docs / "results.json").read_text()) == whole
 
-    shutil.rmtree(tmp_path / "lost")  # --rows: the rows it names rerun, the others come back from the report
+    shutil.rmtree(tmp_path / "lost")
     trained.clear()
-    assert litebert_main([*argv_for(tmp_path / "lost", "dropout", data_dir), *seeds, "--report-dir", str(docs),
-                          "--rows", "with dropout"]) == 0
+    assert litebert_main([*lost, "--rows", "with dropout"]) == 0
     assert sorted(trained) == [("with dropout", 12345), ("with dropout", 12346)]
     assert json.loads((docs / "results.json").read_text()) == whole
 
-    other = [*argv_for(tmp_path / "other", "dropout", data_dir, steps=3), *seeds, "--report-dir", str(docs)]
-    assert litebert_main(other) == 2
-    assert "holds the report of a grid made with other settings (set)" in capsys.readouterr().err
-    assert json.loads((docs / "results.json").read_text()) == whole
+
+def test_a_kept_out_is_not_restored_into_and_a_report_that_cannot_be_written_stops_no_run(
+        data_dir, tmp_path, monkeypatch, capsys, counted_rows):
+    """With --out there, a result.json deleted to rerun a run is rerun, not brought back from the report; a
+    report rewrite that fails after a run says so and the grid goes on to its last run and report."""
+    docs = tmp_path / "docs"
+    argv = [*argv_for(tmp_path / "g", "dropout", data_dir), "--report-dir", str(docs)]
+    real_write = R.write_report
+    monkeypatch.setattr(R, "write_report", lambda *a, quiet=False: real_write(*a, quiet=quiet) if not quiet
+                        else (_ for _ in ()).throw(OSError("No space left on device")))
+    assert litebert_main(argv) == 0
+    assert capsys.readouterr().out.count("the report could not be written (No space left on device)") == 2
+    assert json.loads((docs / "results.json").read_text())["rows"]["with dropout"]["runs"]
+    (tmp_path / "g" / "rows" / "with_dropout" / "seed12345" / "result.json").unlink()
+    counted_rows.trained.clear()
+    assert litebert_main(argv) == 0 and counted_rows.trained == [("with dropout", 12345)]
+
+
+def test_a_report_dir_of_another_grid_is_refused_before_anything_is_written(data_dir, tmp_path, capsys,
+                                                                          rows_in_process):
+    """Another experiment's report, one of other settings, and one holding seeds that --seeds leaves out (its
+    rewrite would drop their runs): each refused in one line, the report and --out untouched."""
+    docs = tmp_path / "docs"
+    assert litebert_main([*argv_for(tmp_path / "g", "dropout", data_dir), "--seeds", "2", "--report-dir", str(docs)]) == 0
+    kept = {p.name: p.read_bytes() for p in docs.iterdir()}
+    for argv, message in [
+            (argv_for(tmp_path / "a", "objective", data_dir), "holds the report of another grid ('dropout'"),
+            (argv_for(tmp_path / "b", "dropout", data_dir, "--seeds", "2", steps=3),
+             "holds the report of a grid made with other settings (set)"),
+            (argv_for(tmp_path / "c", "dropout", data_dir), "holds runs of seed(s) 12346, which --seeds 1 leaves "
+                                                            "out and this report would drop: give --seeds 2")]:
+        assert litebert_main([*argv, "--report-dir", str(docs)]) == 2
+        assert message in capsys.readouterr().err
+        assert not os.path.exists(argv[3])  # --out
+        assert {p.name: p.read_bytes() for p in docs.iterdir()} == kept
 
 
 def test_a_warm_started_chain_is_restored_only_where_its_report_finished_it(tmp_path):
@@ -393,15 +434,19 @@ def test_a_warm_started_chain_is_restored_only_where_its_report_finished_it(tmp_
                             report_dir=str(tmp_path / "docs"))
     grid = R.make_grid(cfg)
     names = [r.name for r in grid.exp.rows]
-    runs = {name: {"12345": {"row": name, "seed": 12345}} for name in names}
+    runs = {name: {"12345": {"row": name, "seed": 12345, "checkpoint": f"rows/{name}/seed12345/pretrain/step_2"}}
+            for name in names}
     for name in names[:-1]:
         runs[name]["12346"] = {"row": name, "seed": 12346}
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "results.json").write_text(json.dumps(
         {"experiment": "depth", "settings": G.grid_settings(grid), "rows": {n: {"runs": r} for n, r in runs.items()}}))
-    R.restore_runs(grid, cfg.report_dir, G.grid_settings(grid), list(grid.exp.rows))
+    record = kept_record(grid, cfg.report_dir, G.grid_settings(grid))
+    restore_runs(grid, record, list(grid.exp.rows), cfg.report_dir)
     restored = {(r.name, s) for r in grid.exp.rows for s in grid.seeds if os.path.isfile(grid.result_path(r, s))}
     assert restored == {(name, 12345) for name in names}
+    with pytest.raises(ConfigError, match="warm-starts from 'L=1''s checkpoint, which is not in"):
+        R.run_row(grid, grid.row("L=3"), 12345, 2)
 
 
 def test_a_grid_made_before_recipes_were_recorded_continues_only_with_the_recipe_it_had(tmp_path):

@@ -93,9 +93,9 @@ def load_int8_model(model_dir: str | os.PathLike, check_samples: int = 256, min_
                     ) -> tuple[nn.Module, Agreement | None]:
     """The model in `model_dir` (its config.json's class) as int8, ready to call under torch.inference_mode,
     and its agreement with fp32 on `check_samples` random inputs (None with 0). Raises QuantizeError below
-    `min_agreement` or on NaN/inf. The default is export's check: 256 inputs, so that 0.99 tolerates the odd
-    near-tie (with 64 it would tolerate none: one input in 1024 whose fp32 logits are 0.19 apart, the narrowest
-    margin of the 1024, flips on Intel's AMX/VNNI int8 kernels and refused a model that export accepts)."""
+    `min_agreement` or on NaN/inf. The default is export's check, 256 inputs: at 0.99 they tolerate two
+    changed predictions, where 64 would tolerate none (on an Intel CPU with AMX a classifier's int8 changed one
+    prediction in 1024 random inputs, a near-tie, and 64 inputs refused what export accepted)."""
 
     model_dir = resolve_model_dir(model_dir)
     config = AlbertConfig.load(model_dir)

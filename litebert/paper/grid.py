@@ -64,7 +64,9 @@ class ReproduceConfig:
         "where the tokenizer and prepared data go (default: OUT/data); grids with the same corpus and scale "
         "may share it")})
     report_dir: str | None = field(default=None, metadata={"metavar": "DIR", "help": (
-        "where report.md, results.json and the plots go (default: --out)")})
+        "where report.md, results.json, the plots, timing.json and grid.json go, rewritten after every finished "
+        "run (default: --out); keep it (in git, say) and a rerun whose --out was lost goes on from it. A report "
+        "dir of another grid is refused, not overwritten")})
     report_only: bool = field(default=False, metadata={"help": "write the report from the finished rows, run nothing"})
     nproc_per_node: int = field(default=1, metadata={"range": "[1, inf)", "help": (
         "train each row (pretraining and fine-tuning) with this many processes under torchrun; the grid itself "
@@ -282,7 +284,7 @@ def check_same_settings(recorded: dict[str, Any], settings: dict[str, Any], what
     """Refuse to continue a grid (or overwrite its report) made with other settings: two grids in one table."""
     recorded = recorded_settings(recorded)
     if recorded != settings:
-        changed = sorted(k for k in settings if recorded.get(k) != settings[k])
+        changed = sorted(k for k in {**recorded, **settings} if recorded.get(k) != settings.get(k))
         raise ConfigError(f"{what} made with other settings ({', '.join(changed)}); {hint}, or the same options "
                           "to continue it")
 

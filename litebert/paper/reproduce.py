@@ -14,7 +14,8 @@ with --downstream, the average best dev score of fine-tuning on the bundled task
 The grid runs in one process, its rows one after another or --jobs N at once (each row in its own processes, the
 cores shared out); --nproc-per-node N trains each row with N processes under torchrun (the batch sizes are
 global: the same examples per step). The grid resumes: rerunning the command skips every finished
-row (its result.json), resumes a killed row from its last checkpoint, and --rows reruns a subset from scratch.
+row (its result.json), resumes a killed row from its last checkpoint, and --rows reruns a subset from scratch;
+with --out lost, it goes on from the finished runs its --report-dir keeps.
 The report (report.md beside results.json and PNG plots) sets the grid's table beside the paper's and says,
 for each comparison the paper makes whether it reproduces, is contradicted, or is inconclusive at the grid's
 power: with --seeds N a cell is its mean ± a 95% t interval, and each comparison is a Welch t-test on the seeds
@@ -35,7 +36,7 @@ from typing import Any
 
 from litebert.corpus.documents import resolve_inputs
 from litebert.errors import ConfigError
-from litebert.files import check_replaceable, write_json, write_text_atomically
+from litebert.files import check_replaceable, write_json
 from litebert.model import AlbertModel
 from litebert.paper.analysis import layer_transitions, read_sentences
 from litebert.paper.children import ALONE, Lane, minutes, run_chains, run_verb, shared_threads
@@ -52,18 +53,18 @@ from litebert.paper.grid import (
     slug,
 )
 from litebert.paper.recipes import finetune_recipe, finished_elsewhere, row_recipe, write_paper_recipes, write_recipe
-from litebert.paper.report import collect, report, timings, write_plots
+from litebert.paper.record import kept_record, machine, restore_runs, write_report
 from litebert.runconfig import parse_verb, verb_parser
-from litebert.runtime.cpu import cpu_model
 from litebert.tokenizer import Tokenizer
 from litebert.training.distributed import world_size
 from litebert.training.metrics_log import METRICS_NAME, read_metrics
 from litebert.training.train_config import TrainConfig
 
 # The experiments and scales are data (experiments.py); a grid's options, settings, shared data and row
-# directories are grid.py's; results.json, the verdicts, report.md and the plots are report.py's; starting a
-# row's verbs as child processes, several at once, is children.py's. Here: the scale --set makes, what a row
-# runs and scores, and the verb.
+# directories are grid.py's; results.json, the verdicts, report.md and the plots are report.py's; the record a
+# report dir keeps, and what a rerun reads back from it, is record.py's; starting a row's verbs as child
+# processes, several at once, is children.py's. Here: the scale --set makes, what a row runs and scores, and
+# the verb.
 
 
 # -- settings --------------------------------------------------------------------------------------------------
@@ -152,6 +153,10 @@ def run_row(grid: Grid, row: Row, seed: int, steps: int, lane: Lane = ALONE) -> 
             raise ConfigError(f"row {row.name!r} warm-starts from {row.warm_start!r}, which has not finished "
                               f"for seed {seed}: run it first")
         init_from = os.path.join(grid.out, warm["checkpoint"])
+        if not os.path.isdir(init_from):
+            raise ConfigError(f"row {row.name!r} warm-starts from {row.warm_start!r}'s checkpoint, which is not in "
+                              f"{grid.out} (its result came back from a report, without checkpoints): rerun the "
+                              "grid without --rows, or with --rows naming the rows it starts from")
     pre_dir = os.path.join(d, "pretrain")
     summary = read_json(os.path.join(pre_dir, "summary.json"))
     if summary is None:
@@ -245,16 +250,15 @@ def downstream(grid: Grid, checkpoint: str, row_dir: str, seed: int, lane: Lane 
 def run_grid(grid: Grid, command: str | None = None) -> dict[str, Any]:
     """Run the grid's unfinished rows (run_rows: a progress line each, the report rewritten after each), then
     write the report. `command` (what was typed) is kept for the report unless it reran a subset or only
-    reported."""
+    reported. Every refusal (another grid in --out or in --report-dir) comes before anything is written."""
     state_path, report_dir = os.path.join(grid.out, "grid.json"), grid.cfg.report_dir or grid.out
-    state, holder = read_json(state_path), (f"{grid.out} holds a grid", "use another --out")
-    if state is None:  # a grid whose --out was lost goes on from what its report dir keeps
-        state, holder = read_json(os.path.join(report_dir, "grid.json")), (
-            f"{report_dir} holds the report of a grid", "choose another --report-dir")
-    state = state or {}
     settings = grid_settings(grid)
-    if state:
-        check_same_settings(state.get("settings", {}), settings, *holder)
+    state = read_json(state_path)
+    if state is not None:
+        check_same_settings(state.get("settings", {}), settings, f"{grid.out} holds a grid", "use another --out")
+    record = kept_record(grid, report_dir, settings)
+    lost = state is None and record is not None  # --out is gone (or new) and its report dir kept: go on from it
+    state = (record.state if lost else state) or {}
     if command and not (grid.cfg.rows or grid.cfg.report_only):
         state["command"] = command
     state["settings"] = settings
@@ -262,7 +266,8 @@ def run_grid(grid: Grid, command: str | None = None) -> dict[str, Any]:
     write_json(state_path, state)
     selected = [grid.row(name) for name in grid.cfg.rows] if grid.cfg.rows else list(grid.exp.rows)
     rerun = selected if grid.cfg.rows and not grid.cfg.report_only else []
-    restore_runs(grid, report_dir, settings, [r for r in grid.exp.rows if r not in rerun])
+    if lost:
+        restore_runs(grid, record, [r for r in grid.exp.rows if r not in rerun], report_dir)
     if not grid.cfg.report_only:
         for row in rerun:
             for seed in grid.seeds:
@@ -275,9 +280,12 @@ def run_grid(grid: Grid, command: str | None = None) -> dict[str, Any]:
             print(f"{grid.exp.name}: {done_before} finished row run(s) kept (their result.json)", flush=True)
         lock = threading.Lock()
 
-        def report_so_far() -> None:
+        def report_so_far() -> None:  # a report that cannot be written stops no run: the last one is retried
             with lock:
-                write_report(grid, state, report_dir, quiet=True)
+                try:
+                    write_report(grid, state, report_dir, quiet=True)
+                except Exception as e:  # noqa: BLE001 - the runs matter more than this copy of their results
+                    print(f"{grid.exp.name}: the report could not be written ({e}); the grid goes on", flush=True)
         run_rows(grid, todo, steps, report_so_far)
     if grid.scale.name == "paper":  # the runs were made elsewhere by commands.sh: read the finished ones
         steps = {r.name: int(grid.scale.train["max_steps"]) for r in grid.exp.rows}
@@ -286,59 +294,6 @@ def run_grid(grid: Grid, command: str | None = None) -> dict[str, Any]:
                 if not os.path.isfile(grid.result_path(row, seed)) and finished_elsewhere(grid, row, seed):
                     run_row(grid, row, seed, steps[row.name])
     return write_report(grid, state, report_dir)
-
-
-def machine(grid: Grid) -> str:
-    """Where a row runs, for the report's time spent: the CPU, and the GPU where the scale trains on one."""
-    import torch
-    gpu = torch.cuda.get_device_name(0) if grid.scale.train.get("device") == "cuda" and torch.cuda.is_available() \
-        else None
-    return f"{gpu} (host: {cpu_model()})" if gpu else cpu_model()
-
-
-def write_report(grid: Grid, state: Mapping[str, Any], report_dir: str, quiet: bool = False) -> dict[str, Any]:
-    """results.json, the plots and report.md in report_dir, from the rows finished so far; with timing.json and
-    grid.json beside them, the report dir holds all a rerun needs but the checkpoints (restore_runs)."""
-    results, spent = collect(grid, state), timings(grid)
-    os.makedirs(report_dir, exist_ok=True)
-    write_json(os.path.join(report_dir, "results.json"), results)
-    write_json(os.path.join(report_dir, "timing.json"), spent)  # apart: results.json is the same wherever run
-    if report_dir != grid.out:  # the command, settings and step budgets, for a grid whose --out is lost
-        write_json(os.path.join(report_dir, "grid.json"), state)
-    plots = write_plots(grid, results, report_dir)
-    write_text_atomically(os.path.join(report_dir, "report.md"), report(grid, results, state, plots, spent))
-    if not quiet:
-        print(f"report: {os.path.join(report_dir, 'report.md')}", flush=True)
-    return results
-
-
-def restore_runs(grid: Grid, report_dir: str, settings: Mapping[str, Any], rows: list[Row]) -> None:
-    """Give the grid back the finished runs its report holds (results.json keeps each run's result.json as it
-    was): a grid whose --out was lost but whose --report-dir was kept, in git say, goes on from its last
-    finished run. A report of a grid with other settings is refused: continuing would overwrite it."""
-    previous = read_json(os.path.join(report_dir, "results.json")) if report_dir != grid.out else None
-    if not previous or previous.get("experiment") != grid.exp.name or not previous.get("settings"):
-        return
-    check_same_settings(previous["settings"], settings, f"{report_dir} holds the report of a grid",
-                        "choose another --report-dir")
-    runs = {name: entry.get("runs", {}) for name, entry in previous["rows"].items()}
-    spent = read_json(os.path.join(report_dir, "timing.json")) or {}
-    chained = any(r.warm_start for r in grid.exp.rows)  # a warm start needs its source's checkpoint, not kept
-    restored = 0
-    for seed in grid.seeds:
-        if chained and not all(str(seed) in runs.get(r.name, {}) for r in grid.exp.rows):
-            continue  # the seed's chain reruns whole
-        for row in rows:
-            result = runs.get(row.name, {}).get(str(seed))
-            if result is not None and not os.path.isfile(grid.result_path(row, seed)):
-                timing = spent.get(row.name, {}).get(str(seed))
-                if timing is not None:
-                    write_json(os.path.join(grid.row_dir(row, seed), "timing.json"), timing)
-                write_json(grid.result_path(row, seed), result)
-                restored += 1
-    if restored:
-        print(f"{grid.exp.name}: {restored} finished row run(s) restored from {report_dir}/results.json",
-              flush=True)
 
 
 class _Tally:
@@ -381,6 +336,9 @@ def run_rows(grid: Grid, todo: list[tuple[Row, int]], steps: dict[str, int],
     for name in dict.fromkeys(r.name for r, _ in todo):
         prepare_row_data(grid, grid.row(name))
     tally = _Tally(grid, len(todo), parallel)
+    where = machine(grid.scale.train.get("device") == "cuda")
+    threads = lane_for(grid, parallel).threads or int(os.environ.get("OMP_NUM_THREADS") or 0) or (
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
 
     def run_one(item: tuple[Row, int]) -> None:
         row, seed = item
@@ -389,8 +347,7 @@ def run_rows(grid: Grid, todo: list[tuple[Row, int]], steps: dict[str, int],
         t0 = time.time()
         result = run_row(grid, row, seed, steps[row.name], lane)
         write_json(os.path.join(grid.row_dir(row, seed), "timing.json"),
-                   {"seconds": time.time() - t0, "machine": machine(grid), "at_once": parallel,
-                    "threads": lane.threads or int(os.environ.get("OMP_NUM_THREADS") or 0) or os.cpu_count()})
+                   {"seconds": time.time() - t0, "machine": where, "at_once": parallel, "threads": threads})
         tally.done(lane, time.time() - t0, result)
         after_each()
 
