@@ -797,3 +797,19 @@ def test_the_time_spent_names_where_runs_were_made_and_counts_those_without_a_re
     assert "1 thread(s) each, 2 at once, on CPU X" in line
     assert "1 of them recorded their time alone" in line and "1 finished run(s) recorded no time" in line
     assert _time_spent({}, finished=2) == ""
+
+
+def test_the_time_left_weighs_the_runs_to_come_by_their_models_arithmetic(tmp_path, monkeypatch, capsys):
+    """Table 12's widths differ tenfold in cost: after the narrowest row's run, the time left is the runs to
+    come at their own cost, not the first run's duration times their count."""
+    grid = R.make_grid(R.ReproduceConfig(experiment=["width"], out=str(tmp_path)))
+    monkeypatch.setattr(grid.data, "vocab_size", lambda: 8000)
+    rows = list(grid.exp.rows)
+    tally = R._Tally(grid, [(r, 1) for r in rows], {r.name: 2000 for r in rows}, 1)
+    costs = [R._cost(grid, r, 2000) for r in rows]
+    assert costs == sorted(costs) and costs[-1] > 8 * costs[0]
+    tally.start(rows[0], 1, 2000)
+    tally.done(R.ALONE, 60.0, {"row": rows[0].name, "mlm_acc": 0.1, "sop_acc": 0.5})
+    capsys.readouterr()
+    tally.start(rows[1], 1, 2000)
+    assert f"~{children.minutes(60 * sum(costs[1:]) / costs[0])} left)" in capsys.readouterr().out

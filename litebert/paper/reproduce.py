@@ -40,7 +40,7 @@ from litebert.files import check_replaceable, write_json
 from litebert.model import AlbertModel
 from litebert.paper.analysis import layer_transitions, read_sentences
 from litebert.paper.children import ALONE, Lane, minutes, run_chains, run_verb, shared_threads
-from litebert.paper.experiments import DATA, EXPERIMENTS, SCALES, Row, Scale, split_task
+from litebert.paper.experiments import DATA, EXPERIMENTS, SCALES, Row, Scale, scale_model, split_task
 from litebert.paper.grid import (
     Grid,
     GridData,
@@ -298,28 +298,43 @@ def run_grid(grid: Grid, command: str | None = None) -> dict[str, Any]:
 
 class _Tally:
     """The grid's progress lines, for rows that may finish in any order (--jobs): which run starts, of how
-    many, the time elapsed and left (from the mean duration so far, shared among the runs at once), and each
-    result."""
+    many, the time elapsed and left, and each result. The time left weighs the runs still to come by their
+    model's arithmetic (rows of one grid can differ tenfold: Table 12's widths), at the seconds per unit the
+    finished runs took, shared among the runs at once."""
 
-    def __init__(self, grid: Grid, count: int, parallel: int) -> None:
-        self.grid, self.count, self.parallel, self.started, self.durations = grid, count, parallel, 0, []
+    def __init__(self, grid: Grid, todo: list[tuple[Row, int]], steps: dict[str, int], parallel: int) -> None:
+        self.grid, self.parallel, self.started = grid, parallel, 0
+        self.costs = {row.name: _cost(grid, row, steps[row.name]) for row, _ in todo}
+        self.todo, self.done_cost, self.done_seconds = [row.name for row, _ in todo], 0.0, 0.0
         self.t_start, self.lock = time.time(), threading.Lock()
 
     def start(self, row: Row, seed: int, steps: int) -> None:
         with self.lock:
             self.started += 1
-            d, left_runs = self.durations, self.count - self.started + 1
-            left = f"~{minutes(sum(d) / len(d) * left_runs / min(self.parallel, left_runs))} left" if d \
-                else "time left: after the first row"
-            print(f"[{self.started}/{self.count}] {self.grid.exp.name}: {row.name}, seed {seed}, {steps} steps "
+            to_come = [self.costs[name] for name in self.todo[self.started - 1:]]
+            seconds = self.done_seconds / self.done_cost * sum(to_come) / min(self.parallel, len(to_come)) \
+                if self.done_cost else None
+            left = f"~{minutes(seconds)} left" if seconds is not None else "time left: after the first row"
+            print(f"[{self.started}/{len(self.todo)}] {self.grid.exp.name}: {row.name}, seed {seed}, {steps} steps "
                   f"(elapsed {minutes(time.time() - self.t_start)}, {left})", flush=True)
 
     def done(self, lane: Lane, seconds: float, result: dict[str, Any]) -> None:
         with self.lock:
-            self.durations.append(seconds)
+            self.done_seconds += seconds
+            self.done_cost += self.costs[result["row"]]
             print(f"      {lane.tag}done in {minutes(seconds)}: held-out MLM {result['mlm_acc']:.1%}, "
                   + ", ".join(f"{t.upper()} {result[f'{t}_acc']:.1%}" for t in self.grid.exp.held_out)
                   + (f", downstream avg {result['avg']:.1%}" if "avg" in result else ""), flush=True)
+
+
+def _cost(grid: Grid, row: Row, steps: int) -> float:
+    """A row run's arithmetic, up to a factor: multiply-adds per token of its model (the layer applications,
+    the embedding projection, the MLM decoder) times its steps. Fine-tuning, a fixed number of steps of the
+    same model, scales with it."""
+    m = scale_model(grid.exp, row, grid.scale, grid.data.vocab_size(), grid.sets["model"])
+    h, e = m["hidden_size"], m["embedding_size"]
+    return steps * (m["num_hidden_layers"] * (4 * h * h + 2 * h * m["intermediate_size"]) + h * e
+                    + e * m["vocab_size"])
 
 
 def run_rows(grid: Grid, todo: list[tuple[Row, int]], steps: dict[str, int],
@@ -335,7 +350,7 @@ def run_rows(grid: Grid, todo: list[tuple[Row, int]], steps: dict[str, int],
     parallel = min(grid.cfg.jobs, len(chains)) or 1
     for name in dict.fromkeys(r.name for r, _ in todo):
         prepare_row_data(grid, grid.row(name))
-    tally = _Tally(grid, len(todo), parallel)
+    tally = _Tally(grid, todo, steps, parallel)
     where = machine(grid.scale.train.get("device") == "cuda")
     threads = lane_for(grid, parallel).threads or int(os.environ.get("OMP_NUM_THREADS") or 0) or (
         len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
