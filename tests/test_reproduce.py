@@ -228,10 +228,11 @@ def test_jobs_keep_warm_starts_in_order_and_stop_starting_rows_after_a_failure(t
             raise LitebertError(f"row {row.name} failed")
         with lock:
             events.append(("end", row.name, seed))
-        return {"mlm_acc": 0.5, "sop_acc": 0.5}
+        return {"row": row.name, "mlm_acc": 0.5, "sop_acc": 0.5}
 
     monkeypatch.setattr(R, "run_row", fake_row)
     monkeypatch.setattr(R, "prepare_row_data", lambda grid, row: None)
+    monkeypatch.setattr(R, "_cost", lambda grid, row, steps: 1.0)  # no tokenizer to read the vocabulary of
     grid = R.make_grid(R.ReproduceConfig(experiment=["depth"], out=str(tmp_path), scale="tiny", seeds=2, jobs=2))
     todo = [(r, s) for r in grid.exp.rows for s in grid.seeds]
     fail_at = None
