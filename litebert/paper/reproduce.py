@@ -280,7 +280,7 @@ def run_grid(grid: Grid, command: str | None = None) -> dict[str, Any]:
             print(f"{grid.exp.name}: {done_before} finished row run(s) kept (their result.json)", flush=True)
         lock = threading.Lock()
 
-        def report_so_far() -> None:  # a report that cannot be written stops no run: the last one is retried
+        def report_so_far() -> None:  # a report that cannot be written stops no run: the next rewrite has it all
             with lock:
                 try:
                     write_report(grid, state, report_dir, quiet=True)
