@@ -443,7 +443,7 @@ def test_a_warm_started_chain_is_restored_only_where_its_report_finished_it(tmp_
     (tmp_path / "docs" / "results.json").write_text(json.dumps(
         {"experiment": "depth", "settings": G.grid_settings(grid), "rows": {n: {"runs": r} for n, r in runs.items()}}))
     record = kept_record(grid, cfg.report_dir, G.grid_settings(grid))
-    restore_runs(grid, record, list(grid.exp.rows), cfg.report_dir)
+    restore_runs(grid, record, list(grid.exp.rows))
     restored = {(r.name, s) for r in grid.exp.rows for s in grid.seeds if os.path.isfile(grid.result_path(r, s))}
     assert restored == {(name, 12345) for name in names}
     with pytest.raises(ConfigError, match="warm-starts from 'L=1''s checkpoint, which is not in"):

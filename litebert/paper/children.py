@@ -51,13 +51,17 @@ class Lane:
 ALONE = Lane()
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity where the OS says, else the machine's)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def shared_threads(processes: int) -> int | None:
     """Each of `processes` children's share of this process's cores; None when the user set OMP_NUM_THREADS
     (their choice stands) or there is nothing to share."""
     if processes == 1 or "OMP_NUM_THREADS" in os.environ:
         return None
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, cores // processes)
+    return max(1, usable_cores() // processes)
 
 
 # The children alive now, so that an interrupt of the grid (while several run in threads) can stop them all.

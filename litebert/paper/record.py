@@ -53,6 +53,7 @@ def same_dir(a: str, b: str) -> bool:
 class Record(NamedTuple):
     """What a report dir holds of a grid: its results.json, its grid.json (or, from a version that wrote none,
     the settings and steps of results.json and the command of report.md) and its runs' timings."""
+    directory: str
     results: dict[str, Any]
     state: dict[str, Any]
     timing: dict[str, Any]
@@ -79,7 +80,7 @@ def kept_record(grid: Grid, report_dir: str, settings: Mapping[str, Any]) -> Rec
         raise ConfigError(f"{report_dir} holds runs of seed(s) {', '.join(map(str, left_out))}, which --seeds "
                           f"{len(grid.seeds)} leaves out and this report would drop: give --seeds "
                           f"{max(left_out) - grid.cfg.seed + 1}, or choose another --report-dir")
-    return Record(results, state, read_json(os.path.join(report_dir, "timing.json")) or {})
+    return Record(report_dir, results, state, read_json(os.path.join(report_dir, "timing.json")) or {})
 
 
 def _command_of(report_md: str) -> str | None:
@@ -91,7 +92,7 @@ def _command_of(report_md: str) -> str | None:
     return found.group(1) if found else None
 
 
-def restore_runs(grid: Grid, record: Record, rows: list[Row], report_dir: str) -> None:
+def restore_runs(grid: Grid, record: Record, rows: list[Row]) -> None:
     """Give a grid whose --out was lost the finished runs of `rows` that its record holds (each run's
     result.json as it was, and its timing). A seed of a warm-started chain is restored only where the record
     holds the whole chain: the checkpoints a warm start needs are not kept."""
@@ -110,7 +111,7 @@ def restore_runs(grid: Grid, record: Record, rows: list[Row], report_dir: str) -
                 write_json(grid.result_path(row, seed), result)
                 restored += 1
     if restored:
-        print(f"{grid.exp.name}: {restored} finished row run(s) restored from {report_dir}", flush=True)
+        print(f"{grid.exp.name}: {restored} finished row run(s) restored from {record.directory}", flush=True)
 
 
 __all__ = ["kept_record", "restore_runs", "write_report"]

@@ -253,20 +253,20 @@ def _time_spent(spent: Mapping[str, Mapping[str, Any]], finished: int) -> str:
 
 
 def report(grid: Grid, results: Mapping[str, Any], state: Mapping[str, Any], plots: list[str],
-           spent: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+           spent: Mapping[str, Mapping[str, Any]]) -> str:
     exp, scale = grid.exp, grid.scale
     n_seeds = len(grid.seeds)
     lines = [f"# {exp.table}: {exp.title}", "",
              f"`litebert reproduce {exp.name}` at scale **{scale.name}**, {n_seeds} seed(s) per row "
              f"({', '.join(map(str, grid.seeds))}). Made by:", "", "```bash", state.get("command", ""), "```", ""]
     missing = [f"{r} (seed {s})" for r, e in results["rows"].items() for s in grid.seeds if str(s) not in e["runs"]]
+    total = len(results["rows"]) * n_seeds
+    finished = total - len(missing)
     if missing:
-        total = len(results["rows"]) * n_seeds
-        lines += [f"**In progress: {total - len(missing)} of {total} row runs finished.** The cells and verdicts "
-                  "below are those runs' alone; rerunning the command above runs the rest.", ""]
+        lines += [f"**In progress: {finished} of {total} row runs finished.** The cells and verdicts below are "
+                  "those runs' alone; rerunning the command above runs the rest.", ""]
     lines += [_setup(grid, results), ""]
-    finished = len(results["rows"]) * n_seeds - len(missing)
-    if spent_text := _time_spent(spent or {}, finished):
+    if spent_text := _time_spent(spent, finished):
         lines += [spent_text, ""]
     if results.get("chance"):
         lines += ["Chance on the held-out pairs (the majority label): "

@@ -39,7 +39,7 @@ from litebert.errors import ConfigError
 from litebert.files import check_replaceable, write_json
 from litebert.model import AlbertModel
 from litebert.paper.analysis import layer_transitions, read_sentences
-from litebert.paper.children import ALONE, Lane, minutes, run_chains, run_verb, shared_threads
+from litebert.paper.children import ALONE, Lane, minutes, run_chains, run_verb, shared_threads, usable_cores
 from litebert.paper.experiments import DATA, EXPERIMENTS, SCALES, Row, Scale, scale_model, split_task
 from litebert.paper.grid import (
     Grid,
@@ -267,7 +267,7 @@ def run_grid(grid: Grid, command: str | None = None) -> dict[str, Any]:
     selected = [grid.row(name) for name in grid.cfg.rows] if grid.cfg.rows else list(grid.exp.rows)
     rerun = selected if grid.cfg.rows and not grid.cfg.report_only else []
     if lost:
-        restore_runs(grid, record, [r for r in grid.exp.rows if r not in rerun], report_dir)
+        restore_runs(grid, record, [r for r in grid.exp.rows if r not in rerun])
     if not grid.cfg.report_only:
         for row in rerun:
             for seed in grid.seeds:
@@ -352,8 +352,7 @@ def run_rows(grid: Grid, todo: list[tuple[Row, int]], steps: dict[str, int],
         prepare_row_data(grid, grid.row(name))
     tally = _Tally(grid, todo, steps, parallel)
     where = machine(grid.scale.train.get("device") == "cuda")
-    threads = lane_for(grid, parallel).threads or int(os.environ.get("OMP_NUM_THREADS") or 0) or (
-        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
+    threads = lane_for(grid, parallel).threads or int(os.environ.get("OMP_NUM_THREADS") or 0) or usable_cores()
 
     def run_one(item: tuple[Row, int]) -> None:
         row, seed = item
@@ -361,9 +360,10 @@ def run_rows(grid: Grid, todo: list[tuple[Row, int]], steps: dict[str, int],
         tally.start(row, seed, steps[row.name])
         t0 = time.time()
         result = run_row(grid, row, seed, steps[row.name], lane)
+        seconds = time.time() - t0
         write_json(os.path.join(grid.row_dir(row, seed), "timing.json"),
-                   {"seconds": time.time() - t0, "machine": where, "at_once": parallel, "threads": threads})
-        tally.done(lane, time.time() - t0, result)
+                   {"seconds": seconds, "machine": where, "at_once": parallel, "threads": threads})
+        tally.done(lane, seconds, result)
         after_each()
 
     if parallel == 1:  # in this thread: a row's verb may run in this process (tests) and set signals
