@@ -814,3 +814,40 @@ def test_the_time_left_weighs_the_runs_to_come_by_their_models_arithmetic(tmp_pa
     capsys.readouterr()
     tally.start(rows[1], 1, 2000)
     assert f"~{children.minutes(60 * sum(costs[1:]) / costs[0])} left)" in capsys.readouterr().out
+
+
+def test_a_grid_takes_the_runs_another_grid_already_made_and_says_so(data_dir, tmp_path, capsys, counted_rows):
+    """Figure 2's baseline and its added-data curve are Table 7's two rows (the same recipe, data and seeds):
+    with --reuse, the curves grid trains only its dropout row, its other cells are Table 7's runs to the digit,
+    and its report names where they came from and counts only its own run's time. A grid of other settings
+    takes nothing; a directory that holds no grid, or one written before rows had identities, is refused."""
+    seeds = ("--seeds", "2")
+    data = run(tmp_path / "data", "data", data_dir, *seeds)
+    counted_rows.trained.clear()
+    curves = run(tmp_path / "curves", "curves", data_dir, *seeds, "--reuse", str(tmp_path / "data"))
+    assert sorted(counted_rows.trained) == [("with dropout", 12345), ("with dropout", 12346)]
+    assert "curves: 4 finished row run(s) taken from" in capsys.readouterr().out
+    for ours, theirs in [("baseline", "no additional data"), ("with additional data", "with additional data")]:
+        assert curves["rows"][ours]["identity"] == data["rows"][theirs]["identity"]
+        for seed, run_ in curves["rows"][ours]["runs"].items():
+            assert run_.pop("reused") == {"grid": str(tmp_path / "data"), "row": theirs}
+            assert run_ == data["rows"][theirs]["runs"][seed]
+    assert curves["rows"]["with dropout"]["identity"] not in {e["identity"] for e in data["rows"].values()}
+    page = (tmp_path / "curves" / "report.md").read_text()
+    assert f"baseline: 2 run(s) of `{tmp_path / 'data'}` row 'no additional data'" in page
+    assert "**Time spent.** 2 row runs" in page and "recorded no time" not in page
+
+    counted_rows.trained.clear()
+    run(tmp_path / "longer", "curves", data_dir, "--reuse", str(tmp_path / "data"), steps=3)
+    assert len(counted_rows.trained) == 3  # other steps: another recipe, nothing taken
+
+    old = tmp_path / "old"
+    shutil.copytree(tmp_path / "data", old)
+    results = json.loads((old / "results.json").read_text())
+    for entry in results["rows"].values():
+        del entry["identity"]
+    (old / "results.json").write_text(json.dumps(results))
+    for source, message in [(tmp_path / "nothing", "no results.json of a litebert reproduce grid there"),
+                            (old, "records no row identities (written before 2026-11-27): rewrite it")]:
+        assert litebert_main([*argv_for(tmp_path / "refused", "curves", data_dir), "--reuse", str(source)]) == 2
+        assert message in capsys.readouterr().err and not (tmp_path / "refused").exists()

@@ -67,6 +67,10 @@ class ReproduceConfig:
         "where report.md, results.json, the plots, timing.json and grid.json go, rewritten after every finished "
         "run (default: --out); keep it (in git, say) and a rerun whose --out was lost goes on from it. A report "
         "dir of another grid is refused, not overwritten")})
+    reuse: list[str] = field(default_factory=list, metadata={"metavar": "DIR", "help": (
+        "report dirs (or --outs) of other grids: a row whose recipe, data and scoring are one of theirs (Table "
+        "3's E=128 rows are Table 4's) takes that row's finished runs, seed for seed, instead of training them "
+        "again, and the report names where they came from")})
     report_only: bool = field(default=False, metadata={"help": "write the report from the finished rows, run nothing"})
     nproc_per_node: int = field(default=1, metadata={"range": "[1, inf)", "help": (
         "train each row (pretraining and fine-tuning) with this many processes under torchrun; the grid itself "

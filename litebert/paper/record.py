@@ -17,6 +17,7 @@ from litebert.errors import ConfigError
 from litebert.files import write_json, write_text_atomically
 from litebert.paper.experiments import Row
 from litebert.paper.grid import Grid, check_same_settings, read_json
+from litebert.paper.recipes import row_identity
 from litebert.paper.report import collect, report, timings, write_plots
 from litebert.runtime.cpu import cpu_model
 
@@ -114,4 +115,43 @@ def restore_runs(grid: Grid, record: Record, rows: list[Row]) -> None:
         print(f"{grid.exp.name}: {restored} finished row run(s) restored from {record.directory}", flush=True)
 
 
-__all__ = ["kept_record", "restore_runs", "write_report"]
+def reuse_sources(dirs: list[str]) -> dict[str, dict[str, tuple[str, dict[str, Any]]]]:
+    """--reuse's grids, each as {row identity: (its row's name, its finished runs)}; a directory that holds no
+    grid's results.json, or one written before rows recorded their identity, is refused before anything runs."""
+    sources = {}
+    for directory in dirs:
+        results = read_json(os.path.join(directory, "results.json"))
+        if not isinstance(results, dict) or not isinstance(results.get("rows"), dict):
+            raise ConfigError(f"--reuse {directory}: no results.json of a litebert reproduce grid there")
+        rows = results["rows"]
+        if rows and not any("identity" in entry for entry in rows.values()):
+            raise ConfigError(f"--reuse {directory}: its results.json records no row identities (written before "
+                              "2026-11-27): rewrite it by rerunning its grid's command with --report-only")
+        sources[os.path.normpath(directory)] = {entry["identity"]: (name, entry.get("runs", {}))
+                                                for name, entry in rows.items() if entry.get("identity")}
+    return sources
+
+
+def reuse_runs(grid: Grid, rows: list[Row], steps: Mapping[str, int],
+               sources: Mapping[str, Mapping[str, tuple[str, Mapping[str, Any]]]]) -> None:
+    """Give each of `rows` whose identity is a --reuse grid's row that row's finished runs, seed for seed, each
+    marked with where it was trained (a run the source took from a third grid keeps that grid's mark). Their
+    time is counted where they ran, not here."""
+    taken: dict[str, int] = {}
+    for row in rows:
+        identity = row_identity(grid, row, steps[row.name])
+        for directory, identities in sources.items():
+            source_row, runs = identities.get(identity, (None, {}))
+            for seed in grid.seeds:
+                run = runs.get(str(seed))
+                if run is None or os.path.isfile(grid.result_path(row, seed)):
+                    continue
+                write_json(grid.result_path(row, seed),
+                           {**run, "reused": run.get("reused") or {"grid": directory, "row": source_row}})
+                taken[directory] = taken.get(directory, 0) + 1
+    for directory, n in taken.items():
+        print(f"{grid.exp.name}: {n} finished row run(s) taken from {directory} (the same recipe, data and seed)",
+              flush=True)
+
+
+__all__ = ["kept_record", "restore_runs", "reuse_runs", "reuse_sources", "write_report"]

@@ -15,6 +15,7 @@ from litebert.corpus.dataset import PretrainDataset
 from litebert.files import save_figure
 from litebert.paper.experiments import DATA, SOURCE, Claim, scale_model, split_task
 from litebert.paper.grid import Grid, read_json
+from litebert.paper.recipes import row_identity
 from litebert.paper.stats import (
     ALPHA,
     LEVEL,
@@ -49,12 +50,15 @@ def collect(grid: Grid, state: Mapping[str, Any]) -> dict[str, Any]:
     """results.json: every finished row's runs, their mean and spread, the claims' verdicts. Nothing in it
     depends on wall-clock time or on where the grid ran, so a resumed grid ends with the same file."""
     rows: dict[str, Any] = {}
+    steps = state.get("steps") or {}
     for row in grid.exp.rows:
         runs = {str(s): r for s in grid.seeds if (r := read_json(grid.result_path(row, s))) is not None}
         entry: dict[str, Any] = {"changes": {"model": dict(row.model), "data": dict(row.data),
                                              **({"base": row.base} if row.base else {}),
                                              **({"warm_start": row.warm_start} if row.warm_start else {})},
                                  "paper": dict(row.paper), "runs": runs}
+        if row.name in steps:  # what another grid matches to take this row's runs (--reuse)
+            entry["identity"] = row_identity(grid, row, steps[row.name])
         if runs:
             entry["model"] = scale_model(grid.exp, row, grid.scale, grid.data.vocab_size(), grid.sets["model"])
             stats = {}
@@ -238,7 +242,24 @@ def timings(grid: Grid) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _reused(results: Mapping[str, Any]) -> tuple[str, int]:
+    """The report's line on the runs taken from other grids (--reuse), and how many there are."""
+    taken: dict[tuple[str, str, str], int] = {}
+    for name, entry in results["rows"].items():
+        for run in entry["runs"].values():
+            if run.get("reused"):
+                key = (name, run["reused"]["grid"], run["reused"]["row"])
+                taken[key] = taken.get(key, 0) + 1
+    if not taken:
+        return "", 0
+    return ("**Runs taken from other grids** (`--reuse`: the same recipe, data, scoring and seeds, trained once; "
+            "these cells are the same evidence in both tables): "
+            + "; ".join(f"{row}: {n} run(s) of `{source}` row {source_row!r}"
+                        for (row, source, source_row), n in sorted(taken.items())) + ".", sum(taken.values()))
+
+
 def _time_spent(spent: Mapping[str, Mapping[str, Any]], finished: int) -> str:
+    """Row runs trained by this grid (those taken from another grid counted there) and where they ran."""
     runs = [t for seeds in spent.values() for t in seeds.values()]
     if not runs:
         return ""
@@ -266,7 +287,9 @@ def report(grid: Grid, results: Mapping[str, Any], state: Mapping[str, Any], plo
         lines += [f"**In progress: {finished} of {total} row runs finished.** The cells and verdicts below are "
                   "those runs' alone; rerunning the command above runs the rest.", ""]
     lines += [_setup(grid, results), ""]
-    if spent_text := _time_spent(spent, finished):
+    reused_text, reused = _reused(results)
+    lines += [reused_text, ""] if reused else []
+    if spent_text := _time_spent(spent, finished - reused):
         lines += [spent_text, ""]
     if results.get("chance"):
         lines += ["Chance on the held-out pairs (the majority label): "

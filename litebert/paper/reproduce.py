@@ -53,7 +53,7 @@ from litebert.paper.grid import (
     slug,
 )
 from litebert.paper.recipes import finetune_recipe, finished_elsewhere, row_recipe, write_paper_recipes, write_recipe
-from litebert.paper.record import kept_record, machine, restore_runs, write_report
+from litebert.paper.record import kept_record, machine, restore_runs, reuse_runs, reuse_sources, write_report
 from litebert.runconfig import parse_verb, verb_parser
 from litebert.tokenizer import Tokenizer
 from litebert.training.distributed import world_size
@@ -257,6 +257,7 @@ def run_grid(grid: Grid, command: str | None = None) -> dict[str, Any]:
     if state is not None:
         check_same_settings(state.get("settings", {}), settings, f"{grid.out} holds a grid", "use another --out")
     record = kept_record(grid, report_dir, settings)
+    sources = reuse_sources(grid.cfg.reuse)
     lost = state is None and record is not None  # --out is gone (or new) and its report dir kept: go on from it
     state = (record.state if lost else state) or {}
     if command and not (grid.cfg.rows or grid.cfg.report_only):
@@ -274,6 +275,7 @@ def run_grid(grid: Grid, command: str | None = None) -> dict[str, Any]:
                 shutil.rmtree(grid.row_dir(row, seed), ignore_errors=True)
         steps = step_budgets(grid, state)
         write_json(state_path, state)
+        reuse_runs(grid, [r for r in selected if r not in rerun], steps, sources)
         todo = [(r, s) for r in selected for s in grid.seeds if not os.path.isfile(grid.result_path(r, s))]
         done_before = len(selected) * len(grid.seeds) - len(todo)
         if done_before:
