@@ -300,6 +300,7 @@ def test_each_job_gets_its_share_of_the_cores_unless_threads_are_set(tmp_path, m
     assert lane(2) == R.Lane("None, seed 7: ", max(1, cores // 2)) and lane(2).env()["OMP_NUM_THREADS"] == str(
         max(1, cores // 2))
     assert lane(2, nproc=2).threads == max(1, cores // 4)
+    assert lane(1, nproc=2) == R.Lane("", max(1, cores // 2))  # one run, two torchrun processes: half each
     monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's choice stands
     assert lane(2).threads is None and lane(2).env() is None
 
@@ -798,6 +799,8 @@ def test_the_time_spent_names_where_runs_were_made_and_counts_those_without_a_re
     assert "1 thread(s) each, 2 at once, on CPU X" in line
     assert "1 of them recorded their time alone" in line and "1 finished run(s) recorded no time" in line
     assert _time_spent({}, finished=2) == ""
+    torchrun = {"A": {"1": {"seconds": 60, "machine": "CPU X", "threads": 1, "at_once": 1, "processes": 2}}}
+    assert "2 processes of 1 thread(s) each, 1 at once, on CPU X" in _time_spent(torchrun, finished=1)
 
 
 def test_the_time_left_weighs_the_runs_to_come_by_their_models_arithmetic(tmp_path, monkeypatch, capsys):

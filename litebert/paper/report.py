@@ -264,7 +264,8 @@ def _time_spent(spent: Mapping[str, Mapping[str, Any]], finished: int) -> str:
     if not runs:
         return ""
     known = [t for t in runs if "machine" in t]  # grids before 2026-11-27 recorded the seconds alone
-    ways = sorted({f"{t['threads']} thread(s) each, {t['at_once']} at once" for t in known})
+    ways = sorted({(f"{t['processes']} processes of " if t.get("processes", 1) > 1 else "")
+                   + f"{t['threads']} thread(s) each, {t['at_once']} at once" for t in known})
     where = f", {'; '.join(ways)}, on {'; '.join(sorted({t['machine'] for t in known}))}" if known else ""
     gaps = ([f"{len(runs) - len(known)} of them recorded their time alone"] if len(known) < len(runs) else []) \
         + ([f"{finished - len(runs)} finished run(s) recorded no time"] if finished > len(runs) else [])

@@ -94,12 +94,13 @@ def resolved_scale(name: str, sets: Mapping[str, Mapping[str, Any]]) -> Scale:
 # -- running rows ----------------------------------------------------------------------------------------------
 
 def lane_for(grid: Grid, parallel: int, row: Row | None = None, seed: int | None = None) -> Lane:
-    """The lane of a row run among `parallel` at once: ALONE with one; else the row's name, and the machine's
-    cores shared among the runs and their torchrun processes (an OMP_NUM_THREADS of the user's is kept)."""
-    if parallel == 1:
+    """The lane of a row run among `parallel` at once: ALONE for one run of one process; else the machine's cores
+    shared among the runs and their torchrun processes (an OMP_NUM_THREADS of the user's is kept), and with
+    several runs, the row's name on its lines."""
+    processes = parallel * grid.cfg.nproc_per_node
+    if processes == 1:
         return ALONE
-    return Lane(f"{row.name}, seed {seed}: " if row is not None else "",
-                shared_threads(parallel * grid.cfg.nproc_per_node))
+    return Lane(f"{row.name}, seed {seed}: " if parallel > 1 and row is not None else "", shared_threads(processes))
 
 
 def seconds_per_step(grid: Grid, row: Row, probe_steps: int = 8) -> float:
@@ -364,7 +365,8 @@ def run_rows(grid: Grid, todo: list[tuple[Row, int]], steps: dict[str, int],
         result = run_row(grid, row, seed, steps[row.name], lane)
         seconds = time.time() - t0
         write_json(os.path.join(grid.row_dir(row, seed), "timing.json"),
-                   {"seconds": seconds, "machine": where, "at_once": parallel, "threads": threads})
+                   {"seconds": seconds, "machine": where, "at_once": parallel, "threads": threads,
+                    "processes": grid.cfg.nproc_per_node})
         tally.done(lane, seconds, result)
         after_each()
 
