@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from litebert.files import write_text_atomically
@@ -24,6 +25,9 @@ def rows_for(results: dict, folder: str, unfinished: str | None = None) -> list[
     exp = EXPERIMENTS[results["experiment"]]
     table = exp.table if folder == exp.name else f"{exp.table} ({folder}/)"
     table += f" (unfinished: {unfinished})" if unfinished else ""
+    sources = sorted({os.path.basename(run["reused"]["grid"]) for entry in results["rows"].values()
+                      for run in entry["runs"].values() if run.get("reused")})
+    table += f" (rows shared with {', '.join(s + '/' for s in sources)})" if sources else ""
     lines = []
     for claim in exp.claims:
         judged = judge(claim, results)

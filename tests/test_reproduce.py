@@ -773,13 +773,15 @@ def test_a_row_on_both_sides_of_a_comparison_counts_its_variance_once():
 
 def test_the_summary_page_judges_finished_grids_and_names_those_in_progress(tmp_path, monkeypatch):
     """scripts/paper_verdicts.py: an unfinished grid is listed with its count of finished runs, and each of its
-    verdicts says so."""
+    verdicts says so; a grid with runs taken from another names it."""
     import runpy
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     finished = json.loads(open(os.path.join(repo, "docs", "paper", "dropout", "results.json")).read())
     partial = json.loads(json.dumps(finished))
     partial["rows"]["with dropout"]["runs"].popitem()
-    for name, results in (("dropout", finished), ("dropout_more", partial)):
+    shared = json.loads(json.dumps(finished))
+    shared["rows"]["with dropout"]["runs"]["12345"]["reused"] = {"grid": "docs/paper/dropout", "row": "with dropout"}
+    for name, results in (("dropout", finished), ("dropout_more", partial), ("dropout_shared", shared)):
         (tmp_path / name).mkdir()
         (tmp_path / name / "results.json").write_text(json.dumps(results))
     monkeypatch.setattr(sys, "argv", ["paper_verdicts.py", "--docs", str(tmp_path)])
@@ -789,6 +791,7 @@ def test_the_summary_page_judges_finished_grids_and_names_those_in_progress(tmp_
            "(9 of 10 row runs)." in page
     assert "| Table 8 | removing dropout helps |" in page
     assert "| Table 8 (dropout_more/) (unfinished: 9 of 10 row runs) | removing dropout helps |" in page
+    assert "| Table 8 (dropout_shared/) (rows shared with dropout/) | removing dropout helps |" in page
 
 
 def test_the_time_spent_names_where_runs_were_made_and_counts_those_without_a_record():
