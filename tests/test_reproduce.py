@@ -826,21 +826,26 @@ def test_a_grid_takes_the_runs_another_grid_already_made_and_says_so(data_dir, t
     """Figure 2's baseline and its added-data curve are Table 7's two rows (the same recipe, data and seeds):
     with --reuse, the curves grid trains only its dropout row, its other cells are Table 7's runs to the digit,
     and its report names where they came from and counts only its own run's time. A grid of other settings
-    takes nothing; a directory that holds no grid, or one written before rows had identities, is refused."""
+    takes nothing; a directory that holds no grid, the grid's own, or runs that recorded no identity, is refused
+    before anything is written, as is --reuse at the paper scale."""
     seeds = ("--seeds", "2")
     data = run(tmp_path / "data", "data", data_dir, *seeds)
+    source = os.path.relpath(tmp_path / "data")
     counted_rows.trained.clear()
     curves = run(tmp_path / "curves", "curves", data_dir, *seeds, "--reuse", str(tmp_path / "data"))
     assert sorted(counted_rows.trained) == [("with dropout", 12345), ("with dropout", 12346)]
-    assert "curves: 4 finished row run(s) taken from" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"curves: 4 finished row run(s) taken from {source}" in out and "kept (their result.json)" not in out
     for ours, theirs in [("baseline", "no additional data"), ("with additional data", "with additional data")]:
-        assert curves["rows"][ours]["identity"] == data["rows"][theirs]["identity"]
-        for seed, run_ in curves["rows"][ours]["runs"].items():
-            assert run_.pop("reused") == {"grid": str(tmp_path / "data"), "row": theirs}
-            assert run_ == data["rows"][theirs]["runs"][seed]
-    assert curves["rows"]["with dropout"]["identity"] not in {e["identity"] for e in data["rows"].values()}
+        for seed, taken in curves["rows"][ours]["runs"].items():
+            original = data["rows"][theirs]["runs"][seed]
+            assert taken.pop("reused") == {"grid": source, "row": theirs, "checkpoint": original["checkpoint"]}
+            assert taken.pop("row") == ours and taken.pop("checkpoint") is None
+            assert taken == {k: v for k, v in original.items() if k not in ("row", "checkpoint")}
+    assert {r["identity"] for r in curves["rows"]["with dropout"]["runs"].values()}.isdisjoint(
+        r["identity"] for e in data["rows"].values() for r in e["runs"].values())
     page = (tmp_path / "curves" / "report.md").read_text()
-    assert f"baseline: 2 run(s) of `{tmp_path / 'data'}` row 'no additional data'" in page
+    assert f"baseline: 2 run(s) of `{source}` row 'no additional data'" in page
     assert "**Time spent.** 2 row runs" in page and "recorded no time" not in page
 
     counted_rows.trained.clear()
@@ -851,9 +856,32 @@ def test_a_grid_takes_the_runs_another_grid_already_made_and_says_so(data_dir, t
     shutil.copytree(tmp_path / "data", old)
     results = json.loads((old / "results.json").read_text())
     for entry in results["rows"].values():
-        del entry["identity"]
+        for run_ in entry["runs"].values():
+            del run_["identity"]
     (old / "results.json").write_text(json.dumps(results))
-    for source, message in [(tmp_path / "nothing", "no results.json of a litebert reproduce grid there"),
-                            (old, "records no row identities (written before 2026-11-27): rewrite it")]:
-        assert litebert_main([*argv_for(tmp_path / "refused", "curves", data_dir), "--reuse", str(source)]) == 2
-        assert message in capsys.readouterr().err and not (tmp_path / "refused").exists()
+    (tmp_path / "corrupt").mkdir()
+    (tmp_path / "corrupt" / "results.json").write_text("{")
+    refused = tmp_path / "refused"
+    for argv, message in [
+            (["--reuse", str(tmp_path / "nothing")], "no results.json of a litebert reproduce grid there"),
+            (["--reuse", str(tmp_path / "corrupt")], "its results.json cannot be read"),
+            (["--reuse", str(old)], "none of its runs records the identity a run is matched by"),
+            (["--reuse", str(refused)], "that is this grid's own directory"),
+            (["--scale", "paper", "--reuse", str(tmp_path / "data")], "the paper scale's runs are made by its")]:
+        assert litebert_main([*argv_for(refused, "curves", data_dir), *argv]) == 2
+        assert message in capsys.readouterr().err and not refused.exists()
+
+
+def test_a_data_dir_made_from_other_text_or_settings_is_refused(data_dir, tmp_path, capsys, rows_in_process):
+    """Grids share a --data-dir only where their corpus, data settings and seed agree: a grid of another seed, or
+    another additional text, would otherwise train on the first grid's tokenizer and pairs unseen."""
+    run(tmp_path / "first", "data", data_dir)
+    for argv, what in [(argv_for(tmp_path / "a", "data", data_dir, "--seed", "7"), "another seed"),
+                       ([*argv_for(tmp_path / "b", "data", data_dir)[:-2], "--extra-corpus",
+                         str(DATA) + "/en_small.txt.gz", "--set", "train.max_steps=2"], "another extra")]:
+        assert litebert_main(argv) == 2
+        assert f"{data_dir} holds data made with {what} than this grid's; give another --data-dir" in \
+            capsys.readouterr().err and not os.path.exists(argv[3])  # nothing in --out
+    no_extra = ["reproduce", "data", "--out", str(tmp_path / "c"), "--scale", "tiny", "--data-dir", data_dir]
+    assert litebert_main(no_extra) == 2
+    assert "this experiment adds text: give it with --extra-corpus" in capsys.readouterr().err

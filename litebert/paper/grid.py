@@ -19,7 +19,7 @@ from litebert.corpus.shards import prepare
 from litebert.corpus.tokenizer_training import train_tokenizer
 from litebert.errors import ConfigError
 from litebert.files import write_text_atomically
-from litebert.paper.experiments import EXPERIMENTS, SCALES, Experiment, Row, Scale
+from litebert.paper.experiments import DATA, EXPERIMENTS, SCALES, Experiment, Row, Scale
 from litebert.runconfig import check_declared
 from litebert.text.transformers_files import SPIECE_FILE
 from litebert.tokenizer import Tokenizer
@@ -68,9 +68,9 @@ class ReproduceConfig:
         "run (default: --out); keep it (in git, say) and a rerun whose --out was lost goes on from it. A report "
         "dir of another grid is refused, not overwritten")})
     reuse: list[str] = field(default_factory=list, metadata={"metavar": "DIR", "help": (
-        "report dirs (or --outs) of other grids: a row whose recipe, data and scoring are one of theirs (Table "
-        "3's E=128 rows are Table 4's) takes that row's finished runs, seed for seed, instead of training them "
-        "again, and the report names where they came from")})
+        "other grids' report dirs (their --report-dir, else their --out): a row whose recipe, data and scoring "
+        "are one of theirs (Table 3's E=128 rows are Table 4's) takes that row's finished runs, seed for seed, "
+        "instead of training them again, and the report names where they came from")})
     report_only: bool = field(default=False, metadata={"help": "write the report from the finished rows, run nothing"})
     nproc_per_node: int = field(default=1, metadata={"range": "[1, inf)", "help": (
         "train each row (pretraining and fine-tuning) with this many processes under torchrun; the grid itself "
@@ -111,15 +111,56 @@ def split_corpus(inputs: list[str] | str | None, out_dir: str, held_out_fraction
     return paths[0], paths[1]
 
 
+def text_identity(inputs: list[str] | str | None) -> list[str]:
+    """Corpus files by what travels between machines: a bundled one by its place among the bundled data, another
+    by its name and size (every file a glob or a folder stands for)."""
+    out = []
+    for path in resolve_inputs(inputs):
+        full = os.path.abspath(path)
+        bundled = full.startswith(str(DATA) + os.sep)
+        out.append(os.path.relpath(full, DATA) if bundled else f"{os.path.basename(full)}, {os.path.getsize(full)} bytes")
+    return out
+
+
 class GridData:
-    """The grid's tokenizer and prepared directories, made once each (a directory with meta.json is done)."""
+    """The grid's tokenizer and prepared directories, made once each (a directory with meta.json is done). A data
+    dir serves every grid of one corpus, scale and seed (data.json says which): one made with others is refused,
+    since its tokenizer and pairs would stand in, unseen, for the ones the grid asks for."""
 
     def __init__(self, root: str, scale: Scale, seed: int, corpus: str | None, extra: list[str]):
         self.root, self.scale, self.seed, self.corpus, self.extra = root, scale, seed, corpus, extra
         self.split = os.path.join(root, "split")
         self.tokenizer = os.path.join(root, "tokenizer")
+        self._checked = False
+
+    def settings(self, extra: bool = False) -> dict[str, Any]:
+        """What the data is made from: the corpus (and with `extra`, the additional text), the scale's data
+        settings and the seed that cuts it."""
+        return {"corpus": text_identity(self.corpus or self.scale.data["corpus"]), "seed": self.seed,
+                "data": {k: v for k, v in self.scale.data.items() if k != "corpus"},
+                **({"extra": text_identity(self.extra)} if extra else {})}
+
+    def check(self, extra: bool = False) -> None:
+        """Refuse a data dir made from other text or settings; record this grid's in a new one (or one of a
+        version that recorded none)."""
+        if self._checked and not extra:
+            return
+        if extra and not self.extra:
+            raise ConfigError("this experiment adds text: give it with --extra-corpus FILE ... (e.g. "
+                              "../shared/data/corpus/en/bible_kjv.jsonl)")
+        path = os.path.join(self.root, "data.json")
+        recorded, wanted = read_json(path) or {}, self.settings(extra)
+        changed = sorted(k for k in wanted if k in recorded and recorded[k] != wanted[k])
+        if changed:
+            raise ConfigError(f"{self.root} holds data made with another {' and '.join(changed)} than this grid's; "
+                              "give another --data-dir")
+        if any(k not in recorded for k in wanted):
+            os.makedirs(self.root, exist_ok=True)
+            write_text_atomically(path, json.dumps({**recorded, **wanted}, indent=1) + "\n")
+        self._checked = True
 
     def _ensure_split(self) -> None:
+        self.check()
         if os.path.isfile(os.path.join(self.split, "heldout.txt")):
             return
         d = self.scale.data
@@ -145,15 +186,13 @@ class GridData:
     def dir(self, part: str, task: str, extra: bool = False) -> str:
         """The prepared pairs of `part`, made now if missing (a directory with meta.json is done)."""
         out = self.path(part, task, extra)
+        self.check(extra)
         if os.path.isfile(os.path.join(out, "meta.json")):
             return out
         self._ensure_split()
         self._ensure_tokenizer()
         d = self.scale.data
         if extra and not os.path.isfile(self.inputs(part, extra)[-1]):
-            if not self.extra:
-                raise ConfigError("this experiment adds text: give it with --extra-corpus FILE ... (e.g. "
-                                  "../shared/data/corpus/en/bible_kjv.jsonl)")
             split_corpus(self.extra, self.split, 0, d.get("max_documents"), d.get("max_sentences"), name="extra")
         prepare(self.inputs(part, extra), out, self.tokenizer, max_seq_length=d["max_seq_length"], pair_task=task,
                 dupe_factor=d["dupe_factor"] if part == "train" else 1, seed=self.seed,

@@ -48,10 +48,11 @@ def row_recipe(grid: Grid, row: Row, seed: int, steps: int, vocab_size: int, run
 
 def row_identity(grid: Grid, row: Row, steps: int) -> str | None:
     """A digest of what decides a row's runs but the seed: its recipe (the scale's, the row's changes, --set), the
-    text its data is cut from, what is measured after pretraining and the fine-tuning. Rows of two grids with one
-    identity make the same run from the same seed (Table 3's E=128 rows are Table 4's), so one grid can take the
-    other's runs (--reuse) rather than train them again. None in a grid of warm starts, where a row begins from
-    another run's checkpoint."""
+    text and settings its data is made from, what is measured after pretraining and the fine-tuning. Rows of two
+    grids with one identity make the same run from the same seed (Table 3's E=128 rows are Table 4's), so one
+    grid can take the other's runs (--reuse) rather than train them again; each run records it when it finishes.
+    Not in it: the machine and the processes a run had, which move the last digits. None in a grid of warm
+    starts, where a row begins from another run's checkpoint."""
     if any(r.warm_start for r in grid.exp.rows):
         return None
     sections = row_recipe(grid, row, 0, steps, grid.scale.data["vocab_size"], "", None)
@@ -60,27 +61,18 @@ def row_identity(grid: Grid, row: Row, steps: int) -> str | None:
     pretrain = sections["pretrain"]
     pretrain["data"] = os.path.relpath(pretrain["data"], grid.data.root)
     pretrain["eval_data"] = [os.path.relpath(p, grid.data.root) for p in pretrain["eval_data"]]
-    data = {**grid.scale.data, "corpus": _text_identity(grid.cfg.corpus or grid.scale.data["corpus"]),
-            "seed": grid.cfg.seed}  # the tokenizer and the pairs are cut with the grid's first seed
-    if row.data.get("extra"):
-        data["extra"] = [_text_identity(p) for p in grid.cfg.extra_corpus]
     n = grid.finetune_seed_count
     finetune = {"recipe": dict(grid.scale.finetune),
                 "seeds": grid.finetune_seeds(grid.cfg.seed) if n > 1 else "the pretraining seed"}
-    identity = {"recipe": sections, "data": data, "analysis": grid.exp.analysis,
+    analysis = {"transitions": {"sentences": grid.scale.transitions_sentences}}.get(grid.exp.analysis or "")
+    identity = {"format": IDENTITY_FORMAT, "recipe": sections, "analysis": analysis,
+                "data": grid.data.settings(row.data.get("extra", False)),
                 "finetune": finetune if grid.downstream else None}
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def _text_identity(path: str | None) -> str | None:
-    """A corpus file by what travels between machines: a bundled one by its place among the bundled data, another
-    by its name and size."""
-    if path is None:
-        return None
-    full = os.path.abspath(path)
-    if full.startswith(str(DATA) + os.sep):
-        return os.path.relpath(full, DATA)
-    return f"{os.path.basename(full)}, {os.path.getsize(full)} bytes" if os.path.isfile(full) else os.path.basename(full)
+# Raised when what a run measures, or how, changes in a way the recipe does not show: older runs then match no row.
+IDENTITY_FORMAT = 1
 
 
 def write_recipe(path: str, sections: Mapping[str, Any], header: str) -> str:

@@ -115,43 +115,49 @@ def restore_runs(grid: Grid, record: Record, rows: list[Row]) -> None:
         print(f"{grid.exp.name}: {restored} finished row run(s) restored from {record.directory}", flush=True)
 
 
-def reuse_sources(dirs: list[str]) -> dict[str, dict[str, tuple[str, dict[str, Any]]]]:
-    """--reuse's grids, each as {row identity: (its row's name, its finished runs)}; a directory that holds no
-    grid's results.json, or one written before rows recorded their identity, is refused before anything runs."""
+def reuse_sources(grid: Grid, dirs: list[str], report_dir: str) -> dict[str, list[dict[str, Any]]]:
+    """--reuse's grids, each as its finished runs that recorded an identity; a directory that holds no grid's
+    results.json, this grid's own, or one whose runs recorded none (made before 2026-11-27, or by a grid of warm
+    starts) is refused before anything is written."""
     sources = {}
     for directory in dirs:
-        results = read_json(os.path.join(directory, "results.json"))
+        if same_dir(directory, report_dir) or same_dir(directory, grid.out):
+            raise ConfigError(f"--reuse {directory}: that is this grid's own directory; name another grid's")
+        try:
+            results = read_json(os.path.join(directory, "results.json"))
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"--reuse {directory}: its results.json cannot be read ({e})") from None
         if not isinstance(results, dict) or not isinstance(results.get("rows"), dict):
             raise ConfigError(f"--reuse {directory}: no results.json of a litebert reproduce grid there")
-        rows = results["rows"]
-        if rows and not any("identity" in entry for entry in rows.values()):
-            raise ConfigError(f"--reuse {directory}: its results.json records no row identities (written before "
-                              "2026-11-27): rewrite it by rerunning its grid's command with --report-only")
-        sources[os.path.normpath(directory)] = {entry["identity"]: (name, entry.get("runs", {}))
-                                                for name, entry in rows.items() if entry.get("identity")}
+        runs = [run for entry in results["rows"].values() for run in entry.get("runs", {}).values()
+                if isinstance(run, dict) and run.get("identity")]
+        if not runs:
+            raise ConfigError(f"--reuse {directory}: none of its runs records the identity a run is matched by "
+                              "(they were made before 2026-11-27, or by a grid of warm starts)")
+        sources[os.path.relpath(directory)] = runs
     return sources
 
 
-def reuse_runs(grid: Grid, rows: list[Row], steps: Mapping[str, int],
-               sources: Mapping[str, Mapping[str, tuple[str, Mapping[str, Any]]]]) -> None:
-    """Give each of `rows` whose identity is a --reuse grid's row that row's finished runs, seed for seed, each
-    marked with where it was trained (a run the source took from a third grid keeps that grid's mark). Their
-    time is counted where they ran, not here."""
+def reuse_runs(grid: Grid, rows: list[Row], steps: Mapping[str, int], sources: Mapping[str, list[dict[str, Any]]]
+               ) -> int:
+    """Give each of `rows` the --reuse grids' runs of its identity, seed for seed, as its own but marked with
+    where they were trained (a run the source took from a third grid keeps that grid's mark); the number taken.
+    Their time is counted where they ran, not here."""
     taken: dict[str, int] = {}
     for row in rows:
         identity = row_identity(grid, row, steps[row.name])
-        for directory, identities in sources.items():
-            source_row, runs = identities.get(identity, (None, {}))
-            for seed in grid.seeds:
-                run = runs.get(str(seed))
-                if run is None or os.path.isfile(grid.result_path(row, seed)):
+        for directory, runs in sources.items():
+            for run in runs:
+                path = grid.result_path(row, run["seed"])
+                if run["identity"] != identity or run["seed"] not in grid.seeds or os.path.isfile(path):
                     continue
-                write_json(grid.result_path(row, seed),
-                           {**run, "reused": run.get("reused") or {"grid": directory, "row": source_row}})
+                origin = run.get("reused") or {"grid": directory, "row": run["row"], "checkpoint": run["checkpoint"]}
+                write_json(path, {**run, "row": row.name, "checkpoint": None, "reused": origin})
                 taken[directory] = taken.get(directory, 0) + 1
     for directory, n in taken.items():
         print(f"{grid.exp.name}: {n} finished row run(s) taken from {directory} (the same recipe, data and seed)",
               flush=True)
+    return sum(taken.values())
 
 
 __all__ = ["kept_record", "restore_runs", "reuse_runs", "reuse_sources", "write_report"]

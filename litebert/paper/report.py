@@ -15,7 +15,6 @@ from litebert.corpus.dataset import PretrainDataset
 from litebert.files import save_figure
 from litebert.paper.experiments import DATA, SOURCE, Claim, scale_model, split_task
 from litebert.paper.grid import Grid, read_json
-from litebert.paper.recipes import row_identity
 from litebert.paper.stats import (
     ALPHA,
     LEVEL,
@@ -50,15 +49,12 @@ def collect(grid: Grid, state: Mapping[str, Any]) -> dict[str, Any]:
     """results.json: every finished row's runs, their mean and spread, the claims' verdicts. Nothing in it
     depends on wall-clock time or on where the grid ran, so a resumed grid ends with the same file."""
     rows: dict[str, Any] = {}
-    steps = state.get("steps") or {}
     for row in grid.exp.rows:
         runs = {str(s): r for s in grid.seeds if (r := read_json(grid.result_path(row, s))) is not None}
         entry: dict[str, Any] = {"changes": {"model": dict(row.model), "data": dict(row.data),
                                              **({"base": row.base} if row.base else {}),
                                              **({"warm_start": row.warm_start} if row.warm_start else {})},
                                  "paper": dict(row.paper), "runs": runs}
-        if row.name in steps:  # what another grid matches to take this row's runs (--reuse)
-            entry["identity"] = row_identity(grid, row, steps[row.name])
         if runs:
             entry["model"] = scale_model(grid.exp, row, grid.scale, grid.data.vocab_size(), grid.sets["model"])
             stats = {}

@@ -52,7 +52,14 @@ from litebert.paper.grid import (
     read_json,
     slug,
 )
-from litebert.paper.recipes import finetune_recipe, finished_elsewhere, row_recipe, write_paper_recipes, write_recipe
+from litebert.paper.recipes import (
+    finetune_recipe,
+    finished_elsewhere,
+    row_identity,
+    row_recipe,
+    write_paper_recipes,
+    write_recipe,
+)
 from litebert.paper.record import kept_record, machine, restore_runs, reuse_runs, reuse_sources, write_report
 from litebert.runconfig import parse_verb, verb_parser
 from litebert.tokenizer import Tokenizer
@@ -176,6 +183,8 @@ def run_row(grid: Grid, row: Row, seed: int, steps: int, lane: Lane = ALONE) -> 
         "mlm_acc": final["heldout_sop/mlm_acc"], "mlm_loss": final["heldout_sop/mlm_loss"]}
     for t in grid.exp.held_out:
         result[f"{t}_acc"] = final[f"heldout_{t}/{t}_acc"]
+    if grid.scale.name != "paper" and (identity := row_identity(grid, row, steps)):
+        result["identity"] = identity  # what another grid matches to take this run (--reuse)
     result["curve"] = mlm_curve(pre_dir)
     late = [acc for step, acc in result["curve"] if step > summary["steps"] / 2] or [result["mlm_acc"]]
     result["mlm_acc_late"] = sum(late) / len(late)
@@ -258,7 +267,9 @@ def run_grid(grid: Grid, command: str | None = None) -> dict[str, Any]:
     if state is not None:
         check_same_settings(state.get("settings", {}), settings, f"{grid.out} holds a grid", "use another --out")
     record = kept_record(grid, report_dir, settings)
-    sources = reuse_sources(grid.cfg.reuse)
+    sources = reuse_sources(grid, grid.cfg.reuse, report_dir)
+    if grid.scale.name != "paper" and not grid.cfg.report_only:  # a data dir of other settings, before --out
+        grid.data.check(any(row.data.get("extra") for row in grid.exp.rows))
     lost = state is None and record is not None  # --out is gone (or new) and its report dir kept: go on from it
     state = (record.state if lost else state) or {}
     if command and not (grid.cfg.rows or grid.cfg.report_only):
@@ -276,9 +287,9 @@ def run_grid(grid: Grid, command: str | None = None) -> dict[str, Any]:
                 shutil.rmtree(grid.row_dir(row, seed), ignore_errors=True)
         steps = step_budgets(grid, state)
         write_json(state_path, state)
-        reuse_runs(grid, [r for r in selected if r not in rerun], steps, sources)
+        taken = reuse_runs(grid, [r for r in selected if r not in rerun], steps, sources)
         todo = [(r, s) for r in selected for s in grid.seeds if not os.path.isfile(grid.result_path(r, s))]
-        done_before = len(selected) * len(grid.seeds) - len(todo)
+        done_before = len(selected) * len(grid.seeds) - len(todo) - taken
         if done_before:
             print(f"{grid.exp.name}: {done_before} finished row run(s) kept (their result.json)", flush=True)
         lock = threading.Lock()
@@ -401,6 +412,9 @@ def reproduce(cfg: ReproduceConfig, command: str | None = None) -> dict[str, Any
     grid = make_grid(cfg)
     for name in cfg.rows:
         grid.row(name)  # an unknown row is refused before anything runs
+    if cfg.scale == "paper" and cfg.reuse:
+        raise ConfigError("--reuse takes runs a cpu, gpu or tiny grid made; the paper scale's runs are made by its "
+                          "commands.sh, which trains every row")
     if cfg.scale == "paper" and not cfg.report_only:
         written = write_paper_recipes(grid)
         print(f"{len(written)} recipes in {os.path.join(grid.out, 'recipes')}; the commands: "
