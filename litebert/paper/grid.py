@@ -131,7 +131,7 @@ class GridData:
         self.root, self.scale, self.seed, self.corpus, self.extra = root, scale, seed, corpus, extra
         self.split = os.path.join(root, "split")
         self.tokenizer = os.path.join(root, "tokenizer")
-        self._checked = False
+        self._checked: set[bool] = set()  # the `extra` values check() has passed (each reads the corpus files)
 
     def settings(self, extra: bool = False) -> dict[str, Any]:
         """What the data is made from: the corpus (and with `extra`, the additional text), the scale's data
@@ -143,7 +143,7 @@ class GridData:
     def check(self, extra: bool = False) -> None:
         """Refuse a data dir made from other text or settings; record this grid's in a new one (or one of a
         version that recorded none)."""
-        if self._checked and not extra:
+        if extra in self._checked:
             return
         if extra and not self.extra:
             raise ConfigError("this experiment adds text: give it with --extra-corpus FILE ... (e.g. "
@@ -157,7 +157,7 @@ class GridData:
         if any(k not in recorded for k in wanted):
             os.makedirs(self.root, exist_ok=True)
             write_text_atomically(path, json.dumps({**recorded, **wanted}, indent=1) + "\n")
-        self._checked = True
+        self._checked.add(extra)
 
     def _ensure_split(self) -> None:
         self.check()
