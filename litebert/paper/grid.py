@@ -114,12 +114,14 @@ def split_corpus(inputs: list[str] | str | None, out_dir: str, held_out_fraction
 def text_identity(inputs: list[str] | str | None) -> list[str]:
     """Corpus files by what travels between machines: a bundled one by its place among the bundled data, another
     by its name and size (every file a glob or a folder stands for)."""
-    out = []
-    for path in resolve_inputs(inputs):
-        full = os.path.abspath(path)
-        bundled = full.startswith(str(DATA) + os.sep)
-        out.append(os.path.relpath(full, DATA) if bundled else f"{os.path.basename(full)}, {os.path.getsize(full)} bytes")
-    return out
+    return [bundled_name(path) or f"{os.path.basename(path)}, {os.path.getsize(path)} bytes"
+            for path in resolve_inputs(inputs)]
+
+
+def bundled_name(path: str) -> str | None:
+    """A path's place among litebert's bundled data (the same on every machine), or None for a file elsewhere."""
+    full = os.path.abspath(path)
+    return os.path.relpath(full, DATA) if full.startswith(str(DATA) + os.sep) else None
 
 
 class GridData:

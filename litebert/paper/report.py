@@ -13,8 +13,8 @@ from typing import Any, NamedTuple
 
 from litebert.corpus.dataset import PretrainDataset
 from litebert.files import save_figure
-from litebert.paper.experiments import DATA, SOURCE, Claim, scale_model, split_task
-from litebert.paper.grid import Grid, read_json
+from litebert.paper.experiments import SOURCE, Claim, scale_model, split_task
+from litebert.paper.grid import Grid, bundled_name, read_json
 from litebert.paper.stats import (
     ALPHA,
     LEVEL,
@@ -75,7 +75,7 @@ def collect(grid: Grid, state: Mapping[str, Any]) -> dict[str, Any]:
     out = {"experiment": grid.exp.name, "table": grid.exp.table, "title": grid.exp.title, "scale": grid.scale.name,
            "seeds": grid.seeds, "settings": state.get("settings"), "steps": state.get("steps"),
            "recipe": {"train": dict(grid.scale.train), "pretrain": dict(grid.scale.pretrain),
-                      "data": {k: (os.path.relpath(v, DATA) if k == "corpus" and v and v.startswith(DATA) else v)
+                      "data": {k: (bundled_name(v) or v if k == "corpus" and v else v)
                                for k, v in grid.scale.data.items()},
                       "finetune": dict(grid.scale.finetune)},
            "chance": chance(grid) if any(rows[r]["runs"] for r in rows) else {},
