@@ -13,9 +13,13 @@ per-shape setup that a long run pays once per length; transformers' padded step 
 median / padding-free median), the share of padding in the batches and, on CUDA, each side's peak memory during
 a step above what was allocated before it (torch.cuda.max_memory_allocated) and its CUDA kernel time in one more
 profiled step (`kernel_ms`; `gpu_busy` = kernel time / median step: below 1 the step waits on the host launching
-kernels). --peer adds transformers' padded step from the same directory.
+kernels). --peer adds transformers' padded step from the same directory. --cuda-graphs adds the padding-free step
+as `finetune --cuda-graphs` runs it (`padding_free_graphed`): the same batches padded to --max-length with their
+real tokens listed and rounded up to a multiple of it (collate's `static_length`), each such shape captured once
+as a CUDA graph after two warm-up calls (two more untimed passes over the batches do that) and replayed.
 
     python bench/finetune_padding.py --device cuda --task ../shared/data/tasks/novel_authorship --tokenizer TOK
+    python bench/finetune_padding.py --device cuda --cuda-graphs --task ... --tokenizer TOK
     .venv/bin/python bench/finetune_padding.py --quick --task ... --tokenizer ...   # smoke run on a tiny model
 """
 
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+from functools import partial
 
 import common
 import torch
@@ -37,17 +42,18 @@ from litebert.tasks.features import collate
 from litebert.tokenizer import Tokenizer
 
 
-def batches_of(features: list, pad_id: int, batch_size: int, count: int, seed: int) -> list[dict]:
+def batches_of(features: list, pad_id: int, batch_size: int, count: int, seed: int, static_length: int = 0
+               ) -> list[dict]:
     """`count` batches in one seeded shuffled order (wrapping around the features when they run out)."""
     order = torch.randperm(len(features), generator=torch.Generator().manual_seed(seed)).tolist()
     order = list(itertools.islice(itertools.cycle(order), count * batch_size))
-    return [to_device(collate([features[i] for i in order[k:k + batch_size]], pad_id))
+    return [to_device(collate([features[i] for i in order[k:k + batch_size]], pad_id, static_length))
             for k in range(0, len(order), batch_size)]
 
 
 def cycling(step_of, model, batches: list[dict], precision: str, peaks: list[int]):
     """train_step.make_step over the next batch at each call; on CUDA each call's peak memory above what was
-    allocated before it goes to `peaks`."""
+    allocated before it goes to `peaks`. `step_of(model, batch, precision)` makes the step."""
     batch = dict(batches[0])
     step, position = step_of(model, batch, precision), itertools.count()
 
@@ -83,8 +89,12 @@ def main() -> None:
     parser.add_argument("--precision", default=None, choices=["fp32", "bf16"],
                         help="bf16 autocast or fp32 (default: bf16 on cuda, fp32 on cpu)")
     parser.add_argument("--peer", action="store_true", help="also time transformers' padded step")
+    parser.add_argument("--cuda-graphs", action="store_true",
+                        help="also time the padding-free step captured as CUDA graphs (finetune --cuda-graphs)")
     args = parser.parse_args()
     configure(args)
+    if args.cuda_graphs and common.DEVICE.type != "cuda":
+        parser.error("--cuda-graphs captures CUDA graphs: give --device cuda")
     preset = "tiny" if args.quick else args.preset
     max_length = args.max_length or (64 if args.quick else 512)
     repeats = args.repeats or (2 if args.quick else 10)
@@ -104,6 +114,13 @@ def main() -> None:
     peaks: dict[str, list[int]] = {"padded": [], "padding_free": []}
     sides = {name: cycling(make_step, model, batches, precision, peaks[name])
              for name, model in (("padded", padded), ("padding_free", padding_free))}
+    if args.cuda_graphs:
+        graphed = copy.deepcopy(padded)  # padding-free from the batches' packed_positions
+        static = batches_of(run.train_features, run.tokenizer.pad_id, args.batch_size, repeats, args.seed, max_length)
+        peaks["padding_free_graphed"] = []
+        sides["padding_free_graphed"] = cycling(partial(make_step, cuda_graphs=True), graphed, static, precision,
+                                                peaks["padding_free_graphed"])
+        token_counts = sorted({b["packed_positions"].numel() for b in static})
     if args.peer:
         import transformers
         peer = transformers.AlbertForSequenceClassification.from_pretrained(
@@ -111,6 +128,9 @@ def main() -> None:
         peaks["transformers"] = []
         sides["transformers"] = cycling(make_step, peer, batches, precision, peaks["transformers"])
     first_pass = common.interleaved(sides, 0, repeats)
+    if args.cuda_graphs:  # each shape's two warm-up calls and its capture, before the timed pass
+        for _ in range(2 * repeats):
+            sides["padding_free_graphed"]()
     times = common.interleaved(sides, 0, repeats)  # the same batches again, each side's k-th call on batches[k]
     kernels = {side: kernel_ms(run) for side, run in sides.items()} if common.DEVICE.type == "cuda" else {}
 
@@ -128,6 +148,9 @@ def main() -> None:
             result[side]["kernel_ms"] = round(kernels[side], 2)
             result[side]["gpu_busy"] = round(kernels[side] / 1e3 / result[side]["s_median"], 3)
     result["padding_free_vs_padded"] = ratio(times, "padding_free", "padded")
+    if args.cuda_graphs:
+        result["padding_free_graphed"]["token_counts"] = token_counts  # the packed shapes, one graph each (up to 8)
+        result["padding_free_graphed_vs_padded"] = ratio(times, "padding_free_graphed", "padded")
     if peaks["padded"]:
         result["memory_padding_free_vs_padded"] = round(max(peaks["padding_free"]) / max(peaks["padded"]), 3)
     result["machine"] = machine()

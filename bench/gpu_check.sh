@@ -65,7 +65,7 @@ bench() {
   run train_step_xxlarge 80 $step --preset albert-xxlarge-v2 --shapes 8x512
   run train_step_tiny 60 $PY bench/train_step.py --device cuda --preset tiny --shapes 32x64 --precisions fp32 \
     --attn sdpa --cuda-graphs --repeats 30 --warmup 3
-  run finetune_padding 90 $PY bench/finetune_padding.py --device cuda --precision bf16 --max-length 512 \
+  run finetune_padding 120 $PY bench/finetune_padding.py --device cuda --precision bf16 --max-length 512 --cuda-graphs \
     --task "${TASK_DIR:-${LITEBERT_SHARED_DATA:-../shared/data}/tasks/novel_authorship}" --tokenizer "$TOKENIZER"
   run profile 90 $PY bench/profile_step.py --device cuda --preset albert-base-v2 --shape 64x512 --precision bf16 \
     --rows 30 --compile layers

@@ -83,7 +83,8 @@ class FinetuneConfig(TaskConfig):
                 "step's setup for each new batch length (0.75 s vs 11.7 s over 20 batches); a step at a length "
                 "seen before, launch-bound at these sizes, is 0.86x as fast at batch 32 and 1.25x at batch 128 "
                 "(bench/finetune_padding.py, docs/gpu.md). --compile turns it off (padded batches keep the compiled "
-                "blocks' shapes)"})
+                "blocks' shapes); with --cuda-graphs each batch is padded to --max-length and its real tokens "
+                "rounded up to a multiple of it, a few shapes that are captured once each"})
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -251,7 +252,9 @@ def finetune(cfg: FinetuneConfig, train_cfg: TrainConfig) -> dict[str, Any]:
         return {k: v for k, v in scored.metrics.items() if isinstance(v, (int, float))}
 
     pad_id, features = run.tokenizer.pad_id, run.train_features
-    data = ShuffledData(len(features), lambda idx, _position: collate([features[i] for i in idx], pad_id))
+    static_length = run.settings.max_length if cfg.padding_free and train_cfg.cuda_graphs else 0  # graph shapes
+    data = ShuffledData(len(features), lambda idx, _position: collate([features[i] for i in idx], pad_id,
+                                                                       static_length))
     stopping = EarlyStopping(primary, cfg.early_stopping_patience) if cfg.early_stopping_patience else None
     result = train(model, data, train_cfg, evaluate, tokenizer=cfg.tokenizer or run.model_dir,
                    configs={"finetune": dataclasses.asdict(cfg)}, early_stopping=stopping)

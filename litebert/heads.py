@@ -3,7 +3,8 @@
 Each head is a few lines: the encoder, a dropout and a linear layer. Sequence-level heads read the pooled
 [CLS] (and ask the encoder's last layer for that position alone); token-level heads read every position. Loss
 functions follow HF's choices so that a litebert model and its transformers twin compute the same loss on the
-same batch.
+same batch. Heads on (B, T) inputs also take `packed_positions` (litebert.model.packed_positions, which the
+fine-tuning collate adds under --cuda-graphs): the padding-free encoder at a token count the host chose.
 """
 
 from __future__ import annotations
@@ -73,10 +74,11 @@ class AlbertForSequenceClassification(PretrainedMixin, nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, output_hidden_states: bool = False,
-                output_attentions: bool = False) -> ClassifierOutput:
+                output_attentions: bool = False, packed_positions: torch.Tensor | None = None) -> ClassifierOutput:
         every = output_hidden_states or output_attentions  # those need every position of the last layer
         out = self.albert(input_ids, attention_mask, token_type_ids, position_ids,
-                          None if every else cls_position(input_ids), output_hidden_states, output_attentions)
+                          None if every else cls_position(input_ids), output_hidden_states, output_attentions,
+                          packed_positions)
         logits = self.classifier(self.dropout(out.pooler_output))  # (B, num_labels)
         return ClassifierOutput(None if labels is None else sequence_loss(logits, labels, self.config), logits,
                                 out.hidden_states, out.attentions)
@@ -96,9 +98,9 @@ class AlbertForTokenClassification(PretrainedMixin, nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, output_hidden_states: bool = False,
-                output_attentions: bool = False) -> ClassifierOutput:
+                output_attentions: bool = False, packed_positions: torch.Tensor | None = None) -> ClassifierOutput:
         out = self.albert(input_ids, attention_mask, token_type_ids, position_ids, None, output_hidden_states,
-                          output_attentions)
+                          output_attentions, packed_positions)
         logits = self.classifier(self.dropout(out.last_hidden_state))  # (B, T, num_labels)
         loss = None
         if labels is not None:
@@ -120,9 +122,10 @@ class AlbertForQuestionAnswering(PretrainedMixin, nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                 start_positions: torch.Tensor | None = None, end_positions: torch.Tensor | None = None,
-                output_hidden_states: bool = False, output_attentions: bool = False) -> QuestionAnsweringOutput:
+                output_hidden_states: bool = False, output_attentions: bool = False,
+                packed_positions: torch.Tensor | None = None) -> QuestionAnsweringOutput:
         out = self.albert(input_ids, attention_mask, token_type_ids, position_ids, None, output_hidden_states,
-                          output_attentions)
+                          output_attentions, packed_positions)
         start_logits, end_logits = self.qa_outputs(out.last_hidden_state).float().unbind(-1)  # (B, T) each
         loss = None
         if start_positions is not None and end_positions is not None:

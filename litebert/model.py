@@ -177,9 +177,13 @@ class Unpadded:
 
     index: torch.Tensor  # (N,) the real tokens' positions in the flattened (B*T,) batch, row by row
     cu_seqlens: torch.Tensor  # (B + 1,) int32: sequence b is rows cu_seqlens[b]:cu_seqlens[b + 1]
-    max_len: int  # the longest sequence's real tokens
+    max_len: int  # the longest sequence's real tokens (at least)
     real: torch.Tensor  # (B, T) bool: which positions hold real tokens
     dtype: torch.dtype  # of the additive mask
+    # With spare rows (a token count the host chose, `packed_positions`): cu_seqlens has one more entry, the spare
+    # rows' own sequence (flash attention then writes finite values there: left unwritten, a NaN in them would
+    # reach the weight gradients as NaN * 0), `index` points them at position 0 and `scatter` at a discarded row.
+    scatter: torch.Tensor | None = None
 
     @functools.cached_property
     def attn_mask(self) -> torch.Tensor:
@@ -189,7 +193,29 @@ class Unpadded:
     def pad(self, rows: torch.Tensor) -> torch.Tensor:
         """(N, ...) -> (B, T, ...), zeros at padding."""
         B, T = self.real.shape
-        return rows.new_zeros(B * T, *rows.shape[1:]).index_copy(0, self.index, rows).view(B, T, *rows.shape[1:])
+        spare = self.scatter is not None
+        out = rows.new_zeros(B * T + spare, *rows.shape[1:]).index_copy(0, self.scatter if spare else self.index, rows)
+        return out[:B * T].view(B, T, *rows.shape[1:])
+
+
+def packed_positions(attention_mask: torch.Tensor) -> torch.Tensor:
+    """The flat positions (b * T + t) of a (B, T) batch's real tokens, row by row, then -1 (spare rows) up to the
+    next multiple of T above their count: AlbertModel's `packed_positions`. Made on the host from the batch, it
+    tells the padding-free encoder its token count without a host sync, and the rounding keeps a run to a handful
+    of shapes (at most B), so that each can be captured once as a CUDA graph (`--cuda-graphs`)."""
+    real = attention_mask.flatten().nonzero().squeeze(1)
+    T = attention_mask.shape[-1]
+    return F.pad(real, (0, T - real.numel() % T), value=-1)
+
+
+def unpadded_from_positions(positions: torch.Tensor, attention_mask: torch.Tensor, dtype: torch.dtype) -> Unpadded:
+    """The Unpadded that `packed_positions` describes, built on the device without reading anything back."""
+    B, T = attention_mask.shape
+    real = attention_mask.ne(0)
+    spare = positions < 0
+    ends = real.sum(1).cumsum(0)
+    cu_seqlens = torch.cat([ends.new_zeros(1), ends, ends.new_full((1,), positions.numel())]).to(torch.int32)
+    return Unpadded(positions.clamp(min=0), cu_seqlens, T, real, dtype, scatter=positions.masked_fill(spare, B * T))
 
 
 def unpad(attention_mask: torch.Tensor, output_positions: torch.Tensor | None, dtype: torch.dtype
@@ -215,7 +241,7 @@ def unpadded_attention(qkv: torch.Tensor, unpadded: Unpadded, query_rows: torch.
     `query_rows` (B*Tq,) when given. varlen_attn (flash) where it runs: CUDA, bf16/fp16, no dropout (it has
     none); elsewhere the rows are re-padded for `attention` with the padding mask, the padded path's math.
     Returns (N or B*Tq, nh, hs)."""
-    B = unpadded.cu_seqlens.numel() - 1
+    B = unpadded.real.shape[0]
     Tq = None if query_rows is None else query_rows.numel() // B
     varlen_attn = varlen_attention() if qkv.is_cuda and qkv.dtype in (torch.float16, torch.bfloat16) else None
     if varlen_attn is not None and dropout_p == 0:
@@ -224,7 +250,8 @@ def unpadded_attention(qkv: torch.Tensor, unpadded: Unpadded, query_rows: torch.
             return varlen_attn(q, k, v, unpadded.cu_seqlens, unpadded.cu_seqlens, unpadded.max_len,
                                unpadded.max_len, scale=1.0)
         cu_q = torch.arange(0, B * Tq + 1, Tq, dtype=torch.int32, device=qkv.device)  # Tq queries per sequence
-        return varlen_attn(q[query_rows], k, v, cu_q, unpadded.cu_seqlens, Tq, unpadded.max_len, scale=1.0)
+        cu_k = unpadded.cu_seqlens[:B + 1]  # the real sequences' keys: no query reads the spare rows
+        return varlen_attn(q[query_rows], k, v, cu_q, cu_k, Tq, unpadded.max_len, scale=1.0)
     q, k, v = (t.transpose(1, 2) for t in unpadded.pad(qkv).unbind(2))  # (B, nh, T, hs) x 3
     if query_rows is not None:
         q = qkv[query_rows, 0].view(B, Tq, *qkv.shape[2:]).transpose(1, 2)  # (B, nh, Tq, hs)
@@ -476,17 +503,21 @@ class AlbertModel(PretrainedMixin, nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                 output_positions: torch.Tensor | None = None, output_hidden_states: bool = False,
-                output_attentions: bool = False) -> BaseOutput:
+                output_attentions: bool = False, packed_positions: torch.Tensor | None = None) -> BaseOutput:
         """`output_positions` (B, Tq): compute the final hidden states only there (a head that reads few
         positions saves most of the last layer); last_hidden_state is then (B, Tq, H), and the pooler reads
         its first column, which must be position 0 ([CLS]). output_hidden_states / output_attentions: also
-        return them, as transformers does (attention probabilities are then computed explicitly, not by SDPA)."""
+        return them, as transformers does (attention probabilities are then computed explicitly, not by SDPA).
+        `packed_positions` (from litebert.model.packed_positions, with `attention_mask`): run padding-free with the
+        token count the host chose, whatever `padding_free` says; output positions must then be real tokens."""
         x = self.embeddings(input_ids, token_type_ids, position_ids)
         hidden, probs = ([] if output_hidden_states else None), ([] if output_attentions else None)
         unpadded = None
-        if (self.padding_free and attention_mask is not None and not (output_hidden_states or output_attentions)
-                and not static_shapes()):  # N real tokens: a shape that depends on the data (and a host sync)
-            unpadded = unpad(attention_mask, output_positions, x.dtype)
+        if attention_mask is not None and not (output_hidden_states or output_attentions):  # (those: padded)
+            if packed_positions is not None:  # a token count the host chose: no sync, a shape a graph can keep
+                unpadded = unpadded_from_positions(packed_positions, attention_mask, x.dtype)
+            elif self.padding_free and not static_shapes():  # N real tokens: a shape from the data, a host sync
+                unpadded = unpad(attention_mask, output_positions, x.dtype)
         if unpadded is not None:
             h = self.unpadded_encoder(x, attention_mask, unpadded, output_positions)
         else:  # no padding, or states asked for at every position or at padding: the padded encoder
@@ -683,5 +714,6 @@ def encoder_of(model: nn.Module) -> AlbertModel:
 
 
 __all__ = ["compile_layers", "forced_static_shapes", "static_shapes", "AlbertModel", "ModelOutput", "model_output",
+           "packed_positions",
            "encoder_of", "AlbertForPreTraining", "AlbertForMaskedLM", "activation_fn", "cls_position", "loss_positions",
            "masked_lm"]

@@ -26,6 +26,7 @@ from litebert.heads import (
     AlbertForTokenClassification,
 )
 from litebert.model import AlbertForPreTraining, encoder_of
+from litebert.tasks.features import Feature, collate
 from litebert.training.metrics_log import read_metrics
 
 TIGHT = dict(atol=1e-5, rtol=1e-5)
@@ -143,6 +144,41 @@ def test_unpadded_batches_and_requests_for_every_position_take_the_padded_path(u
     batch = padded_batch(AlbertForPreTraining, config)
     torch.testing.assert_close(pre_free(**batch).loss, pre_padded(**batch).loss, atol=0, rtol=0)
     assert unpad_calls == []
+
+
+@pytest.mark.parametrize("cls", [AlbertForSequenceClassification, AlbertForTokenClassification,
+                                 AlbertForQuestionAnswering])
+@pytest.mark.parametrize("lengths", [LENGTHS, [40, 24]])  # 89 real tokens in 4 x 64 slots; 64, a multiple of T
+def test_packed_positions_from_the_collate_run_padding_free_without_reading_the_device(cls, lengths, unpad_calls):
+    """`collate(static_length=T)` pads to T and lists the real tokens, their count rounded up past the next
+    multiple of T (spare rows: -1), the shapes a CUDA graph keeps. From those positions the encoder runs
+    padding-free on the static-shape path a capture takes, and computes what the eager padding-free path
+    computes (itself the padded path's results, above), spare rows leaving no trace in the gradients."""
+    config = tiny()
+    eager, packed = twins(cls, config)
+    encoder_of(eager).padding_free, encoder_of(packed).padding_free = True, False  # positions alone turn it on
+    g = torch.Generator().manual_seed(1)
+    features = [Feature(torch.randint(5, config.vocab_size, (n,), generator=g).tolist(), [0] * 3 + [1] * (n - 3),
+                        label=(torch.randint(0, 3, (n,), generator=g).tolist() if cls is AlbertForTokenClassification
+                               else 1)) for n in lengths]
+    batch = collate(features, pad_id=0, static_length=64)
+    if cls is AlbertForQuestionAnswering:
+        del batch["labels"]
+        batch.update(start_positions=torch.arange(len(lengths)) + 1, end_positions=torch.arange(len(lengths)) + 2)
+    positions, mask = batch["packed_positions"], batch["attention_mask"]
+    n = sum(lengths)
+    assert mask.shape == (len(lengths), 64) and positions.numel() == (n // 64 + 1) * 64
+    assert positions[:n].tolist() == mask.flatten().nonzero().squeeze(1).tolist() and (positions[n:] == -1).all()
+    (a, grads_a) = run(eager, {k: v for k, v in batch.items() if k != "packed_positions"})
+    assert unpad_calls == [1]
+    with model_module.forced_static_shapes():
+        (b, grads_b) = run(packed, batch)
+    assert unpad_calls == [1]  # the positions came from the host: nothing read back
+    for x, y in zip(a.to_tuple(), b.to_tuple(), strict=True):
+        torch.testing.assert_close(y, x, **TIGHT)
+    assert grads_a.keys() == grads_b.keys()
+    for name in grads_a:
+        torch.testing.assert_close(grads_b[name], grads_a[name], **TIGHT, msg=name)
 
 
 def test_finetune_cli_records_padding_free_and_learns_as_the_padded_run(tmp_path):

@@ -19,6 +19,7 @@ import torch
 
 from litebert.config import IGNORE_INDEX
 from litebert.errors import DataError
+from litebert.model import packed_positions
 from litebert.tasks.records import ChoiceExample, TagExample, TextExample
 from litebert.text.conventions import SPECIALS
 
@@ -138,11 +139,12 @@ def word_predictions(word_ids: Sequence[int | None], token_preds: Sequence[int],
 # batching
 
 
-def pad(rows: Sequence[Sequence], value: int, dtype: torch.dtype = torch.long) -> torch.Tensor:
-    """(B, T) from B ragged rows, or (B, C, T) from B lists of C ragged rows, filled with `value` on the right."""
+def pad(rows: Sequence[Sequence], value: int, dtype: torch.dtype = torch.long, width: int = 0) -> torch.Tensor:
+    """(B, T) from B ragged rows, or (B, C, T) from B lists of C ragged rows, filled with `value` on the right;
+    T is the longest row, or `width` if that is more."""
     nested = bool(rows) and bool(rows[0]) and isinstance(rows[0][0], (list, tuple))
     flat = [r for row in rows for r in row] if nested else list(rows)
-    width = max(len(r) for r in flat)
+    width = max(width, *(len(r) for r in flat))
     # filled in numpy: a row copied from a list costs ~1 us there against ~8 us through torch.tensor, which
     # made padding a served batch of 32 short texts a twentieth of its forward pass
     out = np.full((len(flat), width), value, dtype=torch.empty((), dtype=dtype).numpy().dtype)
@@ -156,22 +158,28 @@ def pad(rows: Sequence[Sequence], value: int, dtype: torch.dtype = torch.long) -
     return out
 
 
-def collate(features: Sequence, pad_id: int = 0) -> dict[str, torch.Tensor]:
+def collate(features: Sequence, pad_id: int = 0, static_length: int = 0) -> dict[str, torch.Tensor]:
     """Pad a list of features (Feature or squad.QAFeature) into the heads' keyword arguments: input_ids,
     attention_mask, token_type_ids and, when labelled, labels (int64; float32 for regression and multi-hot
-    rows; per-token labels padded with IGNORE_INDEX) or start_positions/end_positions."""
+    rows; per-token labels padded with IGNORE_INDEX) or start_positions/end_positions.
+
+    `static_length`: pad to that length, and for (B, T) inputs add `packed_positions`, the real tokens' places
+    with their count rounded up (litebert.model.packed_positions): the padding-free encoder's shapes then come
+    from a few, as a CUDA graph needs (`finetune --cuda-graphs`)."""
     if not features:
         raise ValueError("collate needs at least one feature")
     ids = [f.input_ids for f in features]
     ones = [[[1] * len(r) for r in row] if isinstance(row[0], list) else [1] * len(row) for row in ids]
-    batch = {"input_ids": pad(ids, pad_id), "attention_mask": pad(ones, 0),
-             "token_type_ids": pad([f.token_type_ids for f in features], 0)}
+    batch = {"input_ids": pad(ids, pad_id, width=static_length), "attention_mask": pad(ones, 0, width=static_length),
+             "token_type_ids": pad([f.token_type_ids for f in features], 0, width=static_length)}
+    if static_length and batch["attention_mask"].dim() == 2:
+        batch["packed_positions"] = packed_positions(batch["attention_mask"])
     labels = [getattr(f, "label", None) for f in features]
     if all(x is not None for x in labels):
         if isinstance(labels[0], list) and labels[0] and isinstance(labels[0][0], float):
             batch["labels"] = torch.tensor(labels, dtype=torch.float32)  # (B, num_labels) multi-hot
         elif isinstance(labels[0], list):
-            batch["labels"] = pad(labels, IGNORE_INDEX)
+            batch["labels"] = pad(labels, IGNORE_INDEX, width=static_length)
         else:
             dtype = torch.float32 if isinstance(labels[0], float) else torch.long
             batch["labels"] = torch.tensor(labels, dtype=dtype)

@@ -28,7 +28,8 @@ import torch
 from litebert.model import forced_static_shapes
 
 WARMUP_CALLS = 2  # eager micro-steps of a batch shape before it is captured
-MAX_GRAPHS = 8  # batch shapes kept captured; further shapes (e.g. fine-tuning's varying lengths) run eagerly
+MAX_GRAPHS = 8  # batch shapes kept captured; further shapes run eagerly (fine-tuning under --cuda-graphs pads to
+# --max-length and rounds the padding-free token count up to a multiple of it: a few shapes, collate's static_length)
 
 
 def forward_backward(forward: Callable[..., Any], autocast: Callable[[], AbstractContextManager],
