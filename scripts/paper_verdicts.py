@@ -15,7 +15,7 @@ from pathlib import Path
 
 from litebert.files import write_text_atomically
 from litebert.paper.experiments import EXPERIMENTS
-from litebert.paper.report import _fmt, judge
+from litebert.paper.report import _fmt, judge, reused_runs
 
 
 def rows_for(results: dict, folder: str, unfinished: str | None = None) -> list[str]:
@@ -25,8 +25,7 @@ def rows_for(results: dict, folder: str, unfinished: str | None = None) -> list[
     exp = EXPERIMENTS[results["experiment"]]
     table = exp.table if folder == exp.name else f"{exp.table} ({folder}/)"
     table += f" (unfinished: {unfinished})" if unfinished else ""
-    sources = sorted({os.path.basename(run["reused"]["grid"]) for entry in results["rows"].values()
-                      for run in entry["runs"].values() if run.get("reused")})
+    sources = sorted({os.path.basename(origin["grid"]) for _, origin in reused_runs(results)})
     table += f" (rows shared with {', '.join(s + '/' for s in sources)})" if sources else ""
     lines = []
     for claim in exp.claims:

@@ -8,6 +8,7 @@ import dataclasses
 import math
 import os
 import re
+from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
@@ -238,14 +239,15 @@ def timings(grid: Grid) -> dict[str, dict[str, Any]]:
     return out
 
 
+def reused_runs(results: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """(row, where it was trained) for each run a grid took from another (--reuse)."""
+    return [(name, run["reused"]) for name, entry in results["rows"].items() for run in entry["runs"].values()
+            if run.get("reused")]
+
+
 def _reused(results: Mapping[str, Any]) -> tuple[str, int]:
     """The report's line on the runs taken from other grids (--reuse), and how many there are."""
-    taken: dict[tuple[str, str, str], int] = {}
-    for name, entry in results["rows"].items():
-        for run in entry["runs"].values():
-            if run.get("reused"):
-                key = (name, run["reused"]["grid"], run["reused"]["row"])
-                taken[key] = taken.get(key, 0) + 1
+    taken = Counter((name, origin["grid"], origin["row"]) for name, origin in reused_runs(results))
     if not taken:
         return "", 0
     return ("**Runs taken from other grids** (`--reuse`: the same recipe, data, scoring and seeds, trained once; "
