@@ -67,6 +67,7 @@ def cycling(step_of, model, batches: list[dict], precision: str, peaks: list[int
         step()
         if cuda:
             peaks.append(torch.cuda.max_memory_allocated() - before)
+    run.step = step
     return run
 
 
@@ -149,7 +150,9 @@ def main() -> None:
             result[side]["gpu_busy"] = round(kernels[side] / 1e3 / result[side]["s_median"], 3)
     result["padding_free_vs_padded"] = ratio(times, "padding_free", "padded")
     if args.cuda_graphs:
-        result["padding_free_graphed"]["token_counts"] = token_counts  # the packed shapes, one graph each (up to 8)
+        result["padding_free_graphed"]["token_counts"] = token_counts  # the packed shapes, one graph each (up to 8:
+        # the rest run eagerly, and graphs_captured says so)
+        result["padding_free_graphed"]["graphs_captured"] = len(sides["padding_free_graphed"].step.micro_step.graphs)
         result["padding_free_graphed_vs_padded"] = ratio(times, "padding_free_graphed", "padded")
     if peaks["padded"]:
         result["memory_padding_free_vs_padded"] = round(max(peaks["padding_free"]) / max(peaks["padded"]), 3)

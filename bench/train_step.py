@@ -75,6 +75,7 @@ def make_step(model, batch: dict, precision: str, optimizer: str = "adamw", cuda
     if cuda_graphs:
         for _ in range(WARMUP_CALLS + 1):  # warm-up calls, then the capture (and its first replay)
             step()
+    step.micro_step = forward_backward  # (a GraphedMicroStep with --cuda-graphs: its .graphs)
     return step
 
 

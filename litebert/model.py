@@ -202,7 +202,7 @@ def packed_positions(attention_mask: torch.Tensor) -> torch.Tensor:
     """The flat positions (b * T + t) of a (B, T) batch's real tokens, row by row, then -1 (spare rows) up to the
     next multiple of T above their count: AlbertModel's `packed_positions`. Made on the host from the batch, it
     tells the padding-free encoder its token count without a host sync, and the rounding keeps a run to a handful
-    of shapes (at most B), so that each can be captured once as a CUDA graph (`--cuda-graphs`)."""
+    of shapes (at most B + 1), so that each can be captured once as a CUDA graph (`--cuda-graphs`)."""
     real = attention_mask.flatten().nonzero().squeeze(1)
     T = attention_mask.shape[-1]
     return F.pad(real, (0, T - real.numel() % T), value=-1)
@@ -250,7 +250,11 @@ def unpadded_attention(qkv: torch.Tensor, unpadded: Unpadded, query_rows: torch.
             return varlen_attn(q, k, v, unpadded.cu_seqlens, unpadded.cu_seqlens, unpadded.max_len,
                                unpadded.max_len, scale=1.0)
         cu_q = torch.arange(0, B * Tq + 1, Tq, dtype=torch.int32, device=qkv.device)  # Tq queries per sequence
-        cu_k = unpadded.cu_seqlens[:B + 1]  # the real sequences' keys: no query reads the spare rows
+        if unpadded.scatter is not None:  # no query reads the spare rows here, so flash leaves their key and
+            # value gradients unwritten (uninitialised memory): select them away, NaN-safe, before they reach QKV
+            spare = unpadded.scatter.eq(B * unpadded.real.shape[1])[:, None, None]
+            k, v = torch.where(spare, k.detach(), k), torch.where(spare, v.detach(), v)
+        cu_k = unpadded.cu_seqlens[:B + 1]  # the real sequences' keys
         return varlen_attn(q[query_rows], k, v, cu_q, cu_k, Tq, unpadded.max_len, scale=1.0)
     q, k, v = (t.transpose(1, 2) for t in unpadded.pad(qkv).unbind(2))  # (B, nh, T, hs) x 3
     if query_rows is not None:

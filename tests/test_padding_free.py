@@ -237,6 +237,39 @@ def test_cuda_bf16_runs_varlen_attention_and_agrees_with_the_padded_path(monkeyp
         assert (grads_b[name] - grads_a[name]).abs().max().item() <= 0.05 * scale, name
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("cls", [AlbertForSequenceClassification, AlbertForTokenClassification,
+                                 AlbertForQuestionAnswering])
+def test_cuda_bf16_packed_positions_agree_with_the_padding_free_path_in_memory_full_of_nan(cls):
+    """On CUDA the packed path runs varlen_attn with spare rows: their keys and values must leave no trace,
+    even where flash leaves gradients unwritten (the [CLS]-only last layer). The allocator's cache is filled
+    with NaN first, so that anything read uninitialised shows."""
+    config = tiny(hidden_size=128, num_attention_heads=2, intermediate_size=256, max_position_embeddings=128)
+    eager, packed = (m.cuda() for m in twins(cls, config))
+    encoder_of(eager).padding_free, encoder_of(packed).padding_free = True, False  # positions alone turn it on
+    g = torch.Generator().manual_seed(2)
+    features = [Feature(torch.randint(5, config.vocab_size, (n,), generator=g).tolist(), [0] * 3 + [1] * (n - 3),
+                        label=(torch.randint(0, 3, (n,), generator=g).tolist() if cls is AlbertForTokenClassification
+                               else 1)) for n in (100, 7, 64, 33)]
+    batch = collate(features, pad_id=0, static_length=128)
+    if cls is AlbertForQuestionAnswering:
+        del batch["labels"]
+        batch.update(start_positions=torch.tensor([1, 2, 3, 4]), end_positions=torch.tensor([5, 2, 9, 4]))
+    batch = {k: v.cuda() for k, v in batch.items()}
+    torch.full((64 << 20,), float("nan"), device="cuda")  # freed at once: its block stays in the cache
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        (a, grads_a) = run(eager, {k: v for k, v in batch.items() if k != "packed_positions"})
+        torch.full((64 << 20,), float("nan"), device="cuda")
+        with model_module.forced_static_shapes():
+            (b, grads_b) = run(packed, batch)
+    for x, y in zip(a.to_tuple(), b.to_tuple(), strict=True):
+        torch.testing.assert_close(y.float(), x.float(), atol=3e-2, rtol=3e-2)
+    for name in grads_a:
+        assert torch.isfinite(grads_b[name]).all(), name
+        scale = grads_a[name].abs().max().item() + 1e-6
+        assert (grads_b[name] - grads_a[name]).abs().max().item() <= 0.05 * scale, name
+
+
 def test_finetune_with_compile_trains_on_padded_batches(tmp_path, monkeypatch, caplog):
     """--compile compiles the transformer blocks, whose shapes a padding-free batch would change every step: the
     run pads instead, and says so (the training itself is stubbed: only the model it is handed is read)."""

@@ -73,7 +73,10 @@ def as_batch_fn(data: ShuffledData | BatchFn, batch_size: int, micro_batch_size:
 
 
 def count_tokens(batch: Mapping[str, torch.Tensor]) -> int:
-    """Tokens processed (padding included: it costs compute); examples for batches without input_ids."""
+    """Tokens processed (padding included: it costs compute; with packed_positions, the rows the encoder ran on);
+    examples for batches without input_ids."""
+    if "packed_positions" in batch:
+        return batch["packed_positions"].numel()
     if "input_ids" in batch:
         return batch["input_ids"].numel()
     return len(next(iter(batch.values())))
