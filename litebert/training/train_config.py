@@ -65,7 +65,8 @@ class TrainConfig:
         "CUDA, one process: capture each batch shape's forward and backward once as a CUDA graph and replay it, "
         "for small models whose step is spent launching kernels (the demo's 0.8M model on an H200: 4.1x the steps/s, "
         "docs/gpu.md). Static shapes, as --compile-scope model: the MLM loss reads the data's max_predictions_per_seq "
-        "positions a row"))
+        "positions a row; fine-tuning pads each batch to --max-length and runs padding-free on its real tokens, "
+        "their count rounded up to a multiple of that length"))
     find_unused_parameters: bool = field(default=False, metadata=_help(
         "DDP only: allow trainable parameters outside the loss in a model of your own (litebert's verbs freeze "
         "what their objective leaves out, so they never need it)"))
