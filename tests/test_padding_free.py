@@ -146,6 +146,22 @@ def test_unpadded_batches_and_requests_for_every_position_take_the_padded_path(u
     assert unpad_calls == []
 
 
+def packed_twins(cls, config: AlbertConfig, lengths, static_length: int, seed: int):
+    """(eager padding-free model, the same weights with padding-free off, a batch from `collate(static_length=...)`
+    with packed_positions): the positions alone turn the second one's padding-free encoder on."""
+    eager, packed = twins(cls, config)
+    encoder_of(eager).padding_free, encoder_of(packed).padding_free = True, False
+    g = torch.Generator().manual_seed(seed)
+    features = [Feature(torch.randint(5, config.vocab_size, (n,), generator=g).tolist(), [0] * 3 + [1] * (n - 3),
+                        label=(torch.randint(0, 3, (n,), generator=g).tolist() if cls is AlbertForTokenClassification
+                               else 1)) for n in lengths]
+    batch = collate(features, pad_id=0, static_length=static_length)
+    if cls is AlbertForQuestionAnswering:
+        del batch["labels"]
+        batch.update(start_positions=torch.arange(len(lengths)) + 1, end_positions=torch.arange(len(lengths)) + 2)
+    return eager, packed, batch
+
+
 @pytest.mark.parametrize("cls", [AlbertForSequenceClassification, AlbertForTokenClassification,
                                  AlbertForQuestionAnswering])
 @pytest.mark.parametrize("lengths", [LENGTHS, [40, 24]])  # 89 real tokens in 4 x 64 slots; 64, a multiple of T
@@ -154,17 +170,7 @@ def test_packed_positions_from_the_collate_run_padding_free_without_reading_the_
     multiple of T (spare rows: -1), the shapes a CUDA graph keeps. From those positions the encoder runs
     padding-free on the static-shape path a capture takes, and computes what the eager padding-free path
     computes (itself the padded path's results, above), spare rows leaving no trace in the gradients."""
-    config = tiny()
-    eager, packed = twins(cls, config)
-    encoder_of(eager).padding_free, encoder_of(packed).padding_free = True, False  # positions alone turn it on
-    g = torch.Generator().manual_seed(1)
-    features = [Feature(torch.randint(5, config.vocab_size, (n,), generator=g).tolist(), [0] * 3 + [1] * (n - 3),
-                        label=(torch.randint(0, 3, (n,), generator=g).tolist() if cls is AlbertForTokenClassification
-                               else 1)) for n in lengths]
-    batch = collate(features, pad_id=0, static_length=64)
-    if cls is AlbertForQuestionAnswering:
-        del batch["labels"]
-        batch.update(start_positions=torch.arange(len(lengths)) + 1, end_positions=torch.arange(len(lengths)) + 2)
+    eager, packed, batch = packed_twins(cls, tiny(), lengths, static_length=64, seed=1)
     positions, mask = batch["packed_positions"], batch["attention_mask"]
     n = sum(lengths)
     assert mask.shape == (len(lengths), 64) and positions.numel() == (n // 64 + 1) * 64
@@ -245,17 +251,8 @@ def test_cuda_bf16_packed_positions_agree_with_the_padding_free_path_in_memory_f
     even where flash leaves gradients unwritten (the [CLS]-only last layer). The allocator's cache is filled
     with NaN first, so that anything read uninitialised shows."""
     config = tiny(hidden_size=128, num_attention_heads=2, intermediate_size=256, max_position_embeddings=128)
-    eager, packed = (m.cuda() for m in twins(cls, config))
-    encoder_of(eager).padding_free, encoder_of(packed).padding_free = True, False  # positions alone turn it on
-    g = torch.Generator().manual_seed(2)
-    features = [Feature(torch.randint(5, config.vocab_size, (n,), generator=g).tolist(), [0] * 3 + [1] * (n - 3),
-                        label=(torch.randint(0, 3, (n,), generator=g).tolist() if cls is AlbertForTokenClassification
-                               else 1)) for n in (100, 7, 64, 33)]
-    batch = collate(features, pad_id=0, static_length=128)
-    if cls is AlbertForQuestionAnswering:
-        del batch["labels"]
-        batch.update(start_positions=torch.tensor([1, 2, 3, 4]), end_positions=torch.tensor([5, 2, 9, 4]))
-    batch = {k: v.cuda() for k, v in batch.items()}
+    eager, packed, batch = packed_twins(cls, config, (100, 7, 64, 33), static_length=128, seed=2)
+    eager, packed, batch = eager.cuda(), packed.cuda(), {k: v.cuda() for k, v in batch.items()}
     torch.full((64 << 20,), float("nan"), device="cuda")  # freed at once: its block stays in the cache
     with torch.autocast("cuda", dtype=torch.bfloat16):
         (a, grads_a) = run(eager, {k: v for k, v in batch.items() if k != "packed_positions"})

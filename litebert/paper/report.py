@@ -76,7 +76,7 @@ def collect(grid: Grid, state: Mapping[str, Any]) -> dict[str, Any]:
     out = {"experiment": grid.exp.name, "table": grid.exp.table, "title": grid.exp.title, "scale": grid.scale.name,
            "seeds": grid.seeds, "settings": state.get("settings"), "steps": state.get("steps"),
            "recipe": {"train": dict(grid.scale.train), "pretrain": dict(grid.scale.pretrain),
-                      "data": {k: (bundled_name(v) or v if k == "corpus" and v else v)
+                      "data": {k: ((bundled_name(v) or v) if k == "corpus" and v else v)
                                for k, v in grid.scale.data.items()},
                       "finetune": dict(grid.scale.finetune)},
            "chance": chance(grid) if any(rows[r]["runs"] for r in rows) else {},
