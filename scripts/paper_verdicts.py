@@ -11,38 +11,73 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections import Counter
 from pathlib import Path
 
 from litebert.files import write_text_atomically
 from litebert.paper.experiments import EXPERIMENTS
 from litebert.paper.report import _fmt, judge, reused_runs
+from litebert.paper.stats import ALPHA, Decision, decision_p, false_discovery_q
 
 
-def rows_for(results: dict, folder: str, unfinished: str | None = None) -> list[str]:
-    """The verdict lines of one grid; a grid in a folder not named after its experiment (a second grid of the
-    same table: transitions24/, dropout_suite/) names its folder beside the table, and an unfinished one how
-    many of its runs finished."""
+def judged_claims(results: dict, folder: str, unfinished: str | None = None) -> list[dict]:
+    """Every claim of one grid judged on its seeds, on its metric and (for a downstream claim) on held-out MLM
+    accuracy as a proxy; each named by its table, its folder when that is not the experiment's name (a second
+    grid of the same table: transitions24/, dropout_suite/), the rows it took from other grids, and how many of
+    its runs finished when it is unfinished."""
     exp = EXPERIMENTS[results["experiment"]]
     table = exp.table if folder == exp.name else f"{exp.table} ({folder}/)"
     table += f" (unfinished: {unfinished})" if unfinished else ""
     sources = sorted({os.path.basename(origin["grid"]) for _, origin in reused_runs(results)})
     table += f" (rows shared with {', '.join(s + '/' for s in sources)})" if sources else ""
-    lines = []
+    out = []
     for claim in exp.claims:
         judged = judge(claim, results)
         for c, label in [(judged, claim.metric)] + ([(judged["proxy"], "mlm_acc (proxy)")] if "proxy" in judged else []):
-            for pair in c["pairs"]:
-                if "ours" not in pair:
-                    lines.append(f"| {table} | {claim.text} | {label} | {pair['high']} vs {pair['low']} | "
-                                 "not measured | | | |")
-                    continue
-                metric = c["metric"]
-                gap = pair["ours"][0] - pair["ours"][1]
-                p = "-" if pair.get("p") is None else f"{pair['p']:.3f}"
-                mde = "-" if pair.get("detectable") is None else _fmt(metric, pair["detectable"])
-                lines.append(f"| {table} | {claim.text} | {label} | {pair['high']} vs {pair['low']} | "
-                             f"**{pair['verdict']}** | {_fmt(metric, gap)} | {p} | {mde} |")
+            out.append({**c, "table": table, "label": label})
+    return out
+
+
+def comparison_rows(claims: list[dict]) -> list[str]:
+    """One line per comparison, its q-value among all the measured ones beside its p."""
+    measured = [pair for c in claims for pair in c["pairs"] if pair.get("p") is not None]
+    qs = dict(zip(map(id, measured), false_discovery_q([decision_of(pair) for pair in measured])))
+    lines = []
+    for c in claims:
+        head = f"| {c['table']} | {c['claim']} | {c['label']} |"
+        for pair in c["pairs"]:
+            if "ours" not in pair:
+                lines.append(f"{head} {pair['high']} vs {pair['low']} | not measured | | | | |")
+                continue
+            metric, (high, low) = c["metric"], pair["ours"]
+            p = "-" if pair.get("p") is None else f"{pair['p']:.3f}"
+            q = f"{qs[id(pair)]:.3f}" if id(pair) in qs else "-"
+            mde = "-" if pair.get("detectable") is None else _fmt(metric, pair["detectable"])
+            lines.append(f"{head} {pair['high']} vs {pair['low']} | **{pair['verdict']}** | "
+                         f"{_fmt(metric, high - low)} | {p} | {q} | {mde} |")
     return lines
+
+
+def decision_of(pair: dict) -> float:
+    return decision_p(Decision(pair["verdict"], pair["p"], pair["p_against"]))
+
+
+def multiplicity(claims: list[dict]) -> str:
+    """What the table's decisions are worth together: how many chance alone would make, and how many survive
+    false-discovery control."""
+    measured = [pair for c in claims for pair in c["pairs"] if pair.get("p") is not None]
+    ps = [decision_of(pair) for pair in measured]
+    decided = [p for p in ps if p < 2 * ALPHA]
+    survive = {m: sum(q <= 2 * ALPHA for q in false_discovery_q(ps, m)) for m in ("bh", "by")}
+    return (f"**Many comparisons.** {len(measured)} comparisons were tested; {len(decided)} decided (reproduced "
+            f"or contradicted). Were no effect real anywhere, each would decide with probability {2 * ALPHA:.2f}, "
+            f"about {2 * ALPHA * len(measured):.0f} of them: single decisions are leads, not findings. The q column "
+            f"is each comparison's Benjamini-Hochberg q-value among all {len(measured)} (its two-way p, "
+            f"`litebert.paper.stats.decision_p`): {survive['bh']} decisions keep q <= {2 * ALPHA:.2f}, the share "
+            f"of false ones expected among them at most {2 * ALPHA:.0%}; {survive['by']} under "
+            "Benjamini-Yekutieli's adjustment, which holds however the comparisons depend on each other (those "
+            "sharing a row do). A claim's own verdict (the next table) needs all its comparisons to reproduce it, "
+            "or one at alpha / k against it (Bonferroni over its k).")
 
 
 def main() -> None:
@@ -50,9 +85,7 @@ def main() -> None:
     parser.add_argument("--docs", default="docs/paper")
     args = parser.parse_args()
     found = sorted(Path(args.docs).glob("*/results.json"))
-    table = ["| table | the paper's claim | metric | comparison | verdict | gap | p | smallest detectable gap |",
-             "|---|---|---|---|---|---|---|---|"]
-    seeds, in_progress = {}, []
+    seeds, in_progress, claims = {}, [], []
     for path in found:
         results = json.loads(path.read_text(encoding="utf-8"))
         finished = sum(len(entry["runs"]) for entry in results["rows"].values())
@@ -61,23 +94,36 @@ def main() -> None:
         if unfinished:
             in_progress.append(f"{path.parent.name}/ ({unfinished})")
         seeds[path.parent.name] = len(results["seeds"])
-        table += rows_for(results, path.parent.name, unfinished)
+        claims += judged_claims(results, path.parent.name, unfinished)
+    comparisons = comparison_rows(claims)
     text = "\n".join([
         "# The paper's claims at CPU scale: what the seeds decide", "",
         "Every comparison of the grids in this folder, tested on their seeds (`python scripts/paper_verdicts.py`; "
         "the statistics are `litebert/paper/stats.py`): a one-sided Welch t-test of the paper's ordering (TOST "
-        "for 'about equal'), alpha 0.05. **reproduced**: the ordering holds beyond chance; **contradicted**: the "
-        "opposite ordering does; **inconclusive**: neither, and the last column is the gap these seeds could have "
-        "detected with power 0.8, so an inconclusive row with a detectable gap larger than the paper's effect "
-        "needs more seeds, not another reading. Gaps and detectable gaps are percentage points where the metric "
-        "is an accuracy.", "",
+        f"for 'about equal'), alpha {ALPHA}. **reproduced**: the ordering holds beyond chance; **contradicted**: "
+        "the opposite ordering does; **inconclusive**: neither, and the last column is the gap these seeds could "
+        "have detected with power 0.8, so an inconclusive row with a detectable gap larger than the paper's "
+        "effect needs more seeds, not another reading. Gaps and detectable gaps are percentage points where the "
+        "metric is an accuracy.", "",
         "Seeds per grid: " + ", ".join(f"{k} {v}" for k, v in sorted(seeds.items())) + ". With two seeds a "
         "Welch test has about one degree of freedom: only gaps many times the seed-to-seed spread decide.", "",
         *([f"Unfinished grids, judged on the runs finished so far (a comparison with a row not run is not "
            f"measured): {', '.join(in_progress)}.", ""] if in_progress else []),
-        *table, ""])
+        multiplicity(claims), "",
+        "## Claims", "",
+        "| table | the paper's claim | metric | verdict | its comparisons |", "|---|---|---|---|---|",
+        *[f"| {c['table']} | {c['claim']} | {c['label']} | **{c['verdict']}** | {tally(c)} |" for c in claims], "",
+        "## Comparisons", "",
+        "| table | the paper's claim | metric | comparison | verdict | gap | p | q | smallest detectable gap |",
+        "|---|---|---|---|---|---|---|---|---|",
+        *comparisons, ""])
     write_text_atomically(Path(args.docs) / "verdicts.md", text)
-    print(f"wrote {Path(args.docs) / 'verdicts.md'} ({len(table) - 2} comparisons from {len(found)} grids)")
+    print(f"wrote {Path(args.docs) / 'verdicts.md'} ({len(comparisons)} comparisons from {len(found)} grids)")
+
+
+def tally(claim: dict) -> str:
+    counts = Counter(pair.get("verdict", "not measured").split(" (")[0] for pair in claim["pairs"])
+    return ", ".join(f"{n} {v}" for v, n in counts.most_common())
 
 
 if __name__ == "__main__":

@@ -771,6 +771,46 @@ def test_a_row_on_both_sides_of_a_comparison_counts_its_variance_once():
     assert g.se == pytest.approx((6 * 0.02 ** 2 / 4) ** 0.5)
 
 
+def test_a_claim_of_many_comparisons_is_not_decided_by_chance():
+    """Contradicting one of a claim's k comparisons takes alpha / k (Bonferroni); reproducing the claim takes all
+    k (intersection-union). Each comparison's two p-values are scipy's Welch tests both ways, and its two-way p
+    is below 2 alpha exactly when it decides."""
+    from scipy.stats import ttest_ind
+    a, b = [0.30, 0.32, 0.31, 0.29, 0.33], [0.31, 0.33, 0.34, 0.32, 0.35]
+    d = stats.order_verdict(stats.gap([(1, stats.cell(a)), (-1, stats.cell(b))]))
+    assert d.p_against == pytest.approx(ttest_ind(a, b, equal_var=False, alternative="less").pvalue)
+    assert d.verdict == "contradicted" and stats.ALPHA / 3 < d.p_against < stats.ALPHA  # p_against ~ 0.04
+
+    def results(values):
+        return {"rows": {name: {"paper": {}, "stats": {"mlm_acc": dataclasses.asdict(stats.cell(vs))}}
+                         for name, vs in values.items()}, "chance": {}}
+
+    level = {"c": [0.5, 0.6, 0.55], "d": [0.5, 0.6, 0.55], "e": [0.5, 0.6, 0.55], "f": [0.5, 0.6, 0.55]}
+    three = Claim("a > b, c > d, e > f", (("a", "b"), ("c", "d"), ("e", "f")), "mlm_acc")
+    judged = judge(three, results({"a": a, "b": b, **level}))
+    assert [p["verdict"] for p in judged["pairs"]] == ["contradicted", "inconclusive", "inconclusive"]
+    assert judged["verdict"] == "inconclusive"  # 0.04 is not below 0.05 / 3
+    far = [v + 0.05 for v in b]
+    assert judge(three, results({"a": a, "b": far, **level}))["verdict"] == "contradicted"
+    ahead = {"a": far, "b": a, "c": far, "d": a, "e": far, "f": a}
+    assert judge(three, results(ahead))["verdict"] == "reproduced"
+    assert judge(three, results({**ahead, "f": far}))["verdict"] == "inconclusive"  # one of three short
+    # near: against it, the one-sided test that the gap lies beyond the tolerance on its side
+    near = stats.near_verdict(stats.gap([(1, stats.cell([0.50, 0.51, 0.50])), (-1, stats.cell([0.30, 0.29, 0.31]))]),
+                              0.05)
+    assert near.verdict == "contradicted" and near.p_against < stats.ALPHA < near.p
+    rng = np.random.default_rng(2)
+    for _ in range(200):
+        g = stats.gap([(1, stats.cell(list(rng.normal(rng.normal(0, 0.02), 0.02, 4)))),
+                       (-1, stats.cell(list(rng.normal(0, 0.02, 4))))])
+        for d in (stats.order_verdict(g), stats.near_verdict(g, 0.01)):
+            assert (stats.decision_p(d) < 2 * stats.ALPHA) == (d.verdict != "inconclusive")
+    # Benjamini-Hochberg: the i-th smallest of m p-values times m / i, made monotone; Benjamini-Yekutieli pays more
+    ps = [0.01, 0.04, 0.03, 0.20]
+    assert stats.false_discovery_q(ps) == pytest.approx([0.01 * 4, 0.04 * 4 / 3, 0.04 * 4 / 3, 0.20])
+    assert all(y > h for y, h in zip(stats.false_discovery_q(ps, "by"), stats.false_discovery_q(ps)))
+
+
 def test_the_summary_page_judges_finished_grids_and_names_those_in_progress(tmp_path, monkeypatch):
     """scripts/paper_verdicts.py: an unfinished grid is listed with its count of finished runs, and each of its
     verdicts says so; a grid with runs taken from another names it."""
@@ -792,6 +832,13 @@ def test_the_summary_page_judges_finished_grids_and_names_those_in_progress(tmp_
     assert "| Table 8 | removing dropout helps |" in page
     assert "| Table 8 (dropout_more/) (unfinished: 9 of 10 row runs) | removing dropout helps |" in page
     assert "| Table 8 (dropout_shared/) (rows shared with dropout/) | removing dropout helps |" in page
+    tested, decided = map(int, re.search(r"(\d+) comparisons were tested; (\d+) decided", page).groups())
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in page.split("## Comparisons")[1].splitlines()
+            if line.startswith("| Table")]
+    assert tested == sum(re.fullmatch(r"[\d.]+", row[7]) is not None for row in rows) > 0  # a measured one's q
+    assert decided == sum(row[4] in ("**reproduced**", "**contradicted**") for row in rows)
+    claims = page.split("## Claims")[1].split("## Comparisons")[0]
+    assert "| Table 8 (dropout_more/) (unfinished: 9 of 10 row runs) | removing dropout helps | avg |" in claims
 
 
 def test_the_time_spent_names_where_runs_were_made_and_counts_those_without_a_record():

@@ -21,13 +21,14 @@ from litebert.paper.stats import (
     LEVEL,
     POWER,
     Cell,
+    Decision,
     Gap,
     cell,
+    claim_verdict,
     detectable,
     gap,
     near_verdict,
     order_verdict,
-    overall,
     spread_sources,
 )
 
@@ -101,7 +102,7 @@ def _side(expr: str, values: Mapping[str, Cell]) -> list[tuple[int, Cell | float
 
 class ClaimTest(NamedTuple):
     """How a claim of one kind is decided and written: its verdict from a gap, the test's name, the relation."""
-    verdict: Callable[[Gap, float], tuple[str, float | None]]
+    verdict: Callable[[Gap, float], Decision]
     name: str
     relation: str
 
@@ -125,7 +126,7 @@ def judge(claim: Claim, results: Mapping[str, Any], metric: str | None = None) -
              if metric in PAPER_COLUMN and isinstance(e["paper"].get(PAPER_COLUMN[metric]), float)}
     if metric in ("sop_acc", "nsp_acc"):
         paper["chance"] = 50.0
-    pairs, verdicts, test = [], [], CLAIM_TESTS[claim.kind]
+    pairs, decisions, test = [], [], CLAIM_TESTS[claim.kind]
     for high, low in claim.pairs:
         pair: dict[str, Any] = {"high": high, "low": low}
         pa, pb = _side(high, {k: Cell(v, 0.0, 1) for k, v in paper.items()}), \
@@ -135,14 +136,14 @@ def judge(claim: Claim, results: Mapping[str, Any], metric: str | None = None) -
         a, b = _side(high, ours), _side(low, ours)
         if a and b:
             g = gap(a + [(-sign, term) for sign, term in b])
-            v, p = test.verdict(g, claim.tol)
-            pair.update(ours=[gap(a).value, gap(b).value], se=g.se, df=g.df, p=p, verdict=v,
-                        detectable=detectable(g))
-            verdicts.append(v.split(" (")[0])
+            d = test.verdict(g, claim.tol)
+            pair.update(ours=[gap(a).value, gap(b).value], se=g.se, df=g.df, p=d.p, p_against=d.p_against,
+                        verdict=d.verdict, detectable=detectable(g))
+            decisions.append(d)
         pairs.append(pair)
     out = {"claim": claim.text, "metric": metric, "kind": claim.kind,
-           "verdict": overall(verdicts, len(claim.pairs)), "pairs": pairs,
-           "test": f"{test.name}, alpha {ALPHA}"}
+           "verdict": claim_verdict(decisions, len(claim.pairs)), "pairs": pairs,
+           "test": f"{test.name}, alpha {ALPHA}; the claim: all comparisons, or one against at alpha / k"}
     if claim.tol:
         out["tol"] = claim.tol
     if metric == "avg":  # the paper's tables score downstream; held-out MLM accuracy is what every row has
@@ -224,7 +225,8 @@ def _setup(grid: Grid, results: Mapping[str, Any]) -> str:
             + f". Cells are percentages; with several seeds, mean ± the half-width of its {LEVEL:.0%} t interval. "
             f"Each comparison is tested on the seeds (one-sided Welch t-test, or TOST for 'about equal', "
             f"alpha {ALPHA}): reproduced, contradicted, or inconclusive at this power, beside the smallest gap "
-            f"the grid could have detected (power {POWER}).")
+            f"the grid could have detected (power {POWER}). A claim of k comparisons is reproduced when all "
+            f"are, contradicted when one is at alpha / k (Bonferroni).")
 
 
 def timings(grid: Grid) -> dict[str, dict[str, Any]]:

@@ -12,6 +12,12 @@ Satterthwaite's. Two kinds of claim:
 Beside each verdict: the smallest gap the grid could have detected (one-sided alpha, power 0.8) at the
 standard error it measured, so "inconclusive" says whether more seeds or a larger effect would decide it.
 One seed per row gives no standard error: such a comparison is "inconclusive (one seed)".
+
+Many comparisons: a claim of k comparisons is reproduced only when all k are (an intersection-union test, level
+alpha as it stands) and contradicted when one opposite test holds at alpha / k (Bonferroni), since "any of k" at
+alpha each would contradict a true claim up to k times as often. Across a table of comparisons, each one's chance
+of deciding either way under no effect is 2 alpha; `decision_p` is that two-way p-value and `false_discovery_q`
+adjusts it for false discoveries, so a summary can say which decisions survive among all the table's.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 ALPHA = 0.05  # one-sided level of every test
 POWER = 0.8  # the power the smallest detectable gap is quoted at
@@ -99,48 +106,71 @@ def detectable(g: Gap) -> float | None:
     return (float(t.ppf(1 - ALPHA, g.df)) + float(t.ppf(POWER, g.df))) * g.se if g.se else 0.0
 
 
-def order_verdict(g: Gap) -> tuple[str, float | None]:
-    """(verdict, one-sided p of gap > 0) for a claim high > low."""
-    if g.se is None:
-        return "inconclusive (one seed)", None
-    if g.se == 0.0:
-        p = 0.0 if g.value > 0 else 1.0
-    else:
-        p = float(_t().sf(g.value / g.se, g.df))
-    if p < ALPHA:
-        return "reproduced", p
-    if 1 - p < ALPHA and g.value < 0:
-        return "contradicted", p
-    return "inconclusive", p
+class Decision(NamedTuple):
+    """One comparison's verdict with the p-values of both conclusions it could reach: `p` for the paper's side,
+    `p_against` for the opposite (the ordering reversed; for "near", the gap beyond the tolerance)."""
+
+    verdict: str
+    p: float | None  # None for one seed
+    p_against: float | None
 
 
-def near_verdict(g: Gap, tol: float) -> tuple[str, float | None]:
-    """(verdict, TOST p: the larger of the two one-sided p-values) for a claim |a - b| <= tol."""
+def _decide(p: float, p_against: float) -> Decision:
+    verdict = "reproduced" if p < ALPHA else "contradicted" if p_against < ALPHA else "inconclusive"
+    return Decision(verdict, p, p_against)
+
+
+def order_verdict(g: Gap) -> Decision:
+    """A claim high > low: the one-sided Welch test of gap > 0, and of gap < 0 against it."""
     if g.se is None:
-        return "inconclusive (one seed)", None
+        return Decision("inconclusive (one seed)", None, None)
     if g.se == 0.0:
-        return ("reproduced", 0.0) if abs(g.value) < tol else ("contradicted", 1.0)
+        return _decide(0.0 if g.value > 0 else 1.0, 0.0 if g.value < 0 else 1.0)
+    p = float(_t().sf(g.value / g.se, g.df))
+    return _decide(p, 1.0 - p)
+
+
+def near_verdict(g: Gap, tol: float) -> Decision:
+    """A claim |a - b| <= tol: TOST (p the larger of its two one-sided p-values), and against it the one-sided
+    test that the gap lies beyond tol on the side it fell (the 1 - 2 ALPHA interval wholly outside)."""
+    if g.se is None:
+        return Decision("inconclusive (one seed)", None, None)
+    if g.se == 0.0:
+        return _decide(0.0, 1.0) if abs(g.value) < tol else _decide(1.0, 0.0)
     t = _t()
     p = max(float(t.sf((g.value + tol) / g.se, g.df)), float(t.cdf((g.value - tol) / g.se, g.df)))
-    half = float(t.ppf(1 - ALPHA, g.df)) * g.se  # the 1 - 2 ALPHA interval
-    if p < ALPHA:
-        return "reproduced", p
-    if g.value - half > tol or g.value + half < -tol:
-        return "contradicted", p
-    return "inconclusive", p
+    p_against = min(float(t.sf((g.value - tol) / g.se, g.df)), float(t.cdf((g.value + tol) / g.se, g.df)))
+    return _decide(p, p_against)
 
 
-def overall(verdicts: Sequence[str], expected: int) -> str:
-    """A claim's verdict from its comparisons': contradicted if any is, reproduced if all are."""
-    if not verdicts:
+def claim_verdict(decisions: Sequence[Decision], expected: int) -> str:
+    """A claim's verdict from its comparisons': reproduced when all are, contradicted when one opposite test
+    holds at ALPHA / k for the claim's k comparisons (the module's docstring says why)."""
+    if not decisions:
         return "not measured"
-    if len(verdicts) < expected:
+    if len(decisions) < expected:
         return "incomplete"
-    if any(v == "contradicted" for v in verdicts):
-        return "contradicted"
-    if all(v == "reproduced" for v in verdicts):
+    if all(d.verdict == "reproduced" for d in decisions):
         return "reproduced"
+    against = [d.p_against for d in decisions if d.p_against is not None]
+    if against and min(against) < ALPHA / len(decisions):
+        return "contradicted"
     return "inconclusive"
+
+
+def decision_p(d: Decision) -> float | None:
+    """The p-value of the comparison deciding either way (Bonferroni over its two one-sided tests): below
+    2 ALPHA exactly when its verdict is reproduced or contradicted."""
+    return None if d.p is None else min(1.0, 2 * min(d.p, d.p_against))
+
+
+def false_discovery_q(ps: Sequence[float], method: str = "bh") -> list[float]:
+    """Many comparisons' q-values: a decision with q <= Q is among decisions whose expected share of false ones
+    is at most Q. "bh" (Benjamini-Hochberg) assumes the tests independent or positively dependent; comparisons
+    that share a row are not always so ("a vs b" and "b vs c" move oppositely with b), and "by"
+    (Benjamini-Yekutieli) holds under any dependence, at a price of about ln(m) + 0.58 for m comparisons."""
+    from scipy.stats import false_discovery_control
+    return [float(q) for q in false_discovery_control(list(ps), method=method)] if ps else []
 
 
 def spread_sources(by_pretrain_seed: Mapping[str, Sequence[float]]) -> dict[str, float] | None:
