@@ -305,6 +305,17 @@ def test_each_job_gets_its_share_of_the_cores_unless_threads_are_set(tmp_path, m
     assert lane(2).threads is None and lane(2).env() is None
 
 
+def test_a_grid_warns_when_its_threads_do_not_fit_beside_the_machines_other_work(monkeypatch):
+    """OpenMP threads that outnumber the free cores wait on each other (a row 8x slower, with nothing to show
+    it): the grid says so before it starts."""
+    monkeypatch.setattr(children, "usable_cores", lambda: 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.1, 1.0, 1.0))  # one core busy elsewhere
+    assert children.crowding(1) is None
+    assert "load is 1.1 on 2 core(s) before this grid's 2 thread(s)" in children.crowding(2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.2, 1.0, 1.0))  # idle (the last minute of another run)
+    assert children.crowding(2) is None
+
+
 @pytest.mark.slow
 def test_rows_train_under_torchrun(data_dir, tmp_path, monkeypatch):
     """--nproc-per-node 2: every row's pretraining (MLM only, NSP, SOP) and fine-tuning runs as two gloo

@@ -64,6 +64,20 @@ def shared_threads(processes: int) -> int | None:
     return max(1, usable_cores() // processes)
 
 
+def crowding(threads: int) -> str | None:
+    """A warning when the machine already runs other work (its 1-minute load) and the grid's `threads` in all
+    would not fit beside it: OpenMP threads that outnumber the free cores wait on each other, and a row then
+    trains several times slower (8x seen: 2 threads beside a busy core) with nothing else to show it."""
+    if not hasattr(os, "getloadavg"):
+        return None
+    load, cores = os.getloadavg()[0], usable_cores()
+    if threads <= cores - round(load):
+        return None
+    return (f"the machine's 1-minute load is {load:.1f} on {cores} core(s) before this grid's {threads} thread(s) "
+            "start: they will wait on the other work and train slower than their timings should say; set "
+            "OMP_NUM_THREADS (threads per run) and --jobs to fit the free cores, or run the grid alone")
+
+
 # The children alive now, so that an interrupt of the grid (while several run in threads) can stop them all.
 _LIVE: set[subprocess.Popen] = set()
 _LIVE_LOCK = threading.Lock()

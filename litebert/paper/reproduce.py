@@ -39,7 +39,7 @@ from litebert.errors import ConfigError
 from litebert.files import check_replaceable, write_json
 from litebert.model import AlbertModel
 from litebert.paper.analysis import layer_transitions, read_sentences
-from litebert.paper.children import ALONE, Lane, minutes, run_chains, run_verb, shared_threads, usable_cores
+from litebert.paper.children import ALONE, Lane, crowding, minutes, run_chains, run_verb, shared_threads, usable_cores
 from litebert.paper.experiments import DATA, EXPERIMENTS, SCALES, Row, Scale, scale_model, split_task
 from litebert.paper.grid import (
     Grid,
@@ -367,6 +367,9 @@ def run_rows(grid: Grid, todo: list[tuple[Row, int]], steps: dict[str, int],
     tally = _Tally(grid, todo, steps, parallel)
     where = machine(grid.scale.train.get("device") == "cuda")
     threads = lane_for(grid, parallel).threads or int(os.environ.get("OMP_NUM_THREADS") or 0) or usable_cores()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    if todo and (warning := crowding(threads * parallel * grid.cfg.nproc_per_node)):
+        print(f"{grid.exp.name}: {warning}", flush=True)
 
     def run_one(item: tuple[Row, int]) -> None:
         row, seed = item
@@ -377,7 +380,7 @@ def run_rows(grid: Grid, todo: list[tuple[Row, int]], steps: dict[str, int],
         seconds = time.time() - t0
         write_json(os.path.join(grid.row_dir(row, seed), "timing.json"),
                    {"seconds": seconds, "machine": where, "at_once": parallel, "threads": threads,
-                    "processes": grid.cfg.nproc_per_node})
+                    "processes": grid.cfg.nproc_per_node, "load_1min_before_grid": load})
         tally.done(lane, seconds, result)
         after_each()
 
