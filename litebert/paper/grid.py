@@ -39,7 +39,8 @@ class ReproduceConfig:
         "3; paper: write the paper-size recipes and commands, run nothing (then --report-only over the "
         "result.json files those runs leave in --out); tiny: seconds per row (tests)")})
     seeds: int = field(default=1, metadata={"range": "[1, inf)",
-        "help": "runs per row with seeds seed, seed+1, ...: cells are mean ± sd"})
+        "help": "runs per row with seeds seed, seed+1, ...: cells are the mean ± the half-width of its t interval "
+                "at level 0.95, comparisons Welch t-tests (5 or more decide effects smaller than the seed spread)"})
     seed: int = field(default=12345, metadata={"range": "[0, 4294967295]",
         "help": "the first seed (data preparation always uses this one)"})
     budget_minutes: float | None = field(default=None, metadata={"range": "(0, inf)", "help": (

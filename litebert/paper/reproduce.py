@@ -19,7 +19,8 @@ with --out lost, it goes on from the finished runs its --report-dir keeps.
 The report (report.md beside results.json and PNG plots) sets the grid's table beside the paper's and says,
 for each comparison the paper makes whether it reproduces, is contradicted, or is inconclusive at the grid's
 power: with --seeds N a cell is its mean ± a 95% t interval, and each comparison is a Welch t-test on the seeds
-(litebert.paper.stats), printed with its p-value and the smallest gap the grid could have detected.
+(litebert.paper.stats), printed with its p-value and the smallest gap the grid could have detected; a claim of
+k comparisons is reproduced when all k are, contradicted when one is at alpha / k.
 """
 
 from __future__ import annotations
