@@ -27,6 +27,7 @@ import litebert.pretrain
 from litebert.cli import main as litebert_main
 from litebert.config import AlbertConfig
 from litebert.errors import ConfigError, LitebertError
+from litebert.files import write_json
 from litebert.paper import children, stats
 from litebert.paper import grid as G
 from litebert.paper import reproduce as R
@@ -460,6 +461,25 @@ def test_a_warm_started_chain_is_restored_only_where_its_report_finished_it(tmp_
     assert restored == {(name, 12345) for name in names}
     with pytest.raises(ConfigError, match="warm-starts from 'L=1''s checkpoint, which is not in"):
         R.run_row(grid, grid.row("L=3"), 12345, 2)
+
+
+def test_rerunning_a_row_reruns_the_rows_that_warm_start_from_it(tmp_path, monkeypatch, capsys):
+    """--rows L=3 replaces the checkpoint L=6 continued from, and L=12 and L=24 from that: all four rerun (their
+    old results removed), L=1 is kept. Both seeds' chains, in row order."""
+    grid = R.make_grid(R.ReproduceConfig(experiment=["depth"], out=str(tmp_path), scale="tiny", seeds=2,
+                                         rows=["L=3"]))
+    assert [r.name for r in R.with_warm_started(grid, [grid.row("L=24")])] == ["L=24"]
+    for row in grid.exp.rows:
+        for seed in grid.seeds:
+            write_json(grid.result_path(row, seed), {"row": row.name, "seed": seed})
+    ran = []
+    monkeypatch.setattr(R, "run_rows", lambda grid, todo, steps, after_each: ran.extend(todo))
+    monkeypatch.setattr(R, "write_report", lambda *args, **kwargs: {})
+    monkeypatch.setattr(G.GridData, "check", lambda self, extra: None)
+    R.run_grid(grid)
+    assert [(r.name, s) for r, s in ran] == [(n, s) for n in ("L=3", "L=6", "L=12", "L=24") for s in grid.seeds]
+    assert all(os.path.isfile(grid.result_path(grid.row("L=1"), s)) for s in grid.seeds)
+    assert "L=6, L=12, L=24 warm-start from the rows named, and rerun with them" in capsys.readouterr().out
 
 
 def test_a_grid_made_before_recipes_were_recorded_continues_only_with_the_recipe_it_had(tmp_path):

@@ -278,7 +278,8 @@ def run_grid(grid: Grid, command: str | None = None) -> dict[str, Any]:
     state["settings"] = settings
     os.makedirs(grid.out, exist_ok=True)
     write_json(state_path, state)
-    selected = [grid.row(name) for name in grid.cfg.rows] if grid.cfg.rows else list(grid.exp.rows)
+    selected = with_warm_started(grid, [grid.row(name) for name in grid.cfg.rows]) if grid.cfg.rows \
+        else list(grid.exp.rows)
     rerun = selected if grid.cfg.rows and not grid.cfg.report_only else []
     if lost:
         restore_runs(grid, record, [r for r in grid.exp.rows if r not in rerun])
@@ -350,6 +351,19 @@ def _cost(grid: Grid, row: Row, steps: int) -> float:
     h, e = m["hidden_size"], m["embedding_size"]
     return steps * (m["num_hidden_layers"] * (4 * h * h + 2 * h * m["intermediate_size"]) + h * e
                     + e * m["vocab_size"])
+
+
+def with_warm_started(grid: Grid, rows: list[Row]) -> list[Row]:
+    """`rows` and every row that continues from one of them, directly or through others (Table 11's L=6 from
+    L=3): rerunning a row replaces the checkpoint those rows were trained from, so they rerun too."""
+    chosen = {row.name for row in rows}
+    for row in grid.exp.rows:  # a row comes after the row it warm-starts from
+        if row.warm_start in chosen:
+            chosen.add(row.name)
+    added = [r.name for r in grid.exp.rows if r.name in chosen and r not in rows]
+    if added:
+        print(f"{grid.exp.name}: {', '.join(added)} warm-start from the rows named, and rerun with them", flush=True)
+    return [row for row in grid.exp.rows if row.name in chosen]
 
 
 def run_rows(grid: Grid, todo: list[tuple[Row, int]], steps: dict[str, int],
