@@ -482,6 +482,29 @@ def test_rerunning_a_row_reruns_the_rows_that_warm_start_from_it(tmp_path, monke
     assert "L=6, L=12, L=24 warm-start from the rows named, and rerun with them" in capsys.readouterr().out
 
 
+def test_a_run_started_or_finished_under_other_settings_is_not_continued_or_kept(tmp_path, monkeypatch):
+    """A run records what it starts with; changing the recipe (here the scale's lr, as an edit of the code or
+    demo.toml would) between a kill and the rerun is refused rather than resumed under the new recipe, and a
+    finished run whose identity is not the row's now is not kept as this grid's."""
+    def grid_with(lr):
+        monkeypatch.setitem(SCALES["tiny"].train, "lr", lr)
+        return R.make_grid(R.ReproduceConfig(experiment=["objective"], out=str(tmp_path), scale="tiny"))
+
+    from litebert.paper.recipes import check_started
+    before = grid_with(1e-3)
+    row = before.row("SOP")
+    check_started(before, row, 12345, 2)
+    check_started(before, row, 12345, 2)  # the same settings: continues
+    after = grid_with(2e-3)
+    with pytest.raises(ConfigError, match="row 'SOP', seed 12345 was started with other settings"):
+        check_started(after, row, 12345, 2)
+    write_json(after.result_path(row, 12345), {"row": "SOP", "identity": R.row_identity(before, row, 2)})
+    monkeypatch.setattr(G.GridData, "check", lambda self, extra: None)
+    with pytest.raises(ConfigError, match=r"finished runs made with other settings than this grid's now: SOP "
+                                          r"\(seed 12345\)"):
+        R.run_grid(after)
+
+
 def test_a_grid_made_before_recipes_were_recorded_continues_only_with_the_recipe_it_had(tmp_path):
     """grid.json files written before 2026-11-27 record no fine-tuning recipe (and keep --set finetune.X among
     "set"); their cpu grids were fine-tuned at lr 3e-4 for 300 steps. Continuing one under today's default recipe

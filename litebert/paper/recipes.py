@@ -14,9 +14,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from litebert.config import AlbertConfig
-from litebert.files import write_text_atomically
+from litebert.errors import ConfigError
+from litebert.files import write_json, write_text_atomically
 from litebert.paper.experiments import DATA, SOURCE, Row, scale_model, split_task
-from litebert.paper.grid import Grid, finetune_dir_name, slug
+from litebert.paper.grid import Grid, finetune_dir_name, read_json, slug
 from litebert.runconfig import dump_toml
 
 
@@ -53,8 +54,12 @@ def row_identity(grid: Grid, row: Row, steps: int) -> str | None:
     grid can take the other's runs (--reuse) rather than train them again; each run records it when it finishes.
     Not in it: the machine and the processes a run had, which move the last digits. None in a grid of warm
     starts, where a row begins from another run's checkpoint."""
-    if any(r.warm_start for r in grid.exp.rows):
-        return None
+    return None if any(r.warm_start for r in grid.exp.rows) else recipe_digest(grid, row, steps)
+
+
+def recipe_digest(grid: Grid, row: Row, steps: int) -> str:
+    """row_identity's digest, for any row (a warm start's too, its starting checkpoint left out): what a run
+    records when it starts, so that a rerun of the grid under other settings does not continue it."""
     sections = row_recipe(grid, row, 0, steps, grid.scale.data["vocab_size"], "", None)
     for key in ("out_dir", "seed", "resume", "progress"):  # where the run lives, its seed, how it is run
         sections["train"].pop(key, None)
@@ -69,6 +74,32 @@ def row_identity(grid: Grid, row: Row, steps: int) -> str | None:
                 "data": grid.data.settings(row.data.get("extra", False)),
                 "finetune": finetune if grid.downstream else None}
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def check_started(grid: Grid, row: Row, seed: int, steps: int) -> None:
+    """Record what a run starts with (recipes.recipe_digest), and refuse to continue one started with other
+    settings: a changed scale, recipe or data would otherwise resume its checkpoint under the new recipe and
+    finish as a run of neither."""
+    path = os.path.join(grid.row_dir(row, seed), "started.json")
+    digest, started = recipe_digest(grid, row, steps), read_json(path)
+    if started is None:
+        write_json(path, {"identity": digest})
+    elif started.get("identity") != digest:
+        raise ConfigError(f"row {row.name!r}, seed {seed} was started with other settings (its recipe, data or "
+                          f"fine-tuning: identity {started.get('identity')}, now {digest}); go back to them to "
+                          f"continue it, or rerun it from scratch with --rows {shlex.quote(row.name)}")
+
+
+def stale_results(grid: Grid, rows: list[Row], steps: dict[str, int]) -> list[str]:
+    """The finished runs of `rows` whose recorded identity is not what the row would run now."""
+    stale = []
+    for row in rows:
+        identity = row_identity(grid, row, steps[row.name])
+        for seed in grid.seeds:
+            result = read_json(grid.result_path(row, seed))
+            if identity and result and result.get("identity") not in (None, identity):
+                stale.append(f"{row.name} (seed {seed})")
+    return stale
 
 
 # Raised when what a run measures, or how, changes in a way the recipe does not show: older runs then match no row.

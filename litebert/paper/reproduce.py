@@ -54,10 +54,12 @@ from litebert.paper.grid import (
     slug,
 )
 from litebert.paper.recipes import (
+    check_started,
     finetune_recipe,
     finished_elsewhere,
     row_identity,
     row_recipe,
+    stale_results,
     write_paper_recipes,
     write_recipe,
 )
@@ -155,6 +157,8 @@ def run_row(grid: Grid, row: Row, seed: int, steps: int, lane: Lane = ALONE) -> 
     pretraining resumes from its last checkpoint (the recipe says resume = true)."""
     d = grid.row_dir(row, seed)
     prepare_row_data(grid, row)
+    if grid.scale.name != "paper":  # a paper-scale run was made elsewhere: only read here
+        check_started(grid, row, seed, steps)
     init_from = None
     if row.warm_start:
         warm = read_json(grid.result_path(grid.row(row.warm_start), seed))
@@ -289,6 +293,10 @@ def run_grid(grid: Grid, command: str | None = None) -> dict[str, Any]:
                 shutil.rmtree(grid.row_dir(row, seed), ignore_errors=True)
         steps = step_budgets(grid, state)
         write_json(state_path, state)
+        if stale := stale_results(grid, selected, steps):
+            raise ConfigError(f"finished runs made with other settings than this grid's now: {', '.join(stale)} "
+                              "(a recipe, the data or the fine-tuning changed since); rerun them with --rows, or "
+                              "use another --out")
         taken = reuse_runs(grid, [r for r in selected if r not in rerun], steps, sources)
         todo = [(r, s) for r in selected for s in grid.seeds if not os.path.isfile(grid.result_path(r, s))]
         done_before = len(selected) * len(grid.seeds) - len(todo) - taken
