@@ -38,46 +38,60 @@ def judged_claims(results: dict, folder: str, unfinished: str | None = None) -> 
     return out
 
 
+def evidence(claims: list[dict]) -> dict[tuple, float]:
+    """Each distinct comparison's two-way p (stats.decision_p), keyed by what it was computed from: tables that
+    share runs (Table 3's E=128 rows are Table 4's) or grids that share pretraining (Table 8's) repeat one
+    comparison, which is one piece of evidence, not several."""
+    return {key(c, pair): decision_p(Decision(pair["verdict"], pair["p"], pair["p_against"]))
+            for c in claims for pair in c["pairs"] if pair.get("p") is not None}
+
+
+def key(claim: dict, pair: dict) -> tuple:
+    return (claim["metric"], *(round(v, 12) for v in pair["ours"]), round(pair["se"], 12))
+
+
+def q_values(found: dict[tuple, float], method: str = "bh") -> dict[tuple, float]:
+    return dict(zip(found, false_discovery_q(list(found.values()), method)))
+
+
 def comparison_rows(claims: list[dict]) -> list[str]:
-    """One line per comparison, its q-value among all the measured ones beside its p."""
-    measured = [pair for c in claims for pair in c["pairs"] if pair.get("p") is not None]
-    qs = dict(zip(map(id, measured), false_discovery_q([decision_of(pair) for pair in measured])))
+    """One line per comparison: its p-values both ways, and its q-value among all the distinct ones."""
+    qs = q_values(evidence(claims))
     lines = []
     for c in claims:
         head = f"| {c['table']} | {c['claim']} | {c['label']} |"
         for pair in c["pairs"]:
             if "ours" not in pair:
-                lines.append(f"{head} {pair['high']} vs {pair['low']} | not measured | | | | |")
+                lines.append(f"{head} {pair['high']} vs {pair['low']} | not measured | | | | | |")
                 continue
             metric, (high, low) = c["metric"], pair["ours"]
-            p = "-" if pair.get("p") is None else f"{pair['p']:.3f}"
-            q = f"{qs[id(pair)]:.3f}" if id(pair) in qs else "-"
+            tested = pair.get("p") is not None
+            p, against = (f"{pair['p']:.3f}", f"{pair['p_against']:.3f}") if tested else ("-", "-")
+            q = f"{qs[key(c, pair)]:.3f}" if tested else "-"
             mde = "-" if pair.get("detectable") is None else _fmt(metric, pair["detectable"])
             lines.append(f"{head} {pair['high']} vs {pair['low']} | **{pair['verdict']}** | "
-                         f"{_fmt(metric, high - low)} | {p} | {q} | {mde} |")
+                         f"{_fmt(metric, high - low)} | {p} | {against} | {q} | {mde} |")
     return lines
-
-
-def decision_of(pair: dict) -> float:
-    return decision_p(Decision(pair["verdict"], pair["p"], pair["p_against"]))
 
 
 def multiplicity(claims: list[dict]) -> str:
     """What the table's decisions are worth together: how many chance alone would make, and how many survive
     false-discovery control."""
-    measured = [pair for c in claims for pair in c["pairs"] if pair.get("p") is not None]
-    ps = [decision_of(pair) for pair in measured]
-    decided = [p for p in ps if p < 2 * ALPHA]
-    survive = {m: sum(q <= 2 * ALPHA for q in false_discovery_q(ps, m)) for m in ("bh", "by")}
-    return (f"**Many comparisons.** {len(measured)} comparisons were tested; {len(decided)} decided (reproduced "
-            f"or contradicted). Were no effect real anywhere, each would decide with probability {2 * ALPHA:.2f}, "
-            f"about {2 * ALPHA * len(measured):.0f} of them: single decisions are leads, not findings. The q column "
-            f"is each comparison's Benjamini-Hochberg q-value among all {len(measured)} (its two-way p, "
-            f"`litebert.paper.stats.decision_p`): {survive['bh']} decisions keep q <= {2 * ALPHA:.2f}, the share "
-            f"of false ones expected among them at most {2 * ALPHA:.0%}; {survive['by']} under "
-            "Benjamini-Yekutieli's adjustment, which holds however the comparisons depend on each other (those "
-            "sharing a row do). A claim's own verdict (the next table) needs all its comparisons to reproduce it, "
-            "or one at alpha / k against it (Bonferroni over its k).")
+    tested = sum(pair.get("p") is not None for c in claims for pair in c["pairs"])
+    found = evidence(claims)
+    decided = sum(p < 2 * ALPHA for p in found.values())
+    survive = {m: sum(q <= 2 * ALPHA for q in q_values(found, m).values()) for m in ("bh", "by")}
+    return (f"**Many comparisons.** {tested} comparisons were tested, {len(found)} of them distinct (the rest "
+            f"repeat one on the same runs, where tables share rows or grids share pretraining); {decided} of the "
+            f"distinct decided (reproduced or contradicted). Were no effect real anywhere, each would decide with "
+            f"probability {2 * ALPHA:.2f}, about {2 * ALPHA * len(found):.0f} of them: single decisions are leads, "
+            f"not findings. A comparison's two p columns are its one-sided tests, the paper's way and against it; "
+            f"q is the Benjamini-Hochberg q-value of twice the smaller of them (the comparison deciding either "
+            f"way, `litebert.paper.stats.decision_p`) among the {len(found)} distinct comparisons: {survive['bh']} "
+            f"decisions keep q <= {2 * ALPHA:.2f}, the share of false ones expected among them at most "
+            f"{2 * ALPHA:.0%}; {survive['by']} under Benjamini-Yekutieli's adjustment, which holds however the "
+            "comparisons depend on each other (those sharing a row do). A claim's own verdict (the next table) "
+            "needs all its comparisons to reproduce it, or one at alpha / k against it (Bonferroni over its k).")
 
 
 def main() -> None:
@@ -114,8 +128,9 @@ def main() -> None:
         "| table | the paper's claim | metric | verdict | its comparisons |", "|---|---|---|---|---|",
         *[f"| {c['table']} | {c['claim']} | {c['label']} | **{c['verdict']}** | {tally(c)} |" for c in claims], "",
         "## Comparisons", "",
-        "| table | the paper's claim | metric | comparison | verdict | gap | p | q | smallest detectable gap |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| table | the paper's claim | metric | comparison | verdict | gap | p, the paper's way | p, against | "
+        "q, either way | smallest detectable gap |",
+        "|---|---|---|---|---|---|---|---|---|---|",
         *comparisons, ""])
     write_text_atomically(Path(args.docs) / "verdicts.md", text)
     print(f"wrote {Path(args.docs) / 'verdicts.md'} ({len(comparisons)} comparisons from {len(found)} grids)")

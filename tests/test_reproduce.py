@@ -886,11 +886,14 @@ def test_the_summary_page_judges_finished_grids_and_names_those_in_progress(tmp_
     assert "| Table 8 | removing dropout helps |" in page
     assert "| Table 8 (dropout_more/) (unfinished: 9 of 10 row runs) | removing dropout helps |" in page
     assert "| Table 8 (dropout_shared/) (rows shared with dropout/) | removing dropout helps |" in page
-    tested, decided = map(int, re.search(r"(\d+) comparisons were tested; (\d+) decided", page).groups())
+    tested, distinct, decided = map(int, re.search(
+        r"(\d+) comparisons were tested, (\d+) of them distinct .*?; (\d+) of the distinct decided", page).groups())
     rows = [[c.strip() for c in line.split("|")[1:-1]] for line in page.split("## Comparisons")[1].splitlines()
             if line.startswith("| Table")]
-    assert tested == sum(re.fullmatch(r"[\d.]+", row[7]) is not None for row in rows) > 0  # a measured one's q
-    assert decided == sum(row[4] in ("**reproduced**", "**contradicted**") for row in rows)
+    assert tested == sum(re.fullmatch(r"[\d.]+", row[8]) is not None for row in rows) > 0  # a measured one's q
+    # dropout_shared/ repeats dropout/'s comparisons on the same runs: one piece of evidence each, one q
+    assert distinct == len({tuple(row[3:]) for row in rows if row[8] != "-"}) < tested
+    assert decided == len({tuple(row[3:]) for row in rows if row[4] in ("**reproduced**", "**contradicted**")})
     claims = page.split("## Claims")[1].split("## Comparisons")[0]
     assert "| Table 8 (dropout_more/) (unfinished: 9 of 10 row runs) | removing dropout helps | avg |" in claims
 

@@ -222,7 +222,7 @@ def _setup(grid: Grid, results: Mapping[str, Any]) -> str:
                "fine-tuning seed(s) per checkpoint), averaged" if
                any("avg" in e.get("stats", {}) for e in results["rows"].values()) else
                "; no downstream fine-tuning in this grid (--downstream adds it)")
-            + f". Cells are percentages; with several seeds, mean ± the half-width of its {LEVEL:.0%} t interval. "
+            + f". Accuracy cells are percentages; with several seeds, mean ± the half-width of its {LEVEL:.0%} t interval. "
             f"Each comparison is tested on the seeds (one-sided Welch t-test, or TOST for 'about equal', "
             f"alpha {ALPHA}): reproduced, contradicted, or inconclusive at this power, beside the smallest gap "
             f"the grid could have detected (power {POWER}). A claim of k comparisons is reproduced when all "
