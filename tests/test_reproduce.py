@@ -28,7 +28,7 @@ from litebert.cli import main as litebert_main
 from litebert.config import AlbertConfig
 from litebert.errors import ConfigError, LitebertError
 from litebert.files import write_json
-from litebert.paper import children, stats
+from litebert.paper import budgets, children, stats
 from litebert.paper import grid as G
 from litebert.paper import reproduce as R
 from litebert.paper.experiments import DATA, EXPERIMENTS, SCALES, Claim, scale_model, split_task
@@ -78,6 +78,7 @@ def rows_in_process(monkeypatch):
     """Rows run in this process (run_verb_in_process). Starting rows as children, their logs and a child's death
     are the kill and torchrun tests' to check."""
     monkeypatch.setattr(R, "run_verb", run_verb_in_process)
+    monkeypatch.setattr(budgets, "run_verb", run_verb_in_process)  # the speed probes
 
 
 @pytest.mark.parametrize("experiment", [pytest.param(e, marks=pytest.mark.slow) if e in EIGHT_ROWS else e
@@ -115,7 +116,14 @@ def test_every_experiment_runs_end_to_end_at_the_tiny_scale(experiment, data_dir
         assert runs["L=1"]["init_from"] is None and runs["L=3"]["init_from"] == runs["L=1"]["checkpoint"]
     if experiment == "same-time":  # one wall-clock budget, measured into steps per row
         state = json.loads((tmp_path / "grid.json").read_text())
-        assert set(state["steps"]) == {"BERT-large", "ALBERT-xxlarge"} and state["seconds_per_step"]
+        assert set(state["steps"]) == {"BERT-large", "ALBERT-xxlarge"}
+        for name, probes in state["probes"].items():  # interleaved rounds, their median the speed
+            assert len(probes) == budgets.PROBE_ROUNDS and state["seconds_per_step"][name] == sorted(probes)[1]
+        assert "seconds a step, the median of 3 probes each: BERT-large" in out
+        timing = json.loads((tmp_path / "rows" / "BERT-large" / "seed12345" / "timing.json").read_text())
+        assert 0 < timing["pretrain_minutes"] < 1
+        assert re.search(r"spent in training steps .* against the budget of [\d.]+: BERT-large [\d.]+-[\d.]+, "
+                         r"ALBERT-xxlarge [\d.]+-[\d.]+\. A step, the median of each row's speed probes", report)
     if experiment == "data":
         runs = results["rows"]["with additional data"]["runs"]["12345"]
         assert set(runs["downstream"]) == {"novel_authorship", "novel_authorship@16"} and 0 <= runs["avg"] <= 1

@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from litebert.errors import LitebertError
+from litebert.paper.experiments import Row
+from litebert.paper.grid import Grid
 from litebert.training.metrics_log import METRICS_NAME, read_metrics
 
 # Tests swap the command (e.g. to inject a crash into the child) and shorten the heartbeat.
@@ -46,6 +48,12 @@ class Lane:
 
     def env(self) -> dict[str, str] | None:
         return None if self.threads is None else {**os.environ, "OMP_NUM_THREADS": str(self.threads)}
+
+    @property
+    def thread_count(self) -> int:
+        """The threads a child in this lane runs with: its share, else the user's OMP_NUM_THREADS, else every
+        core this process may use."""
+        return self.threads or int(os.environ.get("OMP_NUM_THREADS") or 0) or usable_cores()
 
 
 ALONE = Lane()
@@ -76,6 +84,17 @@ def crowding(threads: int) -> str | None:
     return (f"the machine's 1-minute load is {load:.1f} on {cores} core(s) before this grid's {threads} thread(s) "
             "start: they will wait on the other work and train slower than their timings should say; set "
             "OMP_NUM_THREADS (threads per run) and --jobs to fit the free cores, or run the grid alone")
+
+
+def lane_for(grid: Grid, parallel: int, row: Row | None = None, seed: int | None = None) -> Lane:
+    """The lane of a row run among `parallel` at once: ALONE for one run of one process; else the machine's cores
+    shared among the runs and their torchrun processes (an OMP_NUM_THREADS of the user's is kept), and with
+    several runs, the row's name on its lines."""
+    processes = parallel * grid.cfg.nproc_per_node
+    if processes == 1:
+        return ALONE
+    return Lane(f"{row.name}, seed {seed}: " if parallel > 1 and row is not None else "", shared_threads(processes))
+
 
 
 # The children alive now, so that an interrupt of the grid (while several run in threads) can stop them all.

@@ -342,4 +342,12 @@ def read_json(path: str) -> Any:
         return json.load(f)
 
 
+def prepare_row_data(grid: Grid, row: Row) -> None:
+    """The prepared pairs a row trains and is scored on, and with them the tokenizer (made once, shared by the
+    grid)."""
+    for t in grid.exp.held_out:
+        grid.data.dir("heldout", t)
+    grid.data.dir("train", row.data.get("pair_task", "sop"), row.data.get("extra", False))
+
+
 __all__ = ["ReproduceConfig", "split_corpus"]

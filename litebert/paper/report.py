@@ -274,6 +274,23 @@ def _time_spent(spent: Mapping[str, Mapping[str, Any]], finished: int) -> str:
             + "".join(f"; {g}" for g in gaps) + ".")
 
 
+def _time_kept(grid: Grid, state: Mapping[str, Any], spent: Mapping[str, Mapping[str, Any]]) -> str:
+    """For a grid that gives every row the same minutes (Table 6): the minutes each row's runs really spent in
+    training steps, and the probes its steps came from, since the claim rests on the rows' times being equal."""
+    if grid.exp.budget != "minutes":
+        return ""
+    budget = grid.cfg.budget_minutes or grid.scale.budget_minutes
+    trained = [f"{row} {min(m):.1f}-{max(m):.1f}" for row, seeds in spent.items()
+               if (m := [t["pretrain_minutes"] for t in seeds.values() if t.get("pretrain_minutes")])]
+    probes = [f"{row} {state['seconds_per_step'][row]:.3g} s ({min(p):.3g}-{max(p):.3g})"
+              for row, p in state.get("probes", {}).items()]
+    return ("**The same time, as it went.** " + (f"Minutes each row's runs spent in training steps (from their "
+            f"logged speed; evaluations and saves left out), against the budget of {budget:g}: "
+            f"{', '.join(trained)}. " if trained else "")
+            + (f"A step, the median of each row's speed probes (their range): {', '.join(probes)}." if probes
+               else "Its steps came from one speed probe a row (grids before 2026-11-27)."))
+
+
 def report(grid: Grid, results: Mapping[str, Any], state: Mapping[str, Any], plots: list[str],
            spent: Mapping[str, Mapping[str, Any]]) -> str:
     exp, scale = grid.exp, grid.scale
@@ -292,6 +309,8 @@ def report(grid: Grid, results: Mapping[str, Any], state: Mapping[str, Any], plo
     lines += [reused_text, ""] if reused else []
     if spent_text := _time_spent(spent, finished - reused):
         lines += [spent_text, ""]
+    if kept_text := _time_kept(grid, state, spent):
+        lines += [kept_text, ""]
     if results.get("chance"):
         lines += ["Chance on the held-out pairs (the majority label): "
                   + ", ".join(f"{k.split('_')[0].upper()} {100 * v:.1f}%" for k, v in results["chance"].items()), ""]

@@ -40,7 +40,8 @@ from litebert.errors import ConfigError
 from litebert.files import check_replaceable, write_json
 from litebert.model import AlbertModel
 from litebert.paper.analysis import layer_transitions, read_sentences
-from litebert.paper.children import ALONE, Lane, crowding, minutes, run_chains, run_verb, shared_threads, usable_cores
+from litebert.paper.budgets import step_budgets, training_minutes
+from litebert.paper.children import ALONE, Lane, crowding, lane_for, minutes, run_chains, run_verb
 from litebert.paper.experiments import DATA, EXPERIMENTS, SCALES, Row, Scale, scale_model, split_task
 from litebert.paper.grid import (
     Grid,
@@ -50,8 +51,8 @@ from litebert.paper.grid import (
     finetune_dir_name,
     grid_settings,
     parse_sets,
+    prepare_row_data,
     read_json,
-    slug,
 )
 from litebert.paper.recipes import (
     check_started,
@@ -103,54 +104,6 @@ def resolved_scale(name: str, sets: Mapping[str, Mapping[str, Any]]) -> Scale:
 
 # -- running rows ----------------------------------------------------------------------------------------------
 
-def lane_for(grid: Grid, parallel: int, row: Row | None = None, seed: int | None = None) -> Lane:
-    """The lane of a row run among `parallel` at once: ALONE for one run of one process; else the machine's cores
-    shared among the runs and their torchrun processes (an OMP_NUM_THREADS of the user's is kept), and with
-    several runs, the row's name on its lines."""
-    processes = parallel * grid.cfg.nproc_per_node
-    if processes == 1:
-        return ALONE
-    return Lane(f"{row.name}, seed {seed}: " if parallel > 1 and row is not None else "", shared_threads(processes))
-
-
-def seconds_per_step(grid: Grid, row: Row, probe_steps: int = 8) -> float:
-    """One training step of the row, measured: a short run of its recipe, timed from its metrics log (the
-    first two steps not counted). What a minutes budget is turned into steps with."""
-    probe = os.path.join(grid.out, "probe", slug(row.name))
-    shutil.rmtree(probe, ignore_errors=True)
-    sections = row_recipe(grid, row, grid.cfg.seed, probe_steps, grid.data.vocab_size(), probe, None)
-    sections["train"].update(max_steps=probe_steps, warmup_steps=0, log_every=1, eval_every=0, save_every=0)
-    sections["pretrain"]["eval_data"] = []
-    recipe = write_recipe(os.path.join(probe, "recipe.toml"), sections, f"# speed probe of {row.name!r}\n")
-    run_verb("pretrain", ["--config", recipe], os.path.join(probe, "log.txt"), grid.cfg.nproc_per_node,
-             lane=lane_for(grid, grid.cfg.jobs))  # the threads a row will have (then beside others)
-    tokens = sections["train"]["batch_size"] * grid.scale.data["max_seq_length"]
-    rates = [r["tokens_per_s"] for r in read_metrics(os.path.join(probe, METRICS_NAME))
-             if "tokens_per_s" in r and r["step"] > 2]
-    shutil.rmtree(probe, ignore_errors=True)
-    return tokens / (sum(rates) / len(rates))
-
-
-def step_budgets(grid: Grid, state: dict[str, Any]) -> dict[str, int]:
-    """Steps per row: the scale's (and --set train.max_steps), or from --budget-minutes and a timed probe,
-    measured once and kept in grid.json so a resumed grid trains the same steps."""
-    if "steps" in state:
-        return state["steps"]
-    minutes = grid.cfg.budget_minutes or (grid.scale.budget_minutes if grid.exp.budget == "minutes" else None)
-    if minutes is None:
-        steps = {r.name: int(grid.scale.train["max_steps"]) for r in grid.exp.rows}
-    elif grid.exp.budget == "minutes":  # each row its own steps: the same time
-        per = {r.name: seconds_per_step(grid, r) for r in grid.exp.rows}
-        state["seconds_per_step"] = per
-        steps = {name: max(1, int(minutes * 60 / s)) for name, s in per.items()}
-    else:  # the same steps for every row: what the first row does in the time
-        first = grid.exp.rows[0]
-        state["seconds_per_step"] = {first.name: seconds_per_step(grid, first)}
-        steps = {r.name: max(1, int(minutes * 60 / state["seconds_per_step"][first.name])) for r in grid.exp.rows}
-    state["steps"] = steps
-    return steps
-
-
 def run_row(grid: Grid, row: Row, seed: int, steps: int, lane: Lane = ALONE) -> dict[str, Any]:
     """Pretrain one row with one seed (its recipe, through `litebert pretrain`), score it, and write its
     result.json, the mark of a finished row. A stage whose summary.json exists is not rerun; a killed
@@ -201,14 +154,6 @@ def run_row(grid: Grid, row: Row, seed: int, steps: int, lane: Lane = ALONE) -> 
         result["avg"] = sum(v["score"] for v in result["downstream"].values()) / len(result["downstream"])
     write_json(grid.result_path(row, seed), result)
     return result
-
-
-def prepare_row_data(grid: Grid, row: Row) -> None:
-    """The prepared pairs a row trains and is scored on, and with them the tokenizer (made once, shared by the
-    grid)."""
-    for t in grid.exp.held_out:
-        grid.data.dir("heldout", t)
-    grid.data.dir("train", row.data.get("pair_task", "sop"), row.data.get("extra", False))
 
 
 def mlm_curve(run_dir: str) -> list[list[float]]:
@@ -389,7 +334,7 @@ def run_rows(grid: Grid, todo: list[tuple[Row, int]], steps: dict[str, int],
         prepare_row_data(grid, grid.row(name))
     tally = _Tally(grid, todo, steps, parallel)
     where = machine(grid.scale.train.get("device") == "cuda")
-    threads = lane_for(grid, parallel).threads or int(os.environ.get("OMP_NUM_THREADS") or 0) or usable_cores()
+    threads = lane_for(grid, parallel).thread_count
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     if todo and (warning := crowding(threads * parallel * grid.cfg.nproc_per_node)):
         print(f"{grid.exp.name}: {warning}", flush=True)
@@ -401,9 +346,11 @@ def run_rows(grid: Grid, todo: list[tuple[Row, int]], steps: dict[str, int],
         t0 = time.time()
         result = run_row(grid, row, seed, steps[row.name], lane)
         seconds = time.time() - t0
+        trained = training_minutes(os.path.join(grid.row_dir(row, seed), "pretrain"),
+                                   grid.scale.train["batch_size"] * grid.scale.data["max_seq_length"])
         write_json(os.path.join(grid.row_dir(row, seed), "timing.json"),
                    {"seconds": seconds, "machine": where, "at_once": parallel, "threads": threads,
-                    "processes": grid.cfg.nproc_per_node, "load_1min_before_grid": load})
+                    "processes": grid.cfg.nproc_per_node, "load_1min_before_grid": load, "pretrain_minutes": trained})
         tally.done(lane, seconds, result)
         after_each()
 
