@@ -447,6 +447,13 @@ def test_a_report_dir_of_another_grid_is_refused_before_anything_is_written(data
         assert message in capsys.readouterr().err
         assert not os.path.exists(argv[3])  # --out
         assert {p.name: p.read_bytes() for p in docs.iterdir()} == kept
+    own = tmp_path / "own"  # a grid whose report is in its --out: a smaller --seeds would drop runs there too
+    assert litebert_main([*argv_for(own, "dropout", data_dir), "--seeds", "2"]) == 0
+    results = (own / "results.json").read_bytes()
+    for extra in ([], ["--report-only"]):
+        assert litebert_main([*argv_for(own, "dropout", data_dir), *extra]) == 2
+        assert "holds runs of seed(s) 12346, which --seeds 1 leaves out" in capsys.readouterr().err
+        assert (own / "results.json").read_bytes() == results
 
 
 def test_a_warm_started_chain_is_restored_only_where_its_report_finished_it(tmp_path):
@@ -780,6 +787,16 @@ def test_a_suite_names_its_tasks_and_their_label_counts_or_is_refused(tmp_path, 
     (cfg, train_cfg), = seen
     assert (cfg.task, cfg.data_dir, cfg.max_train_examples, train_cfg.seed) == ("SST-2", "glue/SST-2", 670, 12345)
     assert train_cfg.out_dir.endswith("/seed12345/finetune_SST-2_670")
+
+
+def test_a_fine_tuning_that_never_evaluated_stops_the_row_rather_than_scoring_nan(tmp_path):
+    """A NaN score would average into the row and pass as an inconclusive verdict."""
+    grid = R.make_grid(R.ReproduceConfig(experiment=["data"], out=str(tmp_path), scale="tiny", downstream=True))
+    task = grid.scale.finetune["tasks"][0]
+    ft_dir = tmp_path / "row" / G.finetune_dir_name(task)
+    write_json(str(ft_dir / "summary.json"), {"primary_metric": "accuracy", "best": {}})
+    with pytest.raises(LitebertError, match=r"summary.json has no best accuracy \(the run never evaluated"):
+        R.downstream(grid, "checkpoint", str(tmp_path / "row"), 12345)
 
 
 def test_a_row_says_where_it_is_while_it_runs(tmp_path, monkeypatch, capsys):

@@ -64,7 +64,10 @@ def kept_record(grid: Grid, report_dir: str, settings: Mapping[str, Any]) -> Rec
     """The record in report_dir (None if there is none, or it is --out's own), refused if it is another grid's:
     another experiment, other settings, or seeds that --seeds leaves out (rewriting it would drop their runs)."""
     results = read_json(os.path.join(report_dir, "results.json"))
-    if results is None or same_dir(report_dir, grid.out):
+    if results is None:
+        return None
+    if same_dir(report_dir, grid.out):  # its runs are in --out itself; a smaller --seeds would still drop them
+        _check_seeds(grid, results, report_dir)
         return None
     if results.get("experiment") != grid.exp.name or not results.get("settings"):
         raise ConfigError(f"{report_dir} holds the report of another grid ({results.get('experiment')!r}, made "
@@ -76,12 +79,16 @@ def kept_record(grid: Grid, report_dir: str, settings: Mapping[str, Any]) -> Rec
     for recorded in (results["settings"], state.get("settings", {})):
         check_same_settings(recorded, settings, f"{report_dir} holds the report of a grid",
                             "choose another --report-dir")
+    _check_seeds(grid, results, report_dir)
+    return Record(report_dir, results, state, read_json(os.path.join(report_dir, "timing.json")) or {})
+
+
+def _check_seeds(grid: Grid, results: Mapping[str, Any], report_dir: str) -> None:
     left_out = sorted({int(s) for e in results["rows"].values() for s in e.get("runs", {})} - set(grid.seeds))
     if left_out:
         raise ConfigError(f"{report_dir} holds runs of seed(s) {', '.join(map(str, left_out))}, which --seeds "
                           f"{len(grid.seeds)} leaves out and this report would drop: give --seeds "
                           f"{max(left_out) - grid.cfg.seed + 1}, or choose another --report-dir")
-    return Record(report_dir, results, state, read_json(os.path.join(report_dir, "timing.json")) or {})
 
 
 def _command_of(report_md: str) -> str | None:

@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from litebert.corpus.documents import resolve_inputs
-from litebert.errors import ConfigError
+from litebert.errors import ConfigError, LitebertError
 from litebert.files import check_replaceable, write_json
 from litebert.model import AlbertModel
 from litebert.paper.analysis import layer_transitions, read_sentences
@@ -201,7 +201,10 @@ def downstream(grid: Grid, checkpoint: str, row_dir: str, seed: int, lane: Lane 
                 summary = read_json(os.path.join(ft_dir, "summary.json"))
             metric = summary["primary_metric"]
             baseline = summary.get("baseline") or {}
-            scores.append(summary["best"].get(metric, float("nan")))
+            if not isinstance(summary["best"].get(metric), (int, float)):  # a NaN would pass as "inconclusive"
+                raise LitebertError(f"{ft_dir}: its summary.json has no best {metric} (the run never evaluated "
+                                    "its dev set); delete the folder to rerun it")
+            scores.append(summary["best"][metric])
         out[task] = {"metric": metric, "score": sum(scores) / len(scores), "scores": scores,
                      "baseline": baseline.get(metric) if isinstance(baseline.get(metric), (int, float)) else None}
     return out
