@@ -678,6 +678,10 @@ def test_verdicts_are_welch_tests_with_the_smallest_detectable_gap():
     judged = judge(diff, results({"a": [0.5, 0.6, 0.55], "b": [0.1, 0.1, 0.1], "c": [0.3, 0.3, 0.3],
                                   "d": [0.2, 0.2, 0.2]}))
     assert judged["pairs"][0]["ours"] == pytest.approx([0.45, 0.1]) and judged["verdict"] == "reproduced"
+    three = Claim("a - b - c > d", (("a - b - c", "d"),), "mlm_acc")  # every term counted, none dropped
+    judged = judge(three, results({"a": [0.5, 0.6, 0.55], "b": [0.1, 0.1, 0.1], "c": [0.3, 0.3, 0.3],
+                                   "d": [0.2, 0.2, 0.2]}))
+    assert judged["pairs"][0]["ours"] == pytest.approx([0.15, 0.2])
 
 
 def test_the_spread_splits_into_pretraining_and_finetuning_seeds():

@@ -87,10 +87,10 @@ def collect(grid: Grid, state: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _side(expr: str, values: Mapping[str, Cell]) -> list[tuple[int, Cell | float]] | None:
-    """The signed terms of "A", "A - B", a number or "chance"; None if a row has no value."""
+    """The signed terms of "A", "A - B" (- C ...), a number or "chance"; None if a row has no value."""
     terms: list[tuple[int, Cell | float]] = []
-    for sign, term in zip((1, -1), expr.split(" - ")) if " - " in expr else [(1, expr)]:
-        term = term.strip()
+    for i, term in enumerate(expr.split(" - ")):
+        sign, term = (1 if i == 0 else -1), term.strip()
         if re.fullmatch(r"-?[\d.]+", term):
             terms.append((sign, float(term)))
         elif term in values:
@@ -354,7 +354,7 @@ def report(grid: Grid, results: Mapping[str, Any], state: Mapping[str, Any], plo
             lines.append(f"  - proxy, held-out MLM accuracy (not what the paper's table measures): "
                          f"**{proxy['verdict']}**")
             for pair in proxy["pairs"]:
-                lines.append(f"    - {_pair_text('mlm_acc', pair, 'order')}")
+                lines.append(f"    - {_pair_text('mlm_acc', pair, proxy['kind'])}")
     lines.append("")
     if plots:
         lines += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
