@@ -1,6 +1,7 @@
 """litebert.runtime.gemm: the fp32 GEMM backend (torch's default or oneDNN) gives the plain results, forward and backward,
 in every module that uses it; the choice can be forced, is recorded and cached atomically; --precision auto."""
 
+import dataclasses
 import json
 import os
 import time
@@ -375,6 +376,7 @@ def test_auto_precision_on_a_gpu_names_the_card_and_cublas_not_the_cpu_gemm(monk
 @pytest.mark.parametrize("has_bf16", [False, True])
 def test_training_with_precision_auto_records_the_choice(monkeypatch, tmp_path, has_bf16, capsys):
     from litebert.runconfig import load_toml
+    from litebert.training import loop
     from litebert.training.loop import train
     from litebert.training.train_config import TrainConfig
     monkeypatch.setattr(precision, "bf16_supported", lambda device="cpu": has_bf16)
@@ -399,3 +401,8 @@ def test_training_with_precision_auto_records_the_choice(monkeypatch, tmp_path, 
     else:
         assert record["chosen"] == "fp32" and "fp32_tokens_per_s" not in record
     assert f"precision auto -> {record['chosen']}" in capsys.readouterr().out
+    # a resume keeps the start's choice (measured again, a near tie could switch precision mid-run)
+    monkeypatch.setattr(loop, "_auto_precision", lambda *a: pytest.fail("measured again on resume"))
+    train(model, batch_fn, dataclasses.replace(cfg, max_steps=2, resume=True))
+    assert load_toml(tmp_path / "run" / "train_config.toml")["precision"] == record
+    assert f"precision auto -> {record['chosen']}, as chosen when this run started" in capsys.readouterr().out

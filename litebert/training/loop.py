@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from litebert.errors import ConfigError, LitebertError
+from litebert.files import write_text_atomically
 from litebert.model import compile_layers
 from litebert.progress import progress_bar
 from litebert.runconfig import dump_toml
@@ -341,14 +342,19 @@ def _start(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, env
         log.info("resumed from %s at step %d", resumed_from, state.progress.step)
     precision = cfg.precision
     if precision == "auto":
-        choice = _auto_precision(model, batch_fn, env, state.progress.step)
-        chosen = {**choice.record(), "device": device_name(env.device), "fp32_kernels": fp32_kernels(env.device),
-                  **({"gemm_backend": gemm_backend().name} if env.device.type == "cpu" else {})}
-        precision, configs = choice.precision, {**(configs or {}), "precision": chosen}
+        chosen = record.auto_precision  # a resumed run keeps what its start chose
+        if chosen is None:
+            choice = _auto_precision(model, batch_fn, env, state.progress.step)
+            chosen = {**choice.record(), "device": device_name(env.device), "fp32_kernels": fp32_kernels(env.device),
+                      **({"gemm_backend": gemm_backend().name} if env.device.type == "cpu" else {})}
+            record.auto_precision = chosen
+        elif env.is_main:
+            print(f"litebert: precision auto -> {chosen['chosen']}, as chosen when this run started", flush=True)
+        precision, configs = chosen["chosen"], {**(configs or {}), "precision": chosen}
     metrics = MetricsLog(out, writes=env.is_main)
     if env.is_main:
         out.mkdir(parents=True, exist_ok=True)
-        (out / CONFIG_NAME).write_text(dump_toml({"train": cfg, **(configs or {})}))
+        write_text_atomically(out / CONFIG_NAME, dump_toml({"train": cfg, **(configs or {})}))  # what --resume checks
     # A fresh start drops what an earlier attempt in this directory logged (its step 0 too). A resume keeps the
     # records up to its step, less an evaluation of that step its checkpoint holds no record of (a kill between
     # logging and recording it): _owed_evaluations redoes that one.

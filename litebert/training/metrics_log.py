@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from litebert.files import save_figure
+from litebert.files import save_figure, write_text_atomically
 
 METRICS_NAME, PLOT_NAME, REFERENCES_NAME = "metrics.jsonl", "metrics.png", "references.json"
 PLOT_INTERVAL_S = 30.0  # between drawings of metrics.png at saves (evaluations and the last step always draw)
@@ -52,7 +52,7 @@ class MetricsLog:
         if self.writes:
             records = [r for r in read_metrics(self.path)
                        if r["step"] < step or (r["step"] == step and (evaluated or not is_evaluation(r)))]
-            self.path.write_text("".join(json.dumps(r) + "\n" for r in records))
+            write_text_atomically(self.path, "".join(json.dumps(r) + "\n" for r in records))  # a kill keeps it
             # TensorBoard purges whole steps: one redone evaluation purges its step, whose kept records return.
             self._purge_step = step + 1 if evaluated else step
             self._replay = [] if evaluated else [r for r in records if r["step"] == step]

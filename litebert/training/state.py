@@ -118,12 +118,17 @@ class RunRecord:
         self.identity = _plain(dict(identity))
         self.runtime = _plain(dict(runtime or {}))
         self.start_eval: dict[str, float] = {}
+        # --precision auto's choice, made once when the run starts and kept by its checkpoints: a resume that
+        # measured again could switch precision mid-run (the two are often within the timings' noise)
+        self.auto_precision: dict[str, Any] | None = None
 
     def state_dict(self) -> dict[str, Any]:
-        return {"identity": self.identity, "start_eval": self.start_eval, "runtime": self.runtime}
+        return {"identity": self.identity, "start_eval": self.start_eval, "runtime": self.runtime,
+                **({"auto_precision": _plain(self.auto_precision)} if self.auto_precision else {})}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.start_eval = dict(state.get("start_eval") or {})
+        self.auto_precision = state.get("auto_precision")
 
     def mismatch(self, saved: Mapping[str, Any]) -> str | None:
         """How the checkpoint's identity differs from this run's, naming each part, or None. Parts that either
