@@ -17,6 +17,7 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,6 +116,8 @@ def check_out_dir(cfg: FinetuneConfig, train_cfg: TrainConfig) -> None:
     if earlier and not train_cfg.resume and not cfg.overwrite:
         raise ConfigError(f"{out} holds an earlier run's {' and '.join(earlier)}: pass --resume to continue it, "
                           "--overwrite to replace it, or choose another --out-dir")
+    if earlier and cfg.overwrite and not train_cfg.resume and is_main_process():
+        _remove_earlier_run(out)
     sweep.refuse_changed_resume(cfg, train_cfg, "finetune")
     if train_cfg.resume and "best" in earlier and not list_checkpoints(out) and not cfg.overwrite:
         # Nothing to resume: a new run would start here and take the old best/ (and its score) as its own.
@@ -122,6 +125,17 @@ def check_out_dir(cfg: FinetuneConfig, train_cfg: TrainConfig) -> None:
             raise ConfigError(f"{out} holds a best/ but no checkpoint or train_config.toml to resume: it is not "
                               "a run this --resume can continue; use --overwrite to replace it, or another --out-dir")
         sweep.refuse_other_settings(out, cfg, train_cfg, "a best/")
+
+
+def _remove_earlier_run(out: str) -> None:
+    """--overwrite's replacement, done before the new run starts rather than at its first evaluation: left in
+    place until then, the earlier best/ (and its score) would pass as the new run's to a --resume of it killed
+    before that evaluation. The score goes first (one unlink), so a kill midway leaves nothing to inherit."""
+    best = os.path.join(out, "best")
+    for path in (os.path.join(best, BEST_SCORE_NAME), os.path.join(out, "summary.json")):
+        if os.path.isfile(path):
+            os.remove(path)
+    shutil.rmtree(best, ignore_errors=True)
 
 
 def read_summary(out_dir: str) -> dict[str, Any]:

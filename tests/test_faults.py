@@ -368,6 +368,11 @@ def test_finetune_without_resume_refuses_a_directory_holding_an_earlier_best(fin
     assert tree(only_best) == before
     cfg, train_cfg = finetune_configs(model_dir, data, only_best, max_steps=2, eval_every=0, save_every=0)
     cfg.overwrite = True
+    # --overwrite replaces the earlier run before the new one starts: kept until the new run's first evaluation,
+    # its best/ and score would pass as the new run's to a --resume of it killed before then
+    from litebert.finetune import check_out_dir
+    check_out_dir(cfg, train_cfg)
+    assert not (only_best / "best").exists()
     assert finetune(cfg, train_cfg)["steps"] == 2
 
 
