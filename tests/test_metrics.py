@@ -248,6 +248,24 @@ def test_squad_v1_matches_official_script():
     assert ours["exact"] == pytest.approx(ref["exact_match"]) and ours["f1"] == pytest.approx(ref["f1"])
 
 
+@pytest.mark.parametrize("scores", [
+    {"a": -2.0, "n1": -1.0, "n2": -3.0, "n3": -0.5},  # abstaining on all is best: no threshold of 0.0 does it
+    {"a": 1.0, "n1": 1.0, "n2": 1.0, "n3": 3.0},  # the sweep peaks inside the tie at 1.0 (a first, then n1, n2)
+])
+def test_the_tuned_no_answer_threshold_gives_back_a_best_score(scores):
+    """No-answer scores here are logit differences (negative too) and may tie: the threshold returned, applied
+    as the scores are ("no answer" above it), scores the best that any threshold reaches (the official sweep's,
+    where no tie splits it)."""
+    gold = {"a": ["red"], "n1": [], "n2": [], "n3": []}
+    predictions = {"a": "red", "n1": "x", "n2": "y", "n3": "z"}  # every question answered, only a rightly
+    out = M.squad_scores(gold, predictions, scores)
+    applied = M.squad_scores(gold, predictions, scores, out["best_f1_thresh"])["f1"]
+    reachable = max(M.squad_scores(gold, predictions, scores, t)["f1"]
+                    for t in [min(scores.values()) - 1, *scores.values()])
+    assert applied == reachable
+    assert applied == 75.0 and out["best_f1"] >= applied  # a peak inside a tie (100 here) is not reachable
+
+
 def test_squad_missing_prediction_scores_zero():
     out = M.squad_scores({"a": ["x"], "b": ["y"]}, {"a": "x"})
     assert out["exact"] == 50.0 and out["total"] == 2

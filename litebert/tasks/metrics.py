@@ -279,15 +279,21 @@ def _best_thresh(raw: Mapping[str, float], predictions: Mapping[str, str], probs
     """Sweep the threshold upward through the questions sorted by no-answer score (the official find_best_thresh).
 
     Start from "everything is no-answer" (score = number of unanswerable questions); letting question q answer
-    gains its raw score if it has an answer, and loses 1 if it has none but a non-empty prediction.
-    """
+    gains its raw score if it has an answer, and loses 1 if it has none but a non-empty prediction. The best
+    score is the official one; the threshold returned is one that gives it back when applied ("no answer" where
+    the score is above it): the official sweep can peak inside a group of tied scores, which no threshold
+    splits, and reports 0.0 for "abstain on all", which answers every question scoring at most 0 where these
+    scores are logit differences, not probabilities. So it cuts only after a tied group, and below every score
+    for "abstain on all"."""
     score = best = sum(not has_ans[q] for q in raw)
-    best_thresh = 0.0
-    for qid in sorted(probs, key=lambda q: probs[q]):
+    order = sorted(probs, key=lambda q: probs[q])
+    best_cut, best_thresh = score, (probs[order[0]] - 1.0 if order else 0.0)
+    for i, qid in enumerate(order):
         if has_ans[qid]:
             score += raw[qid]
         elif predictions.get(qid):
             score -= 1
-        if score > best:
-            best, best_thresh = score, probs[qid]
+        best = max(best, score)
+        if score > best_cut and (i + 1 == len(order) or probs[order[i + 1]] > probs[qid]):  # a group's end
+            best_cut, best_thresh = score, probs[qid]
     return 100.0 * best / len(raw), best_thresh
