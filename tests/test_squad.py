@@ -45,6 +45,30 @@ def test_read_v20_and_flat_jsonl():
     assert flat[0].answers == [S.Answer("Warsaw", 0)] and flat[1].is_impossible
 
 
+def test_a_question_without_answers_is_unlabelled_not_unanswerable(tmp_path):
+    """A test file may carry no answers: such questions are not scored as unanswerable (no made-up EM/F1, no
+    threshold tuned against empty golds) and cannot train; answers with empty lists, or is_impossible, still
+    mean unanswerable."""
+    flat = tmp_path / "test.jsonl"
+    flat.write_text("".join(json.dumps({"id": f"t{i}", "context": "Warsaw is the capital of Poland.",
+                                        "question": "What is the capital?"}) + "\n" for i in range(3)))
+    nested = tmp_path / "test.json"
+    nested.write_text(json.dumps({"data": [{"title": "t", "paragraphs": [{"context": "Warsaw is in Poland.", "qas": [
+        {"id": "a", "question": "q"}, {"id": "b", "question": "q", "is_impossible": True}]}]}]}))
+    assert [e.answers for e in S.read_squad(nested)] == [None, []]
+    examples = S.read_squad(flat)
+    assert all(e.answers is None and not e.is_impossible for e in examples)
+    tok = FakeTokenizer(piece=10)
+    settings = feature_settings(FinetuneConfig(), TASKS["squad-v2.0"], 16)
+    feats = S.featurize_squad(examples, tok, max_length=16, doc_stride=4, max_query_length=8)
+    outputs = [np.stack(logits_for(feats[i:i + 1], {}, null=1.0)[0:2])[:, 0] for i in range(len(feats))]
+    metrics, predictions, tuned = QA.score(TASKS["squad-v2.0"], examples, feats, outputs, None, settings)
+    assert metrics == {} and tuned == {} and len(predictions) == 3
+    assert QA.baseline(TASKS["squad-v2.0"], examples, examples) == {}
+    with pytest.raises(DataError, match=r"3 of 3 training questions have no answers \(first: id 't0'\)"):
+        QA.check_learnable(TASKS["squad-v2.0"], examples, None, str(flat))
+
+
 def test_gzipped_squad_files_read_like_the_plain_ones(tmp_path):
     for name in ("dev-v2.0.json", "flat.jsonl"):
         with gzip.open(tmp_path / f"{name}.gz", "wb") as f:

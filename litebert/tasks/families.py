@@ -318,6 +318,14 @@ class ExtractiveQA(Family):
 
     kind, head = "qa", AlbertForQuestionAnswering
 
+    def check_learnable(self, task, examples, labels, where):
+        """Unlabelled questions (no answers field) would train as unanswerable ones: refused."""
+        unlabelled = [ex.id for ex in examples if ex.answers is None]
+        if unlabelled:
+            raise DataError(f"{where}: {len(unlabelled)} of {len(examples)} training questions have no answers "
+                            f"(first: id {unlabelled[0]!r}); an unanswerable one lists \"answers\": [] (or "
+                            "is_impossible: true), an unlabelled one cannot train a QA head")
+
     def primary_metric(self, task):
         return "f1"
 
@@ -332,11 +340,11 @@ class ExtractiveQA(Family):
         decoded = decode_squad(examples, features, [s[0] for s in scores], [s[1] for s in scores],
                                max_answer_length=settings.max_answer_length)
         labelled = bool(examples) and all(ex.answers is not None for ex in examples)
-        has_null = any(not ex.answers for ex in examples)
+        has_null = labelled and any(ex.is_impossible for ex in examples)
         threshold, tuned = None, {}
         if calibration and calibration.get("null_threshold") is not None:
             threshold = float(calibration["null_threshold"])
-        elif has_null and labelled:
+        elif has_null:
             threshold = evaluate_squad(examples, decoded, None)["best_f1_thresh"]
             tuned = {"null_threshold": threshold}
         metrics = evaluate_squad(examples, decoded, threshold) if labelled else {}
@@ -345,10 +353,12 @@ class ExtractiveQA(Family):
 
     def baseline(self, task, train_examples, eval_examples):
         """The passage word rarest in the training passages, or, where questions may have none (v2.0), no
-        answer at all: whichever scores higher."""
+        answer at all: whichever scores higher; none for unlabelled questions."""
+        if any(ex.answers is None for ex in eval_examples):
+            return {}
         gold = {ex.id: [a.text for a in ex.answers] for ex in eval_examples}
         rules = {"rarest passage word": rarest_word_answers(train_examples, eval_examples)}
-        if any(not ex.answers for ex in eval_examples):
+        if any(ex.is_impossible for ex in eval_examples):
             rules["no answer"] = {ex.id: "" for ex in eval_examples}
         scores = {method: M.squad_scores(gold, answers) for method, answers in rules.items()}
         method = max(scores, key=lambda m: scores[m]["f1"])

@@ -41,12 +41,14 @@ class QAExample:
     id: str
     question: str
     context: str
-    answers: list[Answer]  # [] = unanswerable (v2.0); dev/test sets list several gold answers
+    # [] = unanswerable (v2.0); dev/test sets list several gold answers; None = unlabelled (the record has no
+    # answers at all, as a test file may not): not to be scored, or trained, as "unanswerable"
+    answers: list[Answer] | None
     title: str = ""
 
     @property
     def is_impossible(self) -> bool:
-        return not self.answers
+        return self.answers == []
 
     @property
     def texts(self) -> list[str]:
@@ -71,9 +73,12 @@ def read_squad(path: os.PathLike | str, errors: str = "raise") -> Examples:
 
 def _qa_example(ident, question, context, texts, starts, title: str, seen: set[str]) -> QAExample:
     """One checked QAExample, shared by both layouts so they agree on what a valid record is: each answer must
-    be the context's text at its offset, and an id already in `seen` is a duplicate (the id is then added)."""
+    be the context's text at its offset (texts and starts None: an unlabelled question), and an id already in
+    `seen` is a duplicate (the id is then added)."""
     if not isinstance(question, str) or not isinstance(context, str):
         raise BadRecord("question and context must be strings")
+    if texts is None and starts is None:  # unlabelled
+        return _checked_id(QAExample(str(ident), question, context, None, title), seen)
     if not isinstance(texts, list) or not isinstance(starts, list) or len(texts) != len(starts):
         raise BadRecord(f"answers need equally long text and answer_start lists, got {texts!r} / {starts!r}")
     answers = []
@@ -84,21 +89,27 @@ def _qa_example(ident, question, context, texts, starts, title: str, seen: set[s
         if found != text:
             raise BadRecord(f"answer {text!r} does not match the context at {start} ({found!r})")
         answers.append(Answer(text, start))
-    ident = str(ident)
-    if ident in seen:
-        raise BadRecord(f"duplicate id {ident!r}")
-    seen.add(ident)
-    return QAExample(ident, question, context, answers, title)
+    return _checked_id(QAExample(str(ident), question, context, answers, title), seen)
+
+
+def _checked_id(example: QAExample, seen: set[str]) -> QAExample:
+    if example.id in seen:
+        raise BadRecord(f"duplicate id {example.id!r}")
+    seen.add(example.id)
+    return example
 
 
 def _parse_flat(line: str, seen: set[str]) -> QAExample:
-    """One JSON Lines record in the HF datasets layout; a missing answers field means unanswerable."""
+    """One JSON Lines record in the HF datasets layout; answers with empty lists mean unanswerable, no answers
+    field (or null) an unlabelled question."""
     r = json_record(line)
-    answers = r.get("answers") or {"text": [], "answer_start": []}
-    if not isinstance(answers, dict):
+    answers = r.get("answers")
+    if answers is not None and not isinstance(answers, dict):
         raise BadRecord("answers should be {text: [...], answer_start: [...]}")
     if "id" not in r or "question" not in r or "context" not in r:
         raise BadRecord("a record needs id, question and context")
+    if answers is None:
+        return _qa_example(r["id"], r["question"], r["context"], None, None, "", seen)
     return _qa_example(r["id"], r["question"], r["context"], answers.get("text"), answers.get("answer_start"), "",
                        seen)
 
@@ -139,13 +150,15 @@ def _nested_questions(path: Path, data):
 
 def _parse_nested(raw, seen: set[str]) -> QAExample:
     """One question of the nested layout (or the structural BadRecord `_nested_questions` put in its place);
-    is_impossible wins over any answers listed."""
+    is_impossible wins over any answers listed, and a question with neither is unlabelled."""
     if isinstance(raw, BadRecord):
         raise raw
     title, paragraph, qa = raw
     if not isinstance(qa, dict) or "id" not in qa or "question" not in qa:
         raise BadRecord("a question needs id and question")
-    answers = [] if qa.get("is_impossible") else qa.get("answers", [])
+    answers = [] if qa.get("is_impossible") else qa.get("answers")
+    if answers is None:
+        return _qa_example(qa["id"], qa["question"], paragraph.get("context"), None, None, title, seen)
     if not isinstance(answers, list) or not all(isinstance(a, dict) for a in answers):
         raise BadRecord("answers should be a list of {text, answer_start}")
     return _qa_example(qa["id"], qa["question"], paragraph.get("context"), [a.get("text") for a in answers],
