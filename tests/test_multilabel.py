@@ -112,6 +112,8 @@ def test_checkpoint_is_a_transformers_multi_label_classifier(tmp_path):
     theirs = transformers.AlbertForSequenceClassification.from_pretrained(tmp_path).eval()
     assert theirs.config.problem_type == "multi_label_classification"
     assert family_for_config(AlbertConfig.load(tmp_path)) is FAMILY
+    one_tag = config.replace(**FAMILY.config_overrides(["a"]), architectures=["AlbertForSequenceClassification"])
+    assert family_for_config(one_tag) is FAMILY  # one label, still multi-label (not regression)
     ids = torch.randint(5, 100, (3, 12))
     target = torch.tensor([[1.0, 0.0, 1.0], [0.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
     with torch.no_grad():

@@ -468,10 +468,10 @@ def family_for_config(config: AlbertConfig) -> Family:
     """The family a fine-tuned checkpoint was trained as, from its config.json (architectures, problem_type)."""
     head = (config.architectures or [""])[0]
     if head == AlbertForSequenceClassification.__name__:
+        if config.problem_type == "multi_label_classification":  # before num_labels: one tag may be all it has
+            return FAMILIES["multi_label"]
         if config.problem_type == "regression" or config.num_labels == 1:
             return FAMILIES["regression"]
-        if config.problem_type == "multi_label_classification":
-            return FAMILIES["multi_label"]
         return FAMILIES["classification"]
     for family in FAMILIES.values():
         if family.head.__name__ == head:
