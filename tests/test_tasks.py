@@ -228,6 +228,20 @@ def test_featurize_tags_labels_first_subtoken_only():
     assert FT.word_predictions(short.word_ids, [0, 1, 0, 0, 0, 0], 4, labels) == ["B-LOC", "O", "O", "O"]
 
 
+def test_scoring_tags_says_how_many_words_max_length_cut_off(caplog):
+    """Words past --max-length are predicted O and scored against their gold tags: said in a warning, counted."""
+    from litebert.tasks.families import FAMILIES, FeatureSettings
+    tok, labels = FakeTokenizer(piece=3), ["O", "B-LOC", "I-LOC"]
+    example = T.TagExample("s", ["Washington", "is", "in", "USA"], ["B-LOC", "O", "O", "B-LOC"])
+    short, = FT.featurize_tags([example], tok, 6, labels)
+    scores = [torch.nn.functional.one_hot(torch.tensor([0, 1, 0, 0, 0, 0]), 3).float().numpy()]
+    tagging = FAMILIES["tagging"]
+    with caplog.at_level("WARNING"):
+        scored = tagging.score(T.TASKS["conll2003"], [example], [short], scores, labels, FeatureSettings(max_length=6))
+    assert scored.predictions == [["B-LOC", "O", "O", "O"]]
+    assert "3 of 4 words (in 1 of 1 sentences) lie past --max-length 6" in caplog.text
+
+
 def test_collate_pads_and_types():
     tok = FakeTokenizer()
     feats = FT.featurize_classification([T.TextExample("0", "a b c", None, "1"), T.TextExample("1", "d", None, "0")],

@@ -20,6 +20,7 @@ multi-label per-label thresholds). `score` returns what it tuned; fine-tuning sa
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 from dataclasses import dataclass
@@ -57,6 +58,8 @@ from litebert.tasks.squad import (
     featurize_squad,
     rarest_word_answers,
 )
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -421,6 +424,13 @@ class TokenTagging(Family):
         preds = [word_predictions(f.word_ids, s.argmax(-1), len(ex.words), labels)
                  for ex, f, s in zip(examples, features, scores)]
         gold = [ex.tags for ex in examples]
+        cut = [len(ex.words) - 1 - max((w for w in f.word_ids if w is not None), default=-1)
+               for ex, f in zip(examples, features)]
+        if sum(cut):  # predicted "O" for want of tokens, not by the model: say so rather than score it silently
+            log.warning("%d of %d words (in %d of %d sentences) lie past --max-length %d: predicted O, and scored "
+                        "so against their gold tags; raise --max-length to tag them", sum(cut),
+                        sum(len(ex.words) for ex in examples), sum(c > 0 for c in cut), len(examples),
+                        settings.max_length)
         return Scored(M.entity_f1(gold, preds) if _labelled(gold) else {}, preds, {})
 
     def baseline(self, task, train_examples, eval_examples):
