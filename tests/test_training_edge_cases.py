@@ -109,9 +109,11 @@ def test_the_last_step_is_saved_before_its_evaluation_can_fail(tmp_path):
     def evaluate(model):
         raise RuntimeError("evaluation broke")
 
+    model = make_toy()
     with pytest.raises(RuntimeError, match="evaluation broke"):
-        train(make_toy(), toy_batches(8, 8), toy_config(tmp_path, max_steps=3), evaluate)
+        train(model, toy_batches(8, 8), toy_config(tmp_path, max_steps=3), evaluate)
     assert ckpt.latest_checkpoint(tmp_path / "run").name == "step_3"
+    assert model.training  # not left in eval mode for a caller that goes on with it
 
 
 @pytest.mark.parametrize("make", [lambda: F.FinetuneConfig(eval_batch_size=0),

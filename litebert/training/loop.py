@@ -234,9 +234,11 @@ def _evaluate(run: Run, evaluate: Evaluate, step: int, checkpoint: Path | None =
     result: dict[str, float] = {}
     if run.env.is_main:
         run.model.eval()
-        with preserved_rng(), torch.no_grad(), run.autocast():
-            result = {k: float(v) for k, v in evaluate(run.model).items()}
-        run.model.train()
+        try:
+            with preserved_rng(), torch.no_grad(), run.autocast():
+                result = {k: float(v) for k, v in evaluate(run.model).items()}
+        finally:  # a caller that catches a failed evaluation keeps a model in training mode
+            run.model.train()
         run.metrics.write({"step": step, **{k if k.startswith("eval_") else f"eval_{k}": v
                                             for k, v in result.items()}})
         if checkpoint is not None:
