@@ -378,7 +378,10 @@ class ExtractiveQA(Family):
 
     def answers(self, examples, features, scores, labels, settings, calibration=None):
         """The best span of each context (every valid span scored); no answer ("") where a calibrated v2.0
-        null threshold says so. Offsets follow fast tokenizers: a bare "▁" covers its word's first character."""
+        null threshold says so. Offsets follow fast tokenizers: a bare "▁" covers its word's first character.
+        The threshold was tuned on dev with the scoring decoder (`score`: the top-20 starts and ends, the task's
+        span cap), which can pick another best span than this one: its abstention rate here may differ a little
+        from the rate on dev."""
         features = [dataclasses.replace(f, offsets=[o if o is None else covering(o, examples[f.example_index].context)
                                                     for o in f.offsets]) for f in features]
         decoded = decode_squad(examples, features, [s[0] for s in scores], [s[1] for s in scores],
