@@ -40,7 +40,8 @@ from litebert.files import atomic_open, write_dir_atomically, write_json
 from litebert.finetune import FinetuneConfig
 from litebert.runconfig import parse_verb, verb_parser
 from litebert.tasks.ensembles import ENSEMBLE_FILE, average_scores, is_ensemble, read_ensemble
-from litebert.tasks.families import Family, family_for_config, read_calibration
+from litebert.tasks.families import Family
+from litebert.tasks.fine_tuned import family_for_config, read_calibration
 from litebert.tasks.inference import check_finite_scores, model_scores
 from litebert.tasks.loading import Split, read_task_split
 from litebert.tokenizer import Tokenizer

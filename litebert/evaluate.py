@@ -23,7 +23,8 @@ from litebert.runtime.device import check_device
 from litebert.runtime.precision import INFERENCE_PRECISIONS
 from litebert.serving.inputs import OutputWriter, input_format, output_format, read_inputs, split_hint
 from litebert.serving.pipeline import pipeline
-from litebert.tasks.families import family_for_config, family_of
+from litebert.tasks.families import family_of
+from litebert.tasks.fine_tuned import family_for_config
 from litebert.tasks.loading import TaskConfig, evaluate_checkpoint
 from litebert.tasks.records import open_text
 from litebert.weights import resolve_model_dir

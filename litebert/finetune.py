@@ -29,8 +29,9 @@ from litebert.errors import CheckpointError, ConfigError, DataError
 from litebert.files import read_json_object, restore_replaced, write_dir_atomically, write_json
 from litebert.model import encoder_of
 from litebert.runconfig import parse_verb, verb_parser
-from litebert.tasks.families import CALIBRATION_FILE, Family, FeatureSettings, Scored, family_of
+from litebert.tasks.families import Family, FeatureSettings, Scored, family_of
 from litebert.tasks.features import collate
+from litebert.tasks.fine_tuned import CALIBRATION_FILE
 from litebert.tasks.inference import model_scores
 from litebert.tasks.loading import (
     RECIPES,

@@ -12,8 +12,9 @@ from litebert.cli import main as litebert_main
 from litebert.config import AlbertConfig
 from litebert.heads import AlbertForSequenceClassification
 from litebert.tasks import metrics as M
-from litebert.tasks.families import FAMILIES, FeatureSettings, family_for_config
+from litebert.tasks.families import FAMILIES, FeatureSettings
 from litebert.tasks.features import collate
+from litebert.tasks.fine_tuned import family_for_config
 
 BUNDLED = Path(T.__file__).parents[1] / "data" / "novel_characters"
 FAMILY = FAMILIES["multi_label"]

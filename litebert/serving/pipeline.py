@@ -73,7 +73,8 @@ from litebert.serving.presenters import (
     present_vector,
 )
 from litebert.tasks.ensembles import average_scores, check_members, is_ensemble, read_ensemble
-from litebert.tasks.families import Family, FeatureSettings, family_for_config, read_calibration
+from litebert.tasks.families import Family, FeatureSettings
+from litebert.tasks.fine_tuned import family_for_config, read_calibration
 from litebert.tasks.inference import batched_scores, check_finite_scores
 from litebert.tasks.untrained import Encoder, MaskedLanguageModel
 from litebert.tokenizer import Tokenizer

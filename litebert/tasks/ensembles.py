@@ -14,7 +14,8 @@ import numpy as np
 from litebert.config import AlbertConfig
 from litebert.errors import CheckpointError, ConfigError
 from litebert.files import read_json_object
-from litebert.tasks.families import Family, family_for_config
+from litebert.tasks.families import Family
+from litebert.tasks.fine_tuned import family_for_config
 from litebert.text.transformers_files import SPIECE_FILE
 
 ENSEMBLE_FILE = "ensemble.json"  # what `litebert ensemble --out DIR` writes: members, weights, calibration

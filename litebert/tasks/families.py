@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import re
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Sequence
@@ -30,9 +29,7 @@ import numpy as np
 import torch
 
 import litebert.tasks.metrics as M  # not "from litebert.tasks import": that names the package, a cycle
-from litebert.config import AlbertConfig
-from litebert.errors import CheckpointError, ConfigError, DataError
-from litebert.files import read_json_object
+from litebert.errors import ConfigError, DataError
 from litebert.heads import (
     AlbertForMultipleChoice,
     AlbertForQuestionAnswering,
@@ -459,35 +456,8 @@ FAMILIES: dict[str, Family] = {f.kind: f for f in (SequenceClassification(), Reg
                                                    TokenTagging())}
 
 
-CALIBRATION_FILE = "calibration.json"  # beside a fine-tuned checkpoint: what its family tuned on dev
-
-
-def read_calibration(directory: str) -> dict[str, Any] | None:
-    """What the family calibrated on dev when the checkpoint was fine-tuned (thresholds), or None."""
-    path = os.path.join(directory, CALIBRATION_FILE)
-    if not os.path.isfile(path):
-        return None
-    return read_json_object(path, CheckpointError)  # a damaged file is named, not a JSONDecodeError
-
-
 def family_of(task) -> Family:
     """The family of a registered or custom Task (its `kind`)."""
     if task.kind not in FAMILIES:
         raise ConfigError(f"task {task.name}: unknown kind {task.kind!r} (known: {', '.join(FAMILIES)})")
     return FAMILIES[task.kind]
-
-
-def family_for_config(config: AlbertConfig) -> Family:
-    """The family a fine-tuned checkpoint was trained as, from its config.json (architectures, problem_type)."""
-    head = (config.architectures or [""])[0]
-    if head == AlbertForSequenceClassification.__name__:
-        if config.problem_type == "multi_label_classification":  # before num_labels: one tag may be all it has
-            return FAMILIES["multi_label"]
-        if config.problem_type == "regression" or config.num_labels == 1:
-            return FAMILIES["regression"]
-        return FAMILIES["classification"]
-    for family in FAMILIES.values():
-        if family.head.__name__ == head:
-            return family
-    raise ConfigError(f"a {head or 'headless'} checkpoint is not fine-tuned for any task family; heads litebert "
-                      f"fine-tunes: {', '.join(sorted({f.head.__name__ for f in FAMILIES.values()}))}")

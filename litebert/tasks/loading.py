@@ -18,7 +18,8 @@ from litebert.errors import CheckpointError, ConfigError
 from litebert.files import read_json_object
 from litebert.runtime.device import resolve_device
 from litebert.tasks.ensembles import check_members
-from litebert.tasks.families import Family, FeatureSettings, Scored, family_of, read_calibration
+from litebert.tasks.families import Family, FeatureSettings, Scored, family_of
+from litebert.tasks.fine_tuned import read_calibration
 from litebert.tasks.inference import check_finite_scores, model_scores
 from litebert.tasks.records import Examples
 from litebert.tasks.registry import TASKS, Task, read_task
