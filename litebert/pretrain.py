@@ -42,7 +42,7 @@ from litebert.training.loop import train
 from litebert.training.metrics_log import REFERENCES_NAME
 from litebert.training.train_config import TrainConfig
 
-# Independent masking streams (make_batch's `rank` slot): training, the held-out set (fixed for the whole run,
+# Independent masking streams (make_batch's `stream`): training, the held-out set (fixed for the whole run,
 # so evaluations compare like with like) and the sample the baselines are estimated from.
 TRAIN_STREAM, EVAL_STREAM, BASELINE_STREAM = 0, 1, 2
 
@@ -166,7 +166,7 @@ class Batches:
                           max_predictions_per_seq=args["max_predictions_per_seq"], max_ngram=args["max_ngram"])
 
     def __call__(self, indices: list[int], position: int, stream: int = TRAIN_STREAM) -> dict[str, torch.Tensor]:
-        batch = make_batch(self.dataset, indices, seed=self.seed, rank=stream, step=position, **self.knobs)
+        batch = make_batch(self.dataset, indices, seed=self.seed, stream=stream, position=position, **self.knobs)
         if self.task is None:
             del batch["sentence_order_label"]
         return batch

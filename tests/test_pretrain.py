@@ -79,7 +79,7 @@ def test_bad_inputs_fail_with_one_line(prepared, tmp_path, capsys):
 def one_batch(prepared, n=8):
     data = PretrainDataset(str(prepared / "data"))
     meta = data.meta
-    return make_batch(data, list(range(n)), seed=0, rank=0, step=0, vocab_size=meta["vocab_size"],
+    return make_batch(data, list(range(n)), seed=0, stream=0, position=0, vocab_size=meta["vocab_size"],
                       mask_id=meta["special_ids"]["mask"], max_seq_length=32)
 
 

@@ -177,14 +177,20 @@ def test_dataset_and_batches(data_dir, tok_dir):
     assert (ids == tok.sep_id).sum() == 2 and item["sentence_order_label"] in (0, 1)
     first_b = int(np.argmax(item["token_type_ids"]))
     assert ids[first_b - 1] == tok.sep_id
-    batch = make_batch(ds, [0, 5, 7], seed=1, rank=0, step=3, vocab_size=tok.vocab_size, mask_id=tok.mask_id,
+    batch = make_batch(ds, [0, 5, 7], seed=1, stream=0, position=3, vocab_size=tok.vocab_size, mask_id=tok.mask_id,
                        max_seq_length=64)
-    again = make_batch(ds, [0, 5, 7], seed=1, rank=0, step=3, vocab_size=tok.vocab_size, mask_id=tok.mask_id,
+    again = make_batch(ds, [0, 5, 7], seed=1, stream=0, position=3, vocab_size=tok.vocab_size, mask_id=tok.mask_id,
                        max_seq_length=64)
-    other = make_batch(ds, [0, 5, 7], seed=1, rank=0, step=4, vocab_size=tok.vocab_size, mask_id=tok.mask_id,
+    other = make_batch(ds, [0, 5, 7], seed=1, stream=0, position=4, vocab_size=tok.vocab_size, mask_id=tok.mask_id,
                        max_seq_length=64)
     assert all((batch[k] == again[k]).all() for k in batch)
     assert not (batch["input_ids"] == other["input_ids"]).all()
+    # an example's masks are its position's, whatever micro-batch holds it (world size, accumulation)
+    tail = make_batch(ds, [5, 7], seed=1, stream=0, position=4, vocab_size=tok.vocab_size, mask_id=tok.mask_id,
+                      max_seq_length=64)
+    width = tail["input_ids"].shape[1]
+    for key in ("input_ids", "labels"):
+        assert (batch[key][1:, :width] == tail[key]).all()
     assert batch["input_ids"].shape[1] == max(len(ds[i]["input_ids"]) for i in (0, 5, 7))
     assert ((batch["labels"] != -100).sum(1) >= 1).all()
     assert (batch["input_ids"][batch["attention_mask"] == 0] == tok.pad_id).all()

@@ -103,7 +103,7 @@ def stale_results(grid: Grid, rows: list[Row], steps: dict[str, int]) -> list[st
 
 
 # Raised when what a run measures, or how, changes in a way the recipe does not show: older runs then match no row.
-IDENTITY_FORMAT = 1
+IDENTITY_FORMAT = 2  # 2 (2026-11-27): each example's masks drawn from its own position, not its micro-batch's
 
 
 def write_recipe(path: str, sections: Mapping[str, Any], header: str) -> str:
