@@ -515,8 +515,8 @@ def test_a_run_started_or_finished_under_other_settings_is_not_continued_or_kept
         check_started(after, row, 12345, 2)
     write_json(after.result_path(row, 12345), {"row": "SOP", "identity": R.row_identity(before, row, 2)})
     monkeypatch.setattr(G.GridData, "check", lambda self, extra: None)
-    with pytest.raises(ConfigError, match=r"finished runs made with other settings than this grid's now: SOP "
-                                          r"\(seed 12345\)"):
+    with pytest.raises(ConfigError, match=r"1 finished run\(s\) were made with other settings than this grid's now "
+                                          r"\(SOP \(seed 12345\)\)"):
         R.run_grid(after)
 
 

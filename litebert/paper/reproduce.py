@@ -242,9 +242,11 @@ def run_grid(grid: Grid, command: str | None = None) -> dict[str, Any]:
         steps = step_budgets(grid, state)
         write_json(state_path, state)
         if stale := stale_results(grid, selected, steps):
-            raise ConfigError(f"finished runs made with other settings than this grid's now: {', '.join(stale)} "
-                              "(a recipe, the data or the fine-tuning changed since); rerun them with --rows, or "
-                              "use another --out")
+            shown = ", ".join(stale[:4]) + (f" and {len(stale) - 4} more" if len(stale) > 4 else "")
+            raise ConfigError(f"{len(stale)} finished run(s) were made with other settings than this grid's now "
+                              f"({shown}): a recipe, the data or the fine-tuning changed since, or how litebert "
+                              "trains (recipes.IDENTITY_FORMAT); --report-only rewrites their report, --rows reruns "
+                              "them, another --out starts afresh")
         taken = reuse_runs(grid, [r for r in selected if r not in rerun], steps, sources)
         todo = [(r, s) for r in selected for s in grid.seeds if not os.path.isfile(grid.result_path(r, s))]
         done_before = len(selected) * len(grid.seeds) - len(todo) - taken
