@@ -96,7 +96,6 @@ def lane_for(grid: Grid, parallel: int, row: Row | None = None, seed: int | None
     return Lane(f"{row.name}, seed {seed}: " if parallel > 1 and row is not None else "", shared_threads(processes))
 
 
-
 # The children alive now, so that an interrupt of the grid (while several run in threads) can stop them all.
 _LIVE: set[subprocess.Popen] = set()
 _LIVE_LOCK = threading.Lock()

@@ -77,7 +77,7 @@ def recipe_digest(grid: Grid, row: Row, steps: int) -> str:
 
 
 def check_started(grid: Grid, row: Row, seed: int, steps: int) -> None:
-    """Record what a run starts with (recipes.recipe_digest), and refuse to continue one started with other
+    """Record what a run starts with (recipe_digest, in its started.json), and refuse to continue one started with other
     settings: a changed scale, recipe or data would otherwise resume its checkpoint under the new recipe and
     finish as a run of neither."""
     path = os.path.join(grid.row_dir(row, seed), "started.json")

@@ -230,9 +230,9 @@ def run_grid(grid: Grid, command: str | None = None) -> dict[str, Any]:
     state["settings"] = settings
     os.makedirs(grid.out, exist_ok=True)
     write_json(state_path, state)
-    selected = with_warm_started(grid, [grid.row(name) for name in grid.cfg.rows]) if grid.cfg.rows \
-        else list(grid.exp.rows)
-    rerun = selected if grid.cfg.rows and not grid.cfg.report_only else []
+    selected = [grid.row(name) for name in grid.cfg.rows] if grid.cfg.rows else list(grid.exp.rows)
+    rerun = with_warm_started(grid, selected) if grid.cfg.rows and not grid.cfg.report_only else []
+    selected = rerun or selected
     if lost:
         restore_runs(grid, record, [r for r in grid.exp.rows if r not in rerun])
     if not grid.cfg.report_only:
