@@ -74,8 +74,7 @@ def setup_distributed(device: str = "auto", timeout_minutes: float = 60.0) -> Di
             dist.init_process_group("nccl" if dev.type == "cuda" else "gloo",
                                     timeout=timedelta(minutes=timeout_minutes))
         except RuntimeError as e:
-            restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0
-            if restarted and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+            if elastic_restart() and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
                 # torchrun shares its rendezvous store with the workers; after a restart they can read the
                 # previous attempt's addresses and connect to ports nobody listens on any more.
                 raise ConfigError(f"joining the process group after elastic restart "
@@ -84,6 +83,11 @@ def setup_distributed(device: str = "auto", timeout_minutes: float = 60.0) -> Di
                                   "gets a fresh store (pytorch/pytorch#135712)") from e
             raise
     return Dist(*rank_and_size(), local_rank, dev, owns_group)
+
+
+def elastic_restart() -> int:
+    """How many times torchrun's elastic agent has restarted this run's workers (0: the first attempt)."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
 
 
 def tf32_flags() -> tuple[bool, bool]:

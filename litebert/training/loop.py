@@ -52,6 +52,7 @@ from litebert.training.distributed import (
     barrier,
     broadcast_object,
     configure_device,
+    elastic_restart,
     restore_tf32_flags,
     setup_distributed,
     teardown_distributed,
@@ -412,11 +413,6 @@ def _enable_gradient_checkpointing(model: nn.Module) -> None:
                           "gradient_checkpointing attribute)")
     for module in switches:
         module.gradient_checkpointing = True
-
-
-def elastic_restart() -> int:
-    """How many times torchrun's elastic agent has restarted this run's workers (0: the first attempt)."""
-    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
 
 
 def _checkpoint_to_resume(out: Path, resume: bool, env: Dist) -> Path | None:
