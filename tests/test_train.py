@@ -110,6 +110,16 @@ def test_overfits_one_batch(tmp_path):
     assert result.losses[1] > 2.0 and result.losses[150] < 0.05
 
 
+def test_a_resume_with_more_steps_takes_its_first_lr_from_the_new_schedule(tmp_path):
+    """The old run ended at lr 0; resumed with --max-steps 8, step 5 is the new schedule's (1 - 4/8) x lr, not
+    the 0 its optimizer state held."""
+    from litebert.training.optim import lr_factor
+    train(make_toy(0.0), toy_batches(8, 8), toy_config(tmp_path, max_steps=4))
+    train(make_toy(0.0), toy_batches(8, 8), toy_config(tmp_path, max_steps=8, resume=True))
+    lrs = {r["step"]: r["lr"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if "lr" in r}
+    assert lrs[5] == pytest.approx(0.02 * lr_factor(4, 2, 8)) and lrs[5] > 0
+
+
 def test_the_progress_bar_shows_on_a_terminal_only(tmp_path, capsys, monkeypatch):
     """progress=True draws tqdm's bar on a terminal; into a log file or a pipe (CI) it writes nothing."""
     cfg = toy_config(tmp_path, max_steps=3, progress=True)

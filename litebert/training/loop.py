@@ -207,7 +207,7 @@ def train_step(run: Run, step: int) -> StepStats:
             f"non-finite {'loss' if not math.isfinite(loss_value) else 'gradient norm'} at step {step} "
             f"(loss {loss_value}, grad norm {norm_value}); stopped before the update; last good "
             f"checkpoint: {ckpt.latest_checkpoint(run.cfg.out_dir) or 'none'}")
-    lr = run.schedule.get_last_lr()[0]
+    lr = run.optimizer.param_groups[0]["lr"]  # the rate this update uses
     run.optimizer.step()
     run.schedule.step()
     run.optimizer.zero_grad(set_to_none=not run.cfg.cuda_graphs)  # a captured backward writes where it captured

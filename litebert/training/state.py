@@ -233,6 +233,12 @@ class TrainState:
         for name, obj in self.objects.items():
             if states[name] is not None:  # None: an OPTIONAL object the checkpoint does not have
                 obj.load_state_dict(states[name])
+        schedule = self.objects["schedule"]
+        if isinstance(schedule, torch.optim.lr_scheduler.LambdaLR):
+            # The optimizer's saved lr is the old schedule's: with --max-steps raised, the first step after the
+            # resume would use it (0 where the old run had finished). The same schedule gives the same value.
+            for group, base, factor in zip(optimizer.param_groups, schedule.base_lrs, schedule.lr_lambdas):
+                group["lr"] = base * factor(schedule.last_epoch)
 
 
 def _file_layout(states: dict[str, Any], extra: dict[str, Any] | None) -> dict[str, Any]:
