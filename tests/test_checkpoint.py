@@ -250,7 +250,7 @@ def test_train_state_file_keeps_the_layout_of_every_checkpoint_so_far(tmp_path):
     train(make_toy(), CountingBatches(), toy_config(tmp_path, max_steps=2))
     state = ckpt.load_train_state(tmp_path / "run" / "step_2")
     assert set(state) == {"step", "rng", "world_size", "accumulation_steps", "optimizer", "schedule", "data", "config",
-                          "record"}
+                          "record", "log_window"}  # the last two added since (prerelease.OBJECTS_ADDED_SINCE)
     assert (state["step"], state["world_size"], state["accumulation_steps"]) == (2, 1, 1)
     assert state["data"] == {"step": 2, "state": {"served": 2}} and len(state["rng"]) == 1
     assert set(state["optimizer"]) == {"state", "param_groups"} and state["config"]["max_steps"] == 2

@@ -120,6 +120,22 @@ def test_a_resume_with_more_steps_takes_its_first_lr_from_the_new_schedule(tmp_p
     assert lrs[5] == pytest.approx(0.02 * lr_factor(4, 2, 8)) and lrs[5] > 0
 
 
+def test_the_first_record_after_a_resume_averages_its_whole_interval(tmp_path):
+    """Logging every 4 steps, saved at 6, killed at 7: resumed, step 8's record averages steps 5-8 as the
+    uninterrupted run's does (the steps not yet recorded travel in the checkpoint), not 7-8 alone."""
+    def records(run_dir):
+        return {r["step"]: r["loss"] for r in read_metrics(run_dir / "metrics.jsonl") if "loss" in r}
+
+    whole = tmp_path / "whole"
+    train(make_toy(0.0), toy_batches(8, 8), toy_config(whole, max_steps=8, log_every=4, save_every=2))
+    killed = tmp_path / "killed"
+    with pytest.raises(NonFiniteLossError):
+        train(make_toy(0.0), toy_batches(8, 8, poison_step=6), toy_config(killed, max_steps=8, log_every=4,
+                                                                          save_every=2))
+    train(make_toy(0.0), toy_batches(8, 8), toy_config(killed, max_steps=8, log_every=4, save_every=2, resume=True))
+    assert records(killed / "run") == records(whole / "run") and set(records(whole / "run")) == {4, 8}
+
+
 def test_the_progress_bar_shows_on_a_terminal_only(tmp_path, capsys, monkeypatch):
     """progress=True draws tqdm's bar on a terminal; into a log file or a pipe (CI) it writes nothing."""
     cfg = toy_config(tmp_path, max_steps=3, progress=True)

@@ -338,7 +338,8 @@ def _start(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, env
     optimizer = make_optimizer(model, cfg.optimizer, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2), cfg.eps)
     schedule = make_schedule(optimizer, cfg.warmup_steps, cfg.max_steps, cfg.lr_decay_power)
     batch_fn = as_batch_fn(data, cfg.batch_size, micro_batch, cfg.seed)
-    state = TrainState(model, optimizer, schedule, batch_fn, env, accum, record, early_stopping)
+    metrics = MetricsLog(out, writes=env.is_main)
+    state = TrainState(model, optimizer, schedule, batch_fn, env, accum, record, early_stopping, metrics.window)
     resumed_from = _checkpoint_to_resume(out, cfg.resume, env)
     if resumed_from is not None:
         state.restore(resumed_from)
@@ -354,7 +355,6 @@ def _start(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, env
         elif env.is_main:
             print(f"litebert: precision auto -> {chosen['chosen']}, as chosen when this run started", flush=True)
         precision, configs = chosen["chosen"], {**(configs or {}), "precision": chosen}
-    metrics = MetricsLog(out, writes=env.is_main)
     if env.is_main:
         out.mkdir(parents=True, exist_ok=True)
         write_text_atomically(out / CONFIG_NAME, dump_toml({"train": cfg, **(configs or {})}))  # what --resume checks

@@ -15,6 +15,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -60,11 +61,17 @@ class MetricsLog:
     def add_step(self, loss: float, tokens: float, seconds: float) -> None:
         self._window.add(loss, tokens, seconds)
 
+    @property
+    def window(self) -> _Window:
+        """The steps since the last record: checkpointed with the run, so that the first record after a resume
+        averages the whole interval, as the uninterrupted run's does."""
+        return self._window
+
     def log_steps(self, step: int, **extra: float) -> dict[str, Any]:
         """Write the mean loss and tokens/s of the steps since the last call, with `extra`; returns the record."""
         record = {"step": step, "loss": self._window.mean_loss(), **extra,
                   "tokens_per_s": self._window.tokens_per_s()}
-        self._window = _Window()
+        self._window.reset()
         self.write(record)
         return record
 
@@ -102,7 +109,17 @@ class MetricsLog:
 
 class _Window:
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
         self.loss, self.steps, self.tokens, self.seconds = 0.0, 0, 0.0, 0.0
+
+    def state_dict(self) -> dict[str, float]:
+        return {"loss": self.loss, "steps": self.steps, "tokens": self.tokens, "seconds": self.seconds}
+
+    def load_state_dict(self, state: Mapping[str, float]) -> None:
+        self.loss, self.steps = float(state["loss"]), int(state["steps"])
+        self.tokens, self.seconds = float(state["tokens"]), float(state["seconds"])
 
     def add(self, loss: float, tokens: float, seconds: float) -> None:
         self.loss, self.steps = self.loss + loss, self.steps + 1

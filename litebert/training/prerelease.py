@@ -6,7 +6,8 @@ resumed. Each entry names the format it reads and what current files hold instea
   optimizer_state_by_name   MLM-only pretraining checkpoints whose optimizer still holds the pooler's and SOP
                             head's state (those two are frozen now); matched by parameter name, extra dropped
   OBJECTS_ADDED_SINCE       train_state.pt objects that older checkpoints lack ("record": the run's identity,
-                            compared on resume, and its evaluation of the initial weights)
+                            compared on resume, and its evaluation of the initial weights; "log_window": the
+                            steps the metrics log had not recorded yet)
   cuda_rng_state            one CUDA RNG state per visible GPU (now: this rank's device only)
   verify_by_reading         COMPLETE markers without a file list (now: each file's size and sha256)
   untrained_of              pretraining summaries without the initial weights' evaluation
@@ -26,7 +27,7 @@ from litebert.errors import CheckpointError
 
 log = logging.getLogger("litebert")
 
-OBJECTS_ADDED_SINCE = ("record",)
+OBJECTS_ADDED_SINCE = ("record", "log_window")
 OLD_DEMO_ENTRIES = {"data", "tasks"}
 OLD_DEMO_SIGN = "summary.json"
 

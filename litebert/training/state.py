@@ -195,7 +195,7 @@ class TrainState:
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, schedule: Any, batch_fn: BatchFn,
                  env: Dist, accumulation_steps: int, record: RunRecord | None = None,
-                 early_stopping: EarlyStopping | None = None):
+                 early_stopping: EarlyStopping | None = None, log_window: Any = None):
         self.model, self.env = model, env
         self.progress = Progress(env, accumulation_steps)
         self.record = record or RunRecord({})
@@ -204,6 +204,8 @@ class TrainState:
                         "data": DataPosition(batch_fn, self.progress)}
         if early_stopping is not None:
             self.objects["early_stopping"] = early_stopping
+        if log_window is not None:  # the metrics log's steps since its last record (MetricsLog.window)
+            self.objects["log_window"] = log_window
         self.objects["progress"] = self.progress
 
     def save(self, out_dir: str | os.PathLike, *, tokenizer: str | os.PathLike | None = None, keep_last: int = 0,
