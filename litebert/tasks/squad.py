@@ -110,8 +110,8 @@ def _parse_flat(line: str, seen: set[str]) -> QAExample:
         raise BadRecord("a record needs id, question and context")
     if answers is None:
         return _qa_example(r["id"], r["question"], r["context"], None, None, "", seen)
-    return _qa_example(r["id"], r["question"], r["context"], answers.get("text"), answers.get("answer_start"), "",
-                       seen)
+    return _qa_example(r["id"], r["question"], r["context"], answers.get("text", []), answers.get("answer_start", []),
+                       "", seen)
 
 
 def _load_squad_data(path: Path):
