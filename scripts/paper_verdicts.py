@@ -54,9 +54,9 @@ def q_values(found: dict[tuple, float], method: str = "bh") -> dict[tuple, float
     return dict(zip(found, false_discovery_q(list(found.values()), method)))
 
 
-def comparison_rows(claims: list[dict]) -> list[str]:
-    """One line per comparison: its p-values both ways, and its q-value among all the distinct ones."""
-    qs = q_values(evidence(claims))
+def comparison_rows(claims: list[dict], found: dict[tuple, float]) -> list[str]:
+    """One line per comparison: its p-values both ways, and its q-value among all the distinct ones (`found`)."""
+    qs = q_values(found)
     lines = []
     for c in claims:
         head = f"| {c['table']} | {c['claim']} | {c['label']} |"
@@ -74,11 +74,10 @@ def comparison_rows(claims: list[dict]) -> list[str]:
     return lines
 
 
-def multiplicity(claims: list[dict]) -> str:
+def multiplicity(claims: list[dict], found: dict[tuple, float]) -> str:
     """What the table's decisions are worth together: how many chance alone would make, and how many survive
     false-discovery control."""
     tested = sum(pair.get("p") is not None for c in claims for pair in c["pairs"])
-    found = evidence(claims)
     decided = sum(p < 2 * ALPHA for p in found.values())
     survive = {m: sum(q <= 2 * ALPHA for q in q_values(found, m).values()) for m in ("bh", "by")}
     return (f"**Many comparisons.** {tested} comparisons were tested, {len(found)} of them distinct (the rest "
@@ -109,7 +108,8 @@ def main() -> None:
             in_progress.append(f"{path.parent.name}/ ({unfinished})")
         seeds[path.parent.name] = len(results["seeds"])
         claims += judged_claims(results, path.parent.name, unfinished)
-    comparisons = comparison_rows(claims)
+    distinct = evidence(claims)
+    comparisons = comparison_rows(claims, distinct)
     text = "\n".join([
         "# The paper's claims at CPU scale: what the seeds decide", "",
         "Every comparison of the grids in this folder, tested on their seeds (`python scripts/paper_verdicts.py`; "
@@ -123,7 +123,7 @@ def main() -> None:
         "Welch test has about one degree of freedom: only gaps many times the seed-to-seed spread decide.", "",
         *([f"Unfinished grids, judged on the runs finished so far (a comparison with a row not run is not "
            f"measured): {', '.join(in_progress)}.", ""] if in_progress else []),
-        multiplicity(claims), "",
+        multiplicity(claims, distinct), "",
         "## Claims", "",
         "| table | the paper's claim | metric | verdict | its comparisons |", "|---|---|---|---|---|",
         *[f"| {c['table']} | {c['claim']} | {c['label']} | **{c['verdict']}** | {tally(c)} |" for c in claims], "",

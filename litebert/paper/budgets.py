@@ -28,11 +28,20 @@ def seconds_per_step(grid: Grid, row: Row, probe_steps: int = 8) -> float:
     recipe = write_recipe(os.path.join(probe, "recipe.toml"), sections, f"# speed probe of {row.name!r}\n")
     run_verb("pretrain", ["--config", recipe], os.path.join(probe, "log.txt"), grid.cfg.nproc_per_node,
              lane=lane_for(grid, grid.cfg.jobs))  # the threads a row will have (then beside others)
-    tokens = sections["train"]["batch_size"] * grid.scale.data["max_seq_length"]
     rates = [r["tokens_per_s"] for r in read_metrics(os.path.join(probe, METRICS_NAME))
              if "tokens_per_s" in r and r["step"] > 2]
     shutil.rmtree(probe, ignore_errors=True)
-    return tokens / (sum(rates) / len(rates))
+    return tokens_per_step(grid) / (sum(rates) / len(rates))
+
+
+def tokens_per_step(grid: Grid) -> int:
+    """The tokens a training step of the grid's recipe reads (its logged tokens/s are of these)."""
+    return grid.scale.train["batch_size"] * grid.scale.data["max_seq_length"]
+
+
+def minutes_budget(grid: Grid) -> float | None:
+    """--budget-minutes, else the scale's for an experiment that gives every row the same time; None: steps."""
+    return grid.cfg.budget_minutes or (grid.scale.budget_minutes if grid.exp.budget == "minutes" else None)
 
 
 PROBE_ROUNDS = 3
@@ -61,7 +70,7 @@ def step_budgets(grid: Grid, state: dict[str, Any]) -> dict[str, int]:
     measured once and kept in grid.json so a resumed grid trains the same steps."""
     if "steps" in state:
         return state["steps"]
-    minutes = grid.cfg.budget_minutes or (grid.scale.budget_minutes if grid.exp.budget == "minutes" else None)
+    minutes = minutes_budget(grid)
     if minutes is None:
         steps = {r.name: int(grid.scale.train["max_steps"]) for r in grid.exp.rows}
     elif grid.exp.budget == "minutes":  # each row its own steps: the same time
@@ -75,7 +84,7 @@ def step_budgets(grid: Grid, state: dict[str, Any]) -> dict[str, int]:
     return steps
 
 
-def training_minutes(run_dir: str, tokens_per_step: int) -> float | None:
+def training_minutes(grid: Grid, run_dir: str) -> float | None:
     """The minutes a run spent in training steps, from the speed it logged over each interval (evaluations and
     saves left out): what Table 6 gives every row alike, measured after the fact rather than assumed."""
     speeds = {r["step"]: r["tokens_per_s"] for r in read_metrics(os.path.join(run_dir, METRICS_NAME))
@@ -84,5 +93,5 @@ def training_minutes(run_dir: str, tokens_per_step: int) -> float | None:
         return None
     seconds, last = 0.0, 0
     for step in sorted(speeds):
-        seconds, last = seconds + (step - last) * tokens_per_step / speeds[step], step
+        seconds, last = seconds + (step - last) * tokens_per_step(grid) / speeds[step], step
     return seconds / 60

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 from litebert.corpus.dataset import PretrainDataset
 from litebert.files import save_figure
+from litebert.paper.budgets import minutes_budget
 from litebert.paper.experiments import SOURCE, Claim, scale_model, split_task
 from litebert.paper.grid import Grid, bundled_name, read_json
 from litebert.paper.stats import (
@@ -279,7 +280,7 @@ def _time_kept(grid: Grid, state: Mapping[str, Any], spent: Mapping[str, Mapping
     training steps, and the probes its steps came from, since the claim rests on the rows' times being equal."""
     if grid.exp.budget != "minutes":
         return ""
-    budget = grid.cfg.budget_minutes or grid.scale.budget_minutes
+    budget = minutes_budget(grid)
     trained = [f"{row} {min(m):.1f}-{max(m):.1f}" for row, seeds in spent.items()
                if (m := [t["pretrain_minutes"] for t in seeds.values() if t.get("pretrain_minutes")])]
     probes = [f"{row} {state['seconds_per_step'][row]:.3g} s ({min(p):.3g}-{max(p):.3g})"

@@ -351,8 +351,7 @@ def run_rows(grid: Grid, todo: list[tuple[Row, int]], steps: dict[str, int],
         t0 = time.time()
         result = run_row(grid, row, seed, steps[row.name], lane)
         seconds = time.time() - t0
-        trained = training_minutes(os.path.join(grid.row_dir(row, seed), "pretrain"),
-                                   grid.scale.train["batch_size"] * grid.scale.data["max_seq_length"])
+        trained = training_minutes(grid, os.path.join(grid.row_dir(row, seed), "pretrain"))
         write_json(os.path.join(grid.row_dir(row, seed), "timing.json"),
                    {"seconds": seconds, "machine": where, "at_once": parallel, "threads": threads,
                     "processes": grid.cfg.nproc_per_node, "load_1min_before_grid": load, "pretrain_minutes": trained})
