@@ -110,6 +110,23 @@ def test_overfits_one_batch(tmp_path):
     assert result.losses[1] > 2.0 and result.losses[150] < 0.05
 
 
+def test_nothing_of_a_finished_run_waits_for_the_garbage_collector(tmp_path):
+    """Under torchrun a Run kept alive by a reference cycle held DDP, hence gloo's threads, into interpreter
+    shutdown, where the rank aborted after finishing ("terminate called without an active exception") and
+    torchrun restarted a finished run (CI, 1 run in about 30). Nothing of a run may outlive `train`."""
+    import gc
+
+    from litebert.training.loop import Run
+    gc.collect()
+    gc.disable()  # only what reference counting frees, or train frees itself, is gone
+    try:
+        train(make_toy(0.1), toy_batches(8, 4), toy_config(tmp_path, max_steps=2))
+        left = [type(o).__name__ for o in gc.get_objects() if isinstance(o, Run)]
+    finally:
+        gc.enable()
+    assert left == []
+
+
 def test_a_resume_with_more_steps_takes_its_first_lr_from_the_new_schedule(tmp_path):
     """The old run ended at lr 0; resumed with --max-steps 8, step 5 is the new schedule's (1 - 4/8) x lr, not
     the 0 its optimizer state held."""

@@ -24,6 +24,7 @@ means: the same for 1 process x 4 micro-batches and 2 processes x 2 (up to float
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
 import math
 import os
@@ -31,6 +32,7 @@ import time
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -155,7 +157,11 @@ def train(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, eval
         result.step = progress.step
         return result
     finally:
-        run = None  # DDP holds the process group: released first, the group is freed (its threads joined) here
+        # DDP holds the process group: released first, the group is freed (its threads joined) here. Whatever a
+        # reference cycle still holds (a Run reached from itself, an exception's traceback) is collected now: one
+        # left to interpreter shutdown aborts the process ("terminate called without an active exception").
+        run = None
+        gc.collect()
         teardown_distributed(env)
         restore_tf32_flags(tf32_before)
 
@@ -308,7 +314,10 @@ class Run:
     micro_step: Callable[[dict[str, torch.Tensor], float], torch.Tensor] = field(init=False)  # forward + backward
 
     def __post_init__(self) -> None:
-        self.micro_step = micro_step(self.forward, self.autocast, self.cfg.cuda_graphs)
+        # A plain partial, not the bound `self.autocast`: a Run that holds a method of itself is a reference cycle,
+        # freed only by a later garbage collection, and it keeps DDP, hence the process group, alive (train's end).
+        self.micro_step = micro_step(self.forward, partial(autocast, self.precision, self.env.device.type),
+                                     self.cfg.cuda_graphs)
 
     def autocast(self):
         return autocast(self.precision, self.env.device.type)
