@@ -179,10 +179,14 @@ def test_a_killed_grid_resumes_to_the_same_results(data_dir, tmp_path, monkeypat
     killed_row = tmp_path / "killed" / "rows" / "NSP" / "seed12345"
     assert (killed_row / "pretrain" / "step_2").is_dir() and not (killed_row / "result.json").exists()
     first = (tmp_path / "killed" / "rows" / "None" / "seed12345" / "result.json").stat().st_mtime_ns
+    first_attempt = json.loads((killed_row / "spent.json").read_text())
 
     monkeypatch.delenv("REPRODUCE_KILL_AT")
     resumed = run(tmp_path / "killed", "objective", data_dir, *extra, steps=4)
     assert ran() == every[6:]  # NSP from step 3, then SOP; None not rerun
+    timing = json.loads((killed_row / "timing.json").read_text())  # the killed attempt's time is counted too
+    assert first_attempt["attempts"] == 1 and first_attempt["seconds"] > 0
+    assert timing["attempts"] == 2 and timing["seconds"] > first_attempt["seconds"]
     assert (tmp_path / "killed" / "rows" / "None" / "seed12345" / "result.json").stat().st_mtime_ns == first
     assert resumed == whole
     assert "objective: 1 finished row run(s) kept" in capsys.readouterr().out
@@ -323,6 +327,20 @@ def test_a_grid_warns_when_its_threads_do_not_fit_beside_the_machines_other_work
     assert "load is 1.1 on 2 core(s) before this grid's 2 thread(s)" in children.crowding(2)
     monkeypatch.setattr(os, "getloadavg", lambda: (0.2, 1.0, 1.0))  # idle (the last minute of another run)
     assert children.crowding(2) is None
+
+
+def test_a_runs_time_is_written_down_while_it_goes_and_summed_over_its_attempts(tmp_path, monkeypatch):
+    """A grid killed outright (no handler runs) must not lose its run's first attempt from the time it reports."""
+    monkeypatch.setattr(children, "LEDGER_SECONDS", 0.02)
+    path = str(tmp_path / "spent.json")
+    with children.TimeLedger(path):
+        time.sleep(0.2)
+        while_running = json.loads(open(path).read())  # what a kill at this moment would leave
+    assert while_running["attempts"] == 1 and 0.1 < while_running["seconds"] < 0.4
+    with children.TimeLedger(path) as second:
+        time.sleep(0.05)
+    assert second.attempts == 2 and second.seconds >= while_running["seconds"] + 0.05
+    assert json.loads(open(path).read()) == {"seconds": second.seconds, "attempts": 2}
 
 
 @pytest.mark.slow

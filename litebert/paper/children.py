@@ -1,5 +1,6 @@
 """A grid's row runs as child processes: how a verb is started (alone or under torchrun), the heartbeat that
-says where a child is, the threads it gets, and several chains of runs at once (`litebert reproduce --jobs`).
+says where a child is, the threads it gets, the time a run takes over all its attempts, and several chains of runs
+at once (`litebert reproduce --jobs`).
 
 Each row is a recipe (the TOML `litebert pretrain --config` reads) run by the verb itself in its own process:
 the paper scale writes the same recipes without running them, a stage imports no verb, and a row that dies
@@ -19,13 +20,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from litebert.errors import LitebertError
+from litebert.files import write_json
 from litebert.paper.experiments import Row
-from litebert.paper.grid import Grid
+from litebert.paper.grid import Grid, read_json
 from litebert.training.metrics_log import METRICS_NAME, read_metrics
 
 # Tests swap the command (e.g. to inject a crash into the child) and shorten the heartbeat.
 VERB_COMMAND = [sys.executable, "-m", "litebert.cli"]
 HEARTBEAT_SECONDS = 60.0
+LEDGER_SECONDS = 30.0
 
 
 def verb_command(nproc: int) -> list[str]:
@@ -132,6 +135,47 @@ def run_verb(verb: str, args: list[str], log_path: str, nproc: int = 1,
         raise KeyboardInterrupt
     if code != 0:
         raise LitebertError(f"litebert {verb} exited with {code}: {_last_line(log_path)} (log: {log_path})")
+
+
+class TimeLedger:
+    """The wall-clock seconds a run has taken over every attempt, kept in `path`: a grid killed and started again
+    resumes a half-trained run, and its timing must count the first attempt too. Rewritten every LEDGER_SECONDS
+    while the run goes on (a kill loses at most that much), read back when the next attempt starts.
+
+        with TimeLedger(row_dir / "spent.json") as ledger:
+            ...
+        ledger.seconds, ledger.attempts
+    """
+
+    def __init__(self, path: str) -> None:
+        earlier = read_json(path) or {}
+        self.path, self.earlier = path, float(earlier.get("seconds", 0.0))
+        self.attempts = int(earlier.get("attempts", 0)) + 1
+        self.started, self.ended, self._stop = time.time(), None, threading.Event()
+        self._writer = threading.Thread(target=self._keep_writing, daemon=True)
+
+    @property
+    def seconds(self) -> float:
+        """Every attempt's time so far; once the attempt has ended, up to its end."""
+        return self.earlier + (self.ended or time.time()) - self.started
+
+    def _write(self) -> None:
+        write_json(self.path, {"seconds": self.seconds, "attempts": self.attempts})
+
+    def _keep_writing(self) -> None:
+        while not self._stop.wait(LEDGER_SECONDS):
+            self._write()
+
+    def __enter__(self) -> TimeLedger:
+        self._write()
+        self._writer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._writer.join()
+        self.ended = time.time()
+        self._write()
 
 
 def _kill_live_children() -> None:

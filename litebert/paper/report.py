@@ -268,10 +268,14 @@ def _time_spent(spent: Mapping[str, Mapping[str, Any]], finished: int) -> str:
     ways = sorted({(f"{t['processes']} processes of " if t.get("processes", 1) > 1 else "")
                    + f"{t['threads']} thread(s) each, {t['at_once']} at once" for t in known})
     where = f", {'; '.join(ways)}, on {'; '.join(sorted({t['machine'] for t in known}))}" if known else ""
+    resumed = sum(1 for t in runs if t.get("attempts", 1) > 1)
+    attempts = " over all its attempts" if all("attempts" in t for t in runs) else \
+        " (a resumed run's last attempt only, in grids made before attempts were counted)"
     gaps = ([f"{len(runs) - len(known)} of them recorded their time alone"] if len(known) < len(runs) else []) \
-        + ([f"{finished - len(runs)} finished run(s) recorded no time"] if finished > len(runs) else [])
+        + ([f"{finished - len(runs)} finished run(s) recorded no time"] if finished > len(runs) else []) \
+        + ([f"{resumed} run(s) were stopped and resumed, their attempts summed"] if resumed else [])
     return (f"**Time spent.** {len(runs)} row runs, {sum(t['seconds'] for t in runs) / 3600:.1f} hours of row time "
-            f"(each run's wall clock from its start to its result, pretraining and fine-tuning{where})"
+            f"(each run's wall clock from its start to its result{attempts}, pretraining and fine-tuning{where})"
             + "".join(f"; {g}" for g in gaps) + ".")
 
 

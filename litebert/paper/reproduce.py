@@ -41,7 +41,7 @@ from litebert.files import check_replaceable, write_json
 from litebert.model import AlbertModel
 from litebert.paper.analysis import layer_transitions, read_sentences
 from litebert.paper.budgets import step_budgets, training_minutes
-from litebert.paper.children import ALONE, Lane, crowding, lane_for, minutes, run_chains, run_verb
+from litebert.paper.children import ALONE, Lane, TimeLedger, crowding, lane_for, minutes, run_chains, run_verb
 from litebert.paper.experiments import DATA, EXPERIMENTS, SCALES, Row, Scale, scale_model, split_task
 from litebert.paper.grid import (
     Grid,
@@ -349,13 +349,14 @@ def run_rows(grid: Grid, todo: list[tuple[Row, int]], steps: dict[str, int],
         lane = lane_for(grid, parallel, row, seed)
         tally.start(row, seed, steps[row.name])
         t0 = time.time()
-        result = run_row(grid, row, seed, steps[row.name], lane)
-        seconds = time.time() - t0
+        with TimeLedger(os.path.join(grid.row_dir(row, seed), "spent.json")) as spent:
+            result = run_row(grid, row, seed, steps[row.name], lane)
         trained = training_minutes(grid, os.path.join(grid.row_dir(row, seed), "pretrain"))
         write_json(os.path.join(grid.row_dir(row, seed), "timing.json"),
-                   {"seconds": seconds, "machine": where, "at_once": parallel, "threads": threads,
-                    "processes": grid.cfg.nproc_per_node, "load_1min_before_grid": load, "pretrain_minutes": trained})
-        tally.done(lane, seconds, result)
+                   {"seconds": spent.seconds, "attempts": spent.attempts, "machine": where, "at_once": parallel,
+                    "threads": threads, "processes": grid.cfg.nproc_per_node, "load_1min_before_grid": load,
+                    "pretrain_minutes": trained})
+        tally.done(lane, time.time() - t0, result)  # this attempt's pace: what the time left is estimated from
         after_each()
 
     if parallel == 1:  # in this thread: a row's verb may run in this process (tests) and set signals
