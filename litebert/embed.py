@@ -47,7 +47,7 @@ from litebert.files import atomic_open, check_replaceable, read_npy_header, writ
 from litebert.runconfig import parse_verb, verb_parser
 from litebert.runtime.device import resolve_device
 from litebert.sentence import OBJECTIVES, POOLING, SentenceEncoder, embed
-from litebert.sentences.directories import load_sentence_model
+from litebert.sentences.directories import load_sentence_model, read_modules
 from litebert.sentences.distill import DistillConfig, train_distilled
 from litebert.sentences.sts import (
     is_benchmark,
@@ -69,11 +69,13 @@ from litebert.training.train_config import TrainConfig
 
 
 def evaluate_pairs(model: nn.Module, tokenizer, pairs: Sequence[tuple[str, str]], labels: Sequence[float] | None,
-                   pooling: str = "mean", batch_size: int = 64, max_length: int = 128) -> dict[str, float]:
+                   pooling: str = "mean", batch_size: int = 64, max_length: int = 128, recall: bool = True
+                   ) -> dict[str, float]:
     """Spearman and Pearson of cosine vs gold score over all pairs (when labelled), and recall@1 over the
-    positive pairs (label > 0; all pairs when unlabelled)."""
+    positive pairs (label > 0; all pairs when unlabelled) unless `recall` is False (sts.pair_scores)."""
 
-    return pair_scores(lambda texts: embed(model, tokenizer, texts, pooling, batch_size, max_length), pairs, labels)
+    return pair_scores(lambda texts: embed(model, tokenizer, texts, pooling, batch_size, max_length), pairs, labels,
+                       recall)
 
 
 # ----------------------------------------------------------------------------- training
@@ -98,8 +100,8 @@ class SentenceConfig:
         "help": "mean or cls (default: the model's sentence_config.json, else mean)", "choices": (*POOLING, None)})
     scale: float = field(default=20.0, metadata={"range": "(0, inf)",
         "help": "contrastive: cosine scale (1 / temperature)"})
-    max_length: int = field(default=128, metadata={"range": "[4, inf)",
-        "help": "tokens per sentence, [CLS] and [SEP] included"})
+    max_length: int | None = field(default=None, metadata={"range": "[4, inf)",
+        "help": "tokens per sentence, [CLS] and [SEP] included (default: what the model directory says, else 128)"})
     text_columns: list[str] = field(default_factory=lambda: ["sentence1", "sentence2"], metadata={
         "help": "the two text columns of the pairs files"})
     label_column: str = field(default="label", metadata={"help": "the label / score column ('' for none)"})
@@ -116,7 +118,8 @@ def read_pairs(path: str, cfg: SentenceConfig, limit: int | None = None
     a benchmark named gensim:lee, gensim:wordsim353 or gensim:simlex999."""
 
     if is_benchmark(path):
-        return read_benchmark(path)
+        pairs, labels = read_benchmark(path)
+        return (pairs[:limit], labels[:limit]) if limit is not None else (pairs, labels)
     return read_scored_pairs(path, cfg.text_columns, cfg.label_column, limit)
 
 
@@ -126,6 +129,12 @@ def train_sentence_encoder(cfg: SentenceConfig, train_cfg) -> dict:
     if not cfg.train:
         raise ConfigError("no training pairs: pass --train FILE")
     sweep.refuse_changed_resume(cfg, train_cfg, "sentence")
+    after_pooling = [os.path.basename(m["path"]) for m in read_modules(cfg.model) if m["kind"] not in ("Transformer",
+                                                                                                   "Pooling")]
+    if after_pooling:  # a distilled student's projection: its vectors are not the pooled ones --train trains
+        raise ConfigError(f"{cfg.model} has {', '.join(after_pooling)} after its pooling, which --train would drop "
+                          "(it trains the pooled encoder): distil it further with --distill TEACHER, or train the "
+                          "encoder it was made from")
     tokenizer = Tokenizer.from_pretrained(cfg.model)
     model = SentenceEncoder.from_pretrained(cfg.model, pooling=cfg.pooling, objective=cfg.objective,
                                             scale=cfg.scale, max_length=cfg.max_length)
@@ -152,7 +161,8 @@ def train_sentence_encoder(cfg: SentenceConfig, train_cfg) -> dict:
         return batch
 
     def evaluate(m: SentenceEncoder) -> dict[str, float]:
-        return evaluate_pairs(m, tokenizer, eval_pairs, eval_labels, m.pooling, cfg.eval_batch_size, m.max_length)
+        return evaluate_pairs(m, tokenizer, eval_pairs, eval_labels, m.pooling, cfg.eval_batch_size, m.max_length,
+                              recall=not is_benchmark(cfg.eval))  # a benchmark scores every pair: no recall@1
 
     tokenizer_dir = os.path.join(train_cfg.out_dir, "tokenizer")  # only the tokenizer's files go into checkpoints
     tokenizer.save_pretrained(tokenizer_dir)
@@ -224,6 +234,7 @@ def cli(argv: list[str]) -> int:
     if files.evaluate:  # any kind of sentence model directory (litebert.sentences.directories), scored on the same pairs
         benchmark = is_benchmark(files.evaluate)
         pairs, labels = read_pairs(files.evaluate, cfg, cfg.max_eval_examples)
+        # --pooling and --max-length are --model's; the --compare directories are scored as they were saved
         scores = score_models([cfg.model, *files.compare], pairs, labels, cfg.pooling, cfg.max_length, batch_size,
                               resolve_device(train_cfg.device), recall=not benchmark)
         print(json.dumps(scores[cfg.model] if not files.compare else scores))

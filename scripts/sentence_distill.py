@@ -340,7 +340,7 @@ def run_silver(a, start: str, distilled: str, train_kw: dict) -> dict:
     """Augmented SBERT: cross-encoder on gold pairs -> labels for sampled pairs -> bi-encoder with/without them."""
     from litebert.embed import SentenceConfig, train_sentence_encoder
     from litebert.finetune import FinetuneConfig, finetune
-    from litebert.sentences.silver import label_pairs, sample_pairs, write_pairs
+    from litebert.sentences.silver import clip_to_gold_range, label_pairs, sample_pairs, write_pairs
     from litebert.training.train_config import TrainConfig
 
     gold = os.path.join(a.out, "gold.jsonl")  # the bi-encoder's gold pairs: bible_paraphrase train, 0/1 scores
@@ -367,9 +367,9 @@ def run_silver(a, start: str, distilled: str, train_kw: dict) -> dict:
 
         texts = monolingual_texts(TEXT, span=1, seed=7, limit=20000)
         pairs = sample_pairs(texts, distilled, a.silver_pairs, seed=7, pool=3000)
-        scores = label_pairs(cross_result["best"], pairs, max_length=a.max_length)
+        scores, clipped = clip_to_gold_range(label_pairs(cross_result["best"], pairs, max_length=a.max_length), 0, 1)
         write_pairs(silver, pairs, scores)
-        return {"pairs": len(pairs), "mean_score": sum(scores) / len(scores)}
+        return {"pairs": len(pairs), "mean_score": sum(scores) / len(scores), "clipped": clipped}
 
     silver_made = stage(a.out, "silver_pairs", make_silver)
     both = os.path.join(a.out, "gold_silver.jsonl")

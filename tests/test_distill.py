@@ -4,6 +4,7 @@ itself; the student's loss against its formula, its saved directory read by sent
 vectors, a resumed run equal to an uninterrupted one; the benchmarks' readers on hand-made files and (when the
 gensim wheel is installed) on Lee's real judgments."""
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -262,7 +263,8 @@ def test_pair_metrics_and_benchmark_readers_on_hand_made_files(tmp_path):
     (tmp_path / "ws.tsv").write_text("# header\n# Word 1\tWord 2\tHuman (mean)\nlove\tsex\t6.77\ntiger\tcat\t7.35\n")
     assert word_pairs(str(tmp_path / "ws.tsv")) == ([("love", "sex"), ("tiger", "cat")], [6.77, 7.35])
     calls = []
-    scored = pair_scores(lambda texts: calls.append(list(texts)) or np.eye(3)[[0, 1, 2]], pairs, scores, recall=False)
+    vectors = np.array([[1.0, 0.0], [1.0, 1.0], [0.0, 1.0]])  # cosines 0.71, 0, 0.71 (np.eye's, all 0, are NaN's)
+    scored = pair_scores(lambda texts: calls.append(list(texts)) or vectors, pairs, scores, recall=False)
     assert calls == [["first doc", "second doc", "third doc"]] and set(scored) == {"spearman", "pearson"}
 
 
@@ -312,8 +314,9 @@ def test_silver_pairs_are_sampled_labelled_by_a_regression_cross_encoder_and_tra
         assert pairs[k][0] != pairs[k][1]
         cos = lambda x, y: float(x @ y / np.linalg.norm(x) / np.linalg.norm(y))  # noqa: E731
         assert cos(a, b) >= np.percentile([cos(a, o) for o in others], 90)
-    scores = label_pairs(cross, pairs, max_length=48)
-    assert len(scores) == 10 and all(0.0 <= s <= 1.0 for s in scores)
+    assert len({frozenset(p) for p in pairs}) == 10  # distinct, a pair and its reverse counted once
+    scores = label_pairs(cross, pairs, max_length=48)  # on the gold's scale (0-1 here), unclipped
+    assert len(scores) == 10 and all(np.isfinite(scores))
     with pytest.raises(ValueError, match="regression"):
         label_pairs(str(student), pairs)  # no regression head: refused by name (a 2-label head by default)
 
@@ -331,3 +334,110 @@ def test_silver_pairs_are_sampled_labelled_by_a_regression_cross_encoder_and_tra
     assert summary["train_pairs"] == 68
     write_pairs(str(tmp_path / "w.jsonl"), [("a", "b")], [0.25])
     assert json.loads((tmp_path / "w.jsonl").read_text()) == {"sentence1": "a", "sentence2": "b", "label": 0.25}
+
+
+# -- what a review of the sentence side found (each of these passed silently before) ----------------------------
+
+def test_embed_uses_the_saved_max_length_and_compares_other_models_as_they_were_saved(student, teacher, tmp_path,
+                                                                                      capsys):
+    """`litebert embed` forced 128 tokens on every model (a default, not the directory's setting), and its
+    --pooling / --max-length on the --compare teachers too."""
+    from litebert.sentence import SentenceEncoder
+    short = tmp_path / "short"
+    SentenceEncoder(AlbertModel.from_pretrained(student), max_length=8).save_pretrained(short)
+    Tokenizer.from_pretrained(str(student)).save_pretrained(str(short))
+    lines = corpus_lines(6)
+    (tmp_path / "s.txt").write_text("\n".join(lines) + "\n")
+    assert litebert_main(["embed", "--model", str(short), "--input", str(tmp_path / "s.txt"), "--out",
+                          str(tmp_path / "e.npy"), "--device", "cpu"]) == 0
+    own = load_sentence_model(short).encode(lines)
+    assert load_sentence_model(short).max_length == 8
+    np.testing.assert_allclose(np.load(tmp_path / "e.npy"), own, atol=1e-6)
+    assert not np.allclose(own, load_sentence_model(short, max_length=64).encode(lines), atol=1e-3)  # it matters
+
+    pairs = [(lines[i], lines[i + 1]) for i in range(5)]
+    labels = [0.0, 1.0, 2.0, 3.0, 4.0]
+    both = score_models([str(short), str(teacher)], pairs, labels, pooling="cls", max_length=16, recall=False)
+    assert both[str(teacher)] == score_models([str(teacher)], pairs, labels, recall=False)[str(teacher)]
+    assert both[str(short)] == score_models([str(short)], pairs, labels, "cls", 16, recall=False)[str(short)]
+
+
+def test_a_distilled_students_projection_is_not_silently_dropped_by_train(student, tmp_path):
+    from litebert.embed import train_sentence_encoder
+    distilled = tmp_path / "distilled"
+    DistillStudent.from_pretrained(student, teacher_dim=16).save_pretrained(distilled)
+    Tokenizer.from_pretrained(str(student)).save_pretrained(str(distilled))
+    pairs = tmp_path / "p.jsonl"
+    pairs.write_text("".join(json.dumps({"sentence1": a, "sentence2": a, "label": 1}) + "\n"
+                             for a in corpus_lines(20)))
+    with pytest.raises(ValueError, match="2_Dense after its pooling, which --train would drop"):
+        train_sentence_encoder(SentenceConfig(model=str(distilled), train=str(pairs)),
+                               TrainConfig(batch_size=4, max_steps=1, out_dir=str(tmp_path / "run")))
+
+
+def test_non_finite_scores_and_a_collapsed_encoder_are_errors_not_nan_metrics(tmp_path):
+    from litebert.errors import DataError, NonFiniteError
+    from litebert.sentences.sts import read_scored_pairs
+    path = tmp_path / "sts.jsonl"
+    path.write_text(json.dumps({"sentence1": "a", "sentence2": "b", "label": 3.0}) + "\n"
+                    + json.dumps({"sentence1": "c", "sentence2": "d", "label": "NaN"}) + "\n")
+    with pytest.raises(DataError, match="sts.jsonl:2: label .NaN. is not a finite number"):
+        read_scored_pairs(str(path), ("sentence1", "sentence2"), "label")
+    same = np.ones((4, 8), dtype=np.float32)
+    with pytest.raises(NonFiniteError, match="every pair has the same cosine"):
+        pair_metrics(same, same, [0.0, 1.0, 2.0, 3.0])
+
+
+def test_silver_scores_keep_the_gold_scale_and_a_wrong_range_is_refused():
+    """The cross-encoder's scores were clipped to [0, 1] whatever the gold's scale: on STS 0-5 every similar pair
+    became 1, and the concatenated gold + silver file was then divided by 5 (silver squashed to 0-0.2)."""
+    from litebert.sentences.silver import clip_to_gold_range
+    sts = [3.1, 4.8, 0.4, 2.2, 5.3]
+    assert clip_to_gold_range(sts, 0, 5) == ([3.1, 4.8, 0.4, 2.2, 5.0], 1)
+    with pytest.raises(ValueError, match="4 of 5 cross-encoder scores lie outside --score-range 0 1"):
+        clip_to_gold_range(sts, 0, 1)
+
+
+def test_silver_refuses_to_write_over_its_own_text(student, text_file, tmp_path):
+    from litebert.sentences.silver import main as silver_main
+    copy = tmp_path / "corpus.txt"
+    shutil.copyfile(text_file, copy)
+    for out in (copy, tmp_path / "other.txt"):
+        if out != copy:
+            out.write_text("a text a user wrote\n")
+        with pytest.raises(ValueError, match="--text files it would be made from|is not a silver pairs file"):
+            silver_main(["--cross-encoder", str(student), "--bi-encoder", str(student), "--text", str(copy),
+                         "--out", str(out)])
+    assert copy.read_text() == text_file.read_text()
+
+
+def test_the_teacher_cache_is_keyed_by_the_teachers_files_not_its_path(teacher, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from litebert.sentences.distill import teacher_vectors
+    mine = tmp_path / "teacher"
+    shutil.copytree(teacher, mine)
+    texts, cfg = corpus_lines(8), DistillConfig(distill=str(mine))
+    first = teacher_vectors(str(mine), texts, cfg, str(tmp_path / "run"), write=True, progress=False)
+    np.testing.assert_array_equal(teacher_vectors(str(mine), texts, cfg, str(tmp_path / "run"), write=True,
+                                                  progress=False), first)
+    weights = load_file(mine / "model.safetensors")  # the teacher retrained in place
+    save_file({k: v * 1.5 if v.dim() == 2 else v for k, v in weights.items()}, mine / "model.safetensors")
+    again = teacher_vectors(str(mine), texts, cfg, str(tmp_path / "run"), write=True, progress=False)
+    np.testing.assert_allclose(again, load_sentence_model(mine).encode(texts), atol=1e-6)
+    assert not np.allclose(again, first, atol=1e-4)
+
+
+def test_a_tokenizer_saved_without_tokenizers_leaves_no_stale_tokenizer_json(student, tmp_path, monkeypatch):
+    from litebert.text import transformers_files
+    out = tmp_path / "tok"
+    out.mkdir()
+    (out / "tokenizer.json").write_text("{}")  # another tokenizer's, as a reused directory holds it
+
+    def missing(tok):
+        raise ImportError("no tokenizers")
+    monkeypatch.setattr(transformers_files, "fast_tokenizer", missing)
+    with pytest.warns(UserWarning) if not transformers_files.albert_tokenizer_agrees(
+            Tokenizer.from_pretrained(str(student))) else contextlib.nullcontext():
+        transformers_files.save_tokenizer(Tokenizer.from_pretrained(str(student)), str(out))
+    assert not (out / "tokenizer.json").exists() and (out / "spiece.model").is_file()

@@ -169,7 +169,9 @@ def distill_items(cfg: DistillConfig, pairs_reader, seed: int) -> tuple[list[str
         for s, t in pairs_reader(path):
             items += [(s, row(s)), (t, row(s))]
     if not items:
-        raise ConfigError("nothing to distill on: pass --distill-text FILES and/or --distill-pairs FILES")
+        given = [*cfg.distill_text, *cfg.distill_pairs]
+        raise ConfigError(f"nothing to distill on: {', '.join(given)} held no sentences" if given else
+                          "nothing to distill on: pass --distill-text FILES and/or --distill-pairs FILES")
     return list(sources), items
 
 
@@ -180,13 +182,16 @@ def teacher_vectors(teacher: str, texts: list[str], cfg: DistillConfig, out_dir:
     from tqdm.auto import tqdm
 
 
-    key = {"teacher": os.path.abspath(teacher), "teacher_max_length": cfg.teacher_max_length, "texts": len(texts),
+    key = {"teacher": os.path.abspath(teacher), "teacher_sha256": _directory_sha256(teacher),
+           "teacher_max_length": cfg.teacher_max_length, "texts": len(texts),
            "texts_sha256": hashlib.sha256("\n".join(texts).encode("utf-8")).hexdigest()}
     npy, meta = os.path.join(out_dir, CACHE + ".npy"), os.path.join(out_dir, CACHE + ".json")
     if os.path.isfile(npy) and os.path.isfile(meta):
         with open(meta, encoding="utf-8") as f:
             if json.load(f) == key:
-                return np.load(npy)
+                cached = np.load(npy)  # allow_pickle is False by default: nothing is unpickled
+                if cached.ndim == 2 and len(cached) == len(texts):
+                    return cached
     model = load_sentence_model(teacher, max_length=cfg.teacher_max_length)
     chunk = 16 * cfg.teacher_batch_size
     parts = []
@@ -195,11 +200,27 @@ def teacher_vectors(teacher: str, texts: list[str], cfg: DistillConfig, out_dir:
             parts.append(model.encode(texts[start:start + chunk], cfg.teacher_batch_size))
             bar.update(len(parts[-1]))
     vectors = np.concatenate(parts).astype(np.float32)
-    if write:
+    if write:  # the key goes last and is removed first: a kill in between leaves no key to match the new array
+        if os.path.isfile(meta):
+            os.remove(meta)
         with atomic_open(npy, "wb") as f:
             np.save(f, vectors)
         write_json(meta, key)
     return vectors
+
+
+def _directory_sha256(directory: str) -> str:
+    """sha256 over every file of a model directory (relative path and content): retrained weights, another
+    pooling or tokenizer saved at the same path make another teacher."""
+    digest = hashlib.sha256()
+    for root, dirs, files in os.walk(directory):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            digest.update(os.path.relpath(path, directory).encode("utf-8") + b"\0")
+            with open(path, "rb") as f:
+                digest.update(hashlib.file_digest(f, "sha256").digest())
+    return digest.hexdigest()
 
 
 # ----------------------------------------------------------------------------- training

@@ -13,14 +13,17 @@ encodes each side alone, learns only from many. The recipe, in three commands:
 
 Sampling (step 2), as the paper's "semantic search" strategy: half of the pairs join a sampled sentence to its
 nearest other sentence by the bi-encoder's cosine (so the silver set holds similar pairs, which random pairs
-almost never are), half join two random sentences (the dissimilar end). Scores are clipped to [0, 1], the
-range of the cosine they teach. scripts/sentence_distill.py measures the recipe (docs/sentence.md).
+almost never are), half join two random sentences (the dissimilar end). Scores are clipped to --score-range,
+the gold scores' range that the cross-encoder learned ([0, 1] by default; `--score-range 0 5` for STS), so the
+silver pairs join the gold ones on one scale, which `litebert embed --train` maps to the cosine's [0, 1] for both
+alike. scripts/sentence_distill.py measures the recipe (docs/sentence.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 from collections.abc import Sequence
 
@@ -28,7 +31,7 @@ import numpy as np
 import torch
 
 from litebert.errors import ConfigError
-from litebert.files import atomic_open
+from litebert.files import atomic_open, check_replaceable
 from litebert.heads import AlbertForSequenceClassification
 from litebert.sentences.directories import load_sentence_model
 from litebert.sentences.distill import monolingual_texts
@@ -37,29 +40,39 @@ from litebert.tokenizer import Tokenizer
 
 def sample_pairs(texts: Sequence[str], bi_encoder: str, n: int, seed: int, pool: int = 5000,
                  batch_size: int = 64) -> list[tuple[str, str]]:
-    """n pairs from `texts`: n // 2 nearest-neighbour pairs by `bi_encoder` among a seeded pool, the rest random."""
+    """n distinct pairs from `texts` (a pair and its reverse are one): up to n // 2 nearest-neighbour pairs by
+    `bi_encoder` among a seeded pool, each sentence of the pool asked once, and random pairs for the rest."""
 
     texts = list(dict.fromkeys(t for t in texts if t.strip()))
-    if len(texts) < 3:
-        raise ConfigError(f"silver pairs need at least 3 distinct texts, got {len(texts)}")
+    if len(texts) < 3 or n > len(texts) * (len(texts) - 1) // 2:
+        raise ConfigError(f"{n} distinct silver pairs need more distinct texts than {len(texts)}")
     rng = random.Random(seed)
     pool_texts = rng.sample(texts, min(pool, len(texts)))
     vectors = load_sentence_model(bi_encoder).encode(pool_texts, batch_size)
     vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-    queries = [rng.randrange(len(pool_texts)) for _ in range(n // 2)]
+    queries = rng.sample(range(len(pool_texts)), min(n // 2, len(pool_texts)))
     similarity = vectors[queries] @ vectors.T  # (n/2, P)
     similarity[np.arange(len(queries)), queries] = -np.inf  # not itself
-    pairs = [(pool_texts[q], pool_texts[int(j)]) for q, j in zip(queries, similarity.argmax(1))]
+    pairs, seen = [], set()
+
+    def add(a: str, b: str) -> None:
+        if frozenset((a, b)) not in seen:  # two sentences each other's nearest: one pair
+            seen.add(frozenset((a, b)))
+            pairs.append((a, b))
+
+    for q, j in zip(queries, similarity.argmax(1)):
+        add(pool_texts[q], pool_texts[int(j)])
     while len(pairs) < n:
         i, j = rng.sample(range(len(texts)), 2)
-        pairs.append((texts[i], texts[j]))
+        add(texts[i], texts[j])
     return pairs
 
 
 @torch.no_grad()
 def label_pairs(cross_encoder: str, pairs: Sequence[tuple[str, str]], max_length: int = 128,
                 batch_size: int = 64) -> list[float]:
-    """The cross-encoder's score (a regression head: `litebert finetune --regression`) of each pair, in [0, 1]."""
+    """The cross-encoder's score (a regression head: `litebert finetune --regression`) of each pair, on the scale
+    of the gold scores it was fine-tuned on."""
 
     model = AlbertForSequenceClassification.from_pretrained(cross_encoder).eval()
     if model.config.num_labels != 1:
@@ -71,8 +84,20 @@ def label_pairs(cross_encoder: str, pairs: Sequence[tuple[str, str]], max_length
         chunk = pairs[start:start + batch_size]
         batch = tokenizer([p[0] for p in chunk], [p[1] for p in chunk], max_length=max_length)
         logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits  # (B, 1)
-        scores.extend(logits[:, 0].clamp(0.0, 1.0).tolist())
+        scores.extend(logits[:, 0].tolist())
     return scores
+
+
+def clip_to_gold_range(scores: Sequence[float], low: float, high: float) -> tuple[list[float], int]:
+    """Scores clipped to the gold range [low, high], and how many lay outside it. Most of them outside means the
+    range is not the one the cross-encoder learned (STS 0-5 read as 0-1 would label every similar pair 1): an
+    error, not a silver set."""
+    outside = sum(1 for x in scores if not low <= x <= high)
+    if outside > len(scores) / 2:
+        raise ConfigError(f"{outside} of {len(scores)} cross-encoder scores lie outside --score-range {low:g} "
+                          f"{high:g} (they span {min(scores):.3g} to {max(scores):.3g}): give the range of the gold "
+                          "scores it was fine-tuned on")
+    return [min(max(x, low), high) for x in scores], outside
 
 
 def write_pairs(path: str, pairs: Sequence[tuple[str, str]], scores: Sequence[float]) -> None:
@@ -80,6 +105,16 @@ def write_pairs(path: str, pairs: Sequence[tuple[str, str]], scores: Sequence[fl
     with atomic_open(path) as f:
         for (a, b), score in zip(pairs, scores):
             f.write(json.dumps({"sentence1": a, "sentence2": b, "label": float(score)}, ensure_ascii=False) + "\n")
+
+
+def _is_pairs_file(path: str) -> bool:
+    """What write_pairs writes (its first line read): --out may replace such a file, never the text it reads."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        try:
+            first = json.loads(f.readline())
+        except ValueError:
+            return False
+    return isinstance(first, dict) and set(first) == {"sentence1", "sentence2", "label"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,14 +127,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pairs", type=int, default=3000)
     p.add_argument("--max-texts", type=int, default=20000, help="a seeded sample of the sentences")
     p.add_argument("--max-length", type=int, default=128)
+    p.add_argument("--score-range", type=float, nargs=2, default=(0.0, 1.0), metavar=("LOW", "HIGH"),
+                   help="the gold scores' range, which the cross-encoder learned (default 0 1; 0 5 for STS)")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--out", required=True, help="JSONL of {sentence1, sentence2, label}")
     a = p.parse_args(argv)
+    if any(os.path.realpath(t) == os.path.realpath(a.out) for t in a.text):
+        raise ConfigError(f"--out {a.out} is one of the --text files it would be made from: choose another --out")
+    check_replaceable(a.out, _is_pairs_file, "a silver pairs file (JSONL of sentence1, sentence2, label)",
+                      hint="choose another --out")
     texts = monolingual_texts(a.text, span=1, seed=a.seed, limit=a.max_texts)
     pairs = sample_pairs(texts, a.bi_encoder, a.pairs, a.seed)
-    scores = label_pairs(a.cross_encoder, pairs, a.max_length)
+    scores, clipped = clip_to_gold_range(label_pairs(a.cross_encoder, pairs, a.max_length), *a.score_range)
     write_pairs(a.out, pairs, scores)
-    print(f"wrote {a.out}: {len(pairs)} pairs, mean score {np.mean(scores):.3f}")
+    print(f"wrote {a.out}: {len(pairs)} pairs, mean score {np.mean(scores):.3f} ({clipped} clipped to "
+          f"{a.score_range[0]:g}-{a.score_range[1]:g})")
     return 0
 
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from litebert.errors import ConfigError, DataError
+from litebert.errors import ConfigError, DataError, NonFiniteError
 from litebert.sentences.directories import load_sentence_model
 from litebert.tasks.metrics import pearson, spearman
 from litebert.tasks.readers import read_table
@@ -115,8 +115,12 @@ def pair_metrics(a: np.ndarray, b: np.ndarray, labels: Sequence[float] | None) -
     if labels is not None:
         labels = np.asarray(labels, dtype=np.float64)
         if len(np.unique(labels)) > 1:
-            metrics["spearman"] = spearman(paired_cosine(a, b), labels)
-            metrics["pearson"] = pearson(paired_cosine(a, b), labels)
+            cosines = paired_cosine(a, b)
+            if np.ptp(cosines) == 0:  # scipy's answer is NaN, printed as invalid JSON and compared as nothing
+                raise NonFiniteError(f"every pair has the same cosine ({float(cosines[0]):.4g}): the encoder's "
+                                     "vectors have collapsed, and their correlation with the gold is undefined")
+            metrics["spearman"] = spearman(cosines, labels)
+            metrics["pearson"] = pearson(cosines, labels)
         positive = labels > 0
     if positive.sum() > 1:
         metrics["recall_at_1"] = recall_at_1(a[positive], b[positive])
@@ -154,11 +158,12 @@ def score_models(models: list[str], pairs: list[tuple[str, str]], labels: list[f
                  pooling: str | None = None, max_length: int | None = None, batch_size: int = 64,
                  device=None, recall: bool = True) -> dict[str, dict[str, float]]:
     """{model directory: pair_scores} for litebert, sentence-transformers and plain encoder directories alike
-    (stdir.load_sentence_model), each on the same pairs."""
+    (stdir.load_sentence_model), each on the same pairs. `pooling` and `max_length` override the first model's
+    settings only: the others (a teacher, a baseline) are scored as their directories say they are used."""
 
     results = {}
-    for path in models:
-        model = load_sentence_model(path, pooling, max_length)
+    for i, path in enumerate(models):
+        model = load_sentence_model(path, pooling, max_length) if i == 0 else load_sentence_model(path)
         if device is not None:
             model.encoder.to(device)
         results[path] = pair_scores(lambda texts: model.encode(texts, batch_size), pairs, labels, recall)

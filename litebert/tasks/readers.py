@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 from pathlib import Path
 from typing import Sequence
@@ -97,6 +98,8 @@ def read_table(path: os.PathLike | str, text_columns: Sequence[str | int], label
                     label = float(raw)
                 except (ValueError, OverflowError):  # "abc"; an integer too large for a float
                     raise BadRecord(f"label {str(raw)[:40]!r} is not a number") from None
+                if not math.isfinite(label):  # "NaN", "inf", JSON's NaN: a loss and a correlation of NaN
+                    raise BadRecord(f"label {str(raw)[:40]!r} is not a finite number")
             else:
                 label = str(raw)
                 if labels is not None and label not in labels:

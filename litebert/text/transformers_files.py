@@ -14,7 +14,7 @@ from dataclasses import fields
 from functools import cache
 
 from litebert.errors import CheckpointError
-from litebert.files import read_json_object, write_json
+from litebert.files import atomic_open, read_json_object, write_json, write_text_atomically
 from litebert.hub import fetch_from_hub
 from litebert.text.conventions import SPECIALS, SPIECE_UNDERLINE, NormalizerOptions
 
@@ -95,7 +95,7 @@ def save_tokenizer(tok, out_dir: str) -> None:
     into transformers 5's output: its AlbertTokenizer leaves them out, and ALBERT's sentence pairs need them.
     """
     os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, SPIECE_FILE), "wb") as f:
+    with atomic_open(os.path.join(out_dir, SPIECE_FILE), "wb") as f:
         f.write(tok.model_proto)
     try:
         fast = None if tok.pre_tokenizer else fast_tokenizer(tok)
@@ -119,14 +119,15 @@ def save_tokenizer(tok, out_dir: str) -> None:
                       auto_map={"AutoTokenizer": [f"{module}.{UNREPRODUCIBLE_CLASS}", None]})
         shutil.copyfile(os.path.join(os.path.dirname(__file__), REMOTE_CODE_FILE),
                         os.path.join(out_dir, REMOTE_CODE_FILE))
-    stale = os.path.join(out_dir, FAST_FILE if tok.pre_tokenizer else REMOTE_CODE_FILE)  # another tokenizer's
-    if os.path.isfile(stale):
-        os.remove(stale)
+    # another tokenizer's files, which transformers would read before spiece.model: gone unless written anew
+    for stale in ([FAST_FILE] if fast is None else []) + ([] if tok.pre_tokenizer else [REMOTE_CODE_FILE]):
+        if os.path.isfile(os.path.join(out_dir, stale)):
+            os.remove(os.path.join(out_dir, stale))
     write_json(os.path.join(out_dir, CONFIG_FILE), config)
     write_json(os.path.join(out_dir, SPECIAL_TOKENS_FILE),
                 {**SPECIALS, "bos_token": "[CLS]", "eos_token": "[SEP]"})
     if fast is not None:
-        fast.save(os.path.join(out_dir, FAST_FILE))
+        write_text_atomically(os.path.join(out_dir, FAST_FILE), fast.to_str(pretty=True))
 
 
 def albert_tokenizer_agrees(tok) -> bool:
