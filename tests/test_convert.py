@@ -103,6 +103,9 @@ def test_prefix_resolution(tmp_path):
     directory = copy_fixture(tmp_path)
     (directory / "checkpoint").write_text('model_checkpoint_path: "gs://bucket/run/model.ckpt-7"\n')
     assert resolve_prefix(directory) == str(directory / "model.ckpt-7")  # the file name, found here
+    (directory / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-9"\n')  # not here: not another one
+    with pytest.raises(FileNotFoundError, match="names model.ckpt-9, which is not in"):
+        resolve_prefix(directory)
     (directory / "checkpoint").unlink()
     with pytest.raises(FileNotFoundError, match="found dtypes.ckpt, model.ckpt-7; pass the checkpoint prefix"):
         resolve_prefix(directory)
@@ -227,6 +230,12 @@ def test_strict_accounting(reference):
         tf_to_litebert_state(tensors, AlbertForPreTraining(config.replace(intermediate_size=20)))
     with pytest.raises(ConversionError, match="fills .* weights"):  # a layout mismatch: 1 group where TF has 2
         tf_to_litebert_state(tensors, AlbertForPreTraining(config.replace(num_hidden_groups=4)))
+    # Fewer groups / inner layers than the checkpoint: every weight of the model is filled, but the rest of the
+    # encoder had nowhere to go (it converted, and ran every layer on group 0, block 0).
+    assert (config.num_hidden_groups, config.inner_group_num) == (2, 2)
+    for fewer in ({"num_hidden_groups": 1}, {"inner_group_num": 1}):
+        with pytest.raises(ConversionError, match="encoder weights of the checkpoint have no place.*inner_group_num"):
+            tf_to_litebert_state(tensors, AlbertForPreTraining(config.replace(**fewer)))
     # The TF-Hub modules' "module/" scope converts the same.
     hub = {("module/" + k if k != "global_step" else k): v for k, v in tensors.items()}
     state, report = tf_to_litebert_state(hub, model)

@@ -172,6 +172,14 @@ def tf_to_litebert_state(tensors: Mapping[str, np.ndarray], model: torch.nn.Modu
     if unknown:
         raise ConversionError(f"{source}: {len(unknown)} TF variables match no rule of the rename table "
                               f"(litebert/interop/convert.py TF_RENAMES), e.g. {', '.join(unknown[:3])}")
+    # A head's weights may go unused (an MLM checkpoint read into a classifier); the encoder's never: a config
+    # with fewer groups or inner layers than the checkpoint would run every layer on what is left.
+    dropped = [tf for tf, name in report.unused.items()
+               if name.removeprefix("albert.").startswith(("embeddings.", "encoder."))]
+    if dropped:
+        raise ConversionError(f"{source}: {len(dropped)} encoder weights of the checkpoint have no place in a model "
+                              f"of this config, e.g. {', '.join(dropped[:2])}: num_hidden_groups / inner_group_num "
+                              "of albert_config.json do not match the checkpoint")
     missing = [k for k in own if k not in state]
     if missing:
         raise ConversionError(f"{source}: nothing in the checkpoint fills {len(missing)} weights of "

@@ -234,8 +234,10 @@ def resolve_prefix(path: str | os.PathLike) -> str:
                     if line.startswith("model_checkpoint_path:"):
                         # Often a path on the machine that trained it (gs://...): look for its name here.
                         name = os.path.basename(line.split(":", 1)[1].strip().strip('"'))
-                        if os.path.isfile(os.path.join(path, name + ".index")):
-                            return os.path.join(path, name)
+                        if not os.path.isfile(os.path.join(path, name + ".index")):  # not another one instead
+                            raise FileNotFoundError(f"{state_file} names {name}, which is not in {path} (no "
+                                                    f"{name}.index): pass the prefix of the checkpoint to convert")
+                        return os.path.join(path, name)
         prefixes = sorted(n[: -len(".index")] for n in os.listdir(path) if n.endswith(".index"))
         if len(prefixes) != 1:
             found = ", ".join(prefixes) if prefixes else "none"
