@@ -254,7 +254,7 @@ class QAPrediction:
     start: int = 0  # the best span's character offsets in the context: text == context[start:end]
     end: int = 0
     probability: float = 0.0  # p(start) * p(end) in the best span's window (softmax over its context and [CLS])
-    null_probability: float = 1.0  # p([CLS]) * p([CLS]) in the window giving the null score
+    null_probability: float = 1.0  # p([CLS]) * p([CLS]) in the window giving the null score (exhaustive: the least)
     spans: tuple = ()  # the nbest spans as (text, start, end, probability), best first (pipelines' top_k)
 
 
@@ -271,7 +271,9 @@ def decode_squad(examples: Sequence[QAExample], features: Sequence[QAFeature], s
     run_squad shortcut, kept for its scores); `exhaustive` scores every valid span instead, so the best span
     is the best one, as pipelines answer. Pipelines also read the best span's character offsets and its
     probability in its window, as transformers' question-answering pipeline scored answers: softmax over the
-    window's context tokens and [CLS].
+    window's context tokens and [CLS]. With `exhaustive`, spans of different windows are ranked by that
+    probability and the null is the least probable [CLS] of any window, as that pipeline ranks them (a logit sum
+    is not comparable across windows whose softmax denominators differ; the pipeline's scores are).
     """
     if not len(features) == len(start_logits) == len(end_logits):
         raise ValueError(f"{len(features)} features but {len(start_logits)}/{len(end_logits)} logit rows")
@@ -280,22 +282,26 @@ def decode_squad(examples: Sequence[QAExample], features: Sequence[QAFeature], s
         by_example.setdefault(feature.example_index, []).append(f)
     predictions = {}
     for i, ex in enumerate(examples):
-        candidates, null, null_probability = {}, math.inf, 1.0
-        spans = {}  # text -> (start char, end char, probability) of its best-scoring occurrence
+        candidates, rank, null, null_probability = {}, {}, math.inf, 1.0
+        spans = {}  # text -> (start char, end char, probability) of its best-ranked occurrence
         for f in by_example.get(i, []):
             feature, n = features[f], len(features[f].input_ids)
             start = np.asarray(start_logits[f], dtype=np.float64)[:n]  # (T,) without the batch's padding
             end = np.asarray(end_logits[f], dtype=np.float64)[:n]
             p_start, p_end = _window_softmax(start, feature.offsets), _window_softmax(end, feature.offsets)
+            window_null = float(p_start[0] * p_end[0])
             if start[0] + end[0] < null:
-                null, null_probability = start[0] + end[0], float(p_start[0] * p_end[0])
+                null = start[0] + end[0]
+                null_probability = window_null if not exhaustive else null_probability
+            if exhaustive:
+                null_probability = min(null_probability, window_null)
             for s, e in _candidate_spans(feature, start, end, n_best, max_answer_length, exhaustive):
                 text = ex.context[feature.offsets[s][0]: feature.offsets[e][1]]
-                score = float(start[s] + end[e])
-                if score > candidates.get(text, -math.inf):
-                    candidates[text] = score
-                    spans[text] = (feature.offsets[s][0], feature.offsets[e][1], float(p_start[s] * p_end[e]))
-        nbest = sorted(candidates.items(), key=lambda kv: -kv[1])[:n_best]
+                score, probability = float(start[s] + end[e]), float(p_start[s] * p_end[e])
+                if (probability if exhaustive else score) > rank.get(text, -math.inf):
+                    candidates[text], rank[text] = score, probability if exhaustive else score
+                    spans[text] = (feature.offsets[s][0], feature.offsets[e][1], probability)
+        nbest = sorted(candidates.items(), key=lambda kv: -rank[kv[0]])[:n_best]
         best_text, best_score = nbest[0] if nbest else ("", -math.inf)
         char_start, char_end, probability = spans.get(best_text, (0, 0, 0.0))
         predictions[ex.id] = QAPrediction(best_text, float(null - best_score), nbest, char_start, char_end,
