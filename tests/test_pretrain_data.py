@@ -148,6 +148,9 @@ def test_pair_labels_match_segment_order(pair_task):
                     assert same_doc == (label == 0)
                     if label == 0:
                         assert a.max() < b.min()
+                    else:  # a random B from an earlier document: held-out documents, the last, lend none
+                        doc_of = lambda x: x[0] // 1000 - 1 if x[0] >= 1000 else 12  # noqa: E731
+                        assert doc_of(b) < doc_of(a) == j
     if pair_task == "sop":
         assert 0.45 < labels[1] / (labels[0] + labels[1]) < 0.55
     elif pair_task == "nsp":  # as the original, one-sentence chunks always get a random B: more than half are 1
@@ -241,8 +244,11 @@ def test_bad_input_messages(tok_dir, tmp_path):
     with pytest.raises(DataError, match="no text found"):
         prepare([str(tmp_path / "empty.txt")], str(tmp_path / "o"), tok_dir, num_workers=1, progress=False)
     (tmp_path / "one.txt").write_text("Just one sentence here.\n\nAnd another lonely one.\n")
-    with pytest.raises(DataError, match="one_sentence_docs=2"):
-        prepare([str(tmp_path / "one.txt")], str(tmp_path / "o"), tok_dir, num_workers=1, progress=False)
+    with pytest.raises(DataError, match="one_sentence_docs=2"):  # NSP: one-sentence documents give no pair
+        prepare([str(tmp_path / "one.txt")], str(tmp_path / "o"), tok_dir, num_workers=1, progress=False,
+                pair_task="nsp", dupe_factor=3)  # counted once per document, not per copy
+    meta = prepare([str(tmp_path / "one.txt")], str(tmp_path / "o"), tok_dir, num_workers=1, progress=False)
+    assert meta["stats"]["sop_split_inside_sentence"] == meta["num_instances"] == 2  # SOP: cut inside it
     long_line = " ".join(["word"] * 3000)
     (tmp_path / "long.txt").write_text(f"{long_line}\nShort one.\n{long_line}\n")
     meta = prepare([str(tmp_path / "long.txt")], str(tmp_path / "o"), tok_dir, max_seq_length=32, num_workers=2,

@@ -4,8 +4,12 @@ them to disk, litebert.corpus.dataset reads them back).
 The recipe is the one of google-research/albert's create_pretraining_data.py, with its defects fixed:
 - pack consecutive sentences of a document up to a target length (a random shorter target with prob short_seq_prob),
   cut the chunk at a random sentence boundary into A and B, and for SOP swap them with prob 0.5 (label 1 = swapped);
-- a one-sentence chunk is split inside the sentence for SOP, never turned into an NSP negative (the original leaks
-  random-document B segments into SOP data there);
+- a one-sentence chunk (a one-sentence document too) is split inside the sentence for SOP, never turned into an
+  NSP negative (the original leaks random-document B segments into SOP data there);
+- NSP's random B comes from an earlier document of the same chunk: the held-out split is the last documents
+  (litebert.pretrain.held_out_start), so no training example holds held-out text. The other way round stays: a
+  held-out NSP negative may take its B from a training document (its MLM on B scores text the model saw); a
+  chunk's first document has no earlier one, so its pairs are all "actual next" (counted in the stats);
 - masking (litebert/corpus/masking.py) picks whole words in n-gram spans with p(n) ∝ 1/n and really never overlaps
   spans (the original's "already covered" check tests the wrong thing).
 """
@@ -66,8 +70,7 @@ def create_instances(doc: list[np.ndarray], doc_index: int, chunk_docs: list[lis
     """(A, B or None, label) triples of one tokenized document (a list of sentences' id arrays)."""
     pair = opt.pair_task != "none"
     max_tokens = opt.max_seq_length - (3 if pair else 2)
-    if pair and len(doc) < 2:
-        stats["skipped_one_sentence_docs"] += 1
+    if opt.pair_task == "nsp" and len(doc) < 2:  # only random-B negatives could be made: counted by the caller
         return []
     target = max_tokens
     if rng.random() < opt.short_seq_prob:
@@ -116,8 +119,11 @@ def _make_pair(chunk, doc_index, chunk_docs, word_starts, rng, opt, target, stat
         if rng.random() < 0.5:
             return b, a, (1, 0)
         return a, b, (0, 0)
-    # NSP, as the original: B from a random other document (here: of the same chunk, as we stream) with prob 0.5.
-    others = [j for j in range(len(chunk_docs)) if j != doc_index]
+    # NSP, as the original: B from a random other document with prob 0.5; here an earlier one of the same chunk
+    # (as we stream, and so that held-out documents, the last ones, lend no training example their text).
+    others = range(doc_index)
+    if not others:
+        stats["nsp_pairs_without_an_earlier_document"] += 1
     if (len(chunk) == 1 or rng.random() < 0.5) and others:
         a_end = 1 if len(chunk) == 1 else a_end
         a = cat(chunk[:a_end])

@@ -90,6 +90,9 @@ def _process_chunk(chunk_index: int, docs: list[list[str]], opt: InstanceOptions
     rngs = [np.random.default_rng([opt.seed, chunk_index, dupe]) for dupe in range(opt.dupe_factor)]
     mask_rngs = [np.random.default_rng([opt.seed, chunk_index, dupe, 1]) for dupe in range(opt.dupe_factor)]
     for j, doc in enumerate(tokenized):
+        if opt.pair_task == "nsp" and len(doc) < 2:  # once per document, not per copy
+            stats["skipped_one_sentence_docs"] += 1
+            continue
         for dupe in range(opt.dupe_factor):
             for a, b, label in create_instances(doc, j, tokenized, tok.word_start_table, rngs[dupe], opt, stats):
                 seq = [[tok.cls_id], a, [tok.sep_id]] + ([b, [tok.sep_id]] if b is not None else [])
