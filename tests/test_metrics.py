@@ -269,3 +269,12 @@ def test_the_tuned_no_answer_threshold_gives_back_a_best_score(scores):
 def test_squad_missing_prediction_scores_zero():
     out = M.squad_scores({"a": ["x"], "b": ["y"]}, {"a": "x"})
     assert out["exact"] == 50.0 and out["total"] == 2
+
+
+def test_an_unanswerable_question_without_a_prediction_scores_zero_at_every_threshold():
+    """Its no-answer score defaulted to 0.0, so under a negative threshold it was 'predicted unanswerable' and
+    scored 1, and the best-threshold sweep credited it from the start."""
+    gold, predictions = {"q1": [], "q2": ["Paris"]}, {"q2": "Paris"}
+    out = M.squad_scores(gold, predictions, {"q2": -2.0}, na_prob_thresh=-1.0)
+    assert out["exact"] == 50.0 and out["NoAns_exact"] == 0.0
+    assert out["best_exact"] == 50.0

@@ -237,6 +237,22 @@ def test_inputs_jsonl_gz_paragraphs_and_bad_bytes(tok_dir, tmp_path):
     assert s["documents"] == 51 and meta["num_instances"] > 0
 
 
+def test_a_bom_and_a_corrupt_gzip_in_a_corpus(tmp_path):
+    """A BOM made line 1 of a JSONL corpus bad JSON (its document lost, counted as a bad line); a corrupt
+    deflate stream was a zlib.error traceback, not a one-line DataError."""
+    from litebert.corpus.documents import iter_documents
+    rows = [{"text": "First doc. It has two."}, {"text": "Second doc. Also two."}]
+    (tmp_path / "bom.jsonl").write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps(r) + "\n" for r in rows).encode())
+    stats = collections.Counter()
+    assert list(iter_documents([str(tmp_path / "bom.jsonl")], stats=stats)) == [
+        ["First doc.", "It has two."], ["Second doc.", "Also two."]]
+    assert stats["skipped_bad_json_lines"] == 0
+    blob = gzip.compress(("The sea was calm. " * 200).encode())
+    (tmp_path / "flipped.txt.gz").write_bytes(blob[:12] + bytes(b ^ 0xFF for b in blob[12:30]) + blob[30:])
+    with pytest.raises(DataError, match="cannot read .*flipped.txt.gz"):
+        list(iter_documents([str(tmp_path / "flipped.txt.gz")]))
+
+
 def test_bad_input_messages(tok_dir, tmp_path):
     with pytest.raises(FileNotFoundError, match="no input files match"):
         prepare([str(tmp_path / "missing.txt")], str(tmp_path / "o"), tok_dir, progress=False)

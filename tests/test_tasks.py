@@ -1,6 +1,7 @@
 """Task readers on hand-written files in the official layouts, the registry, featurizers and collate."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -142,6 +143,25 @@ def test_race_bad_answer_names_file_and_question(tmp_path):
     with pytest.raises(T.DataError, match=r"1\.txt: questions\[1\]: answer 'E'"):
         T.read_race(tmp_path)
     assert len(T.read_race(tmp_path, errors="skip")) == 1
+
+
+@pytest.mark.parametrize("article, problem", [
+    ({"question": ["q1"], "options": [["a", "b"]], "answers": ["A"]}, "questions should be a non-empty list, got nothing"),
+    ({"questions": [], "options": [], "answers": []}, "questions should be a non-empty list, got []"),
+    ({"questions": ["q1"], "options": [["a", "b"], ["c", "d"]], "answers": ["A", "B"]},
+     "1 questions but 2 option lists and 2 answers")])
+def test_a_race_article_whose_questions_would_be_lost_is_a_bad_record(tmp_path, article, problem):
+    """A misspelt "questions" key, an empty list or extra option lists were read as nothing, not counted."""
+    (tmp_path / "high").mkdir()
+    (tmp_path / "high" / "1.txt").write_text(json.dumps({"id": "high1.txt", "article": "A.", **article}))
+    with pytest.raises(T.DataError, match=re.escape(problem)):
+        T.read_race(tmp_path)
+
+
+def test_a_table_label_with_spaces_around_it_is_the_label(tmp_path):
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\nIt rained.\tneg \nIt shone.\t pos\nIt poured.\tneg\n")
+    examples = T.read_table(tmp_path / "train.tsv", ["sentence"], "label")
+    assert T.label_list(examples) == ["neg", "pos"]
 
 
 def test_swag_reader():
@@ -316,6 +336,15 @@ def test_tag_alignment_with_real_tokenizer(real_tok):
     assert FT.word_predictions(f.word_ids, f.label, len(words), ["O", "B-PER", "I-PER", "B-LOC"]) == example.tags
 
 
+def test_a_word_that_normalises_to_nothing_does_not_take_the_next_words_token(real_tok):
+    """A zero-width space is a word of its own that no token covers: the next token's span starts inside it, and
+    matched by its first character that token went to the empty word, leaving the next word without a label."""
+    words, tags = ["a", "\u200b", "Elliot"], ["O", "O", "B-PER"]
+    labels = ["O", "B-PER"]
+    f, = FT.featurize_tags([T.TagExample("z", words, tags)], real_tok, 32, labels)
+    assert FT.word_predictions(f.word_ids, f.label, len(words), labels) == ["O", "O", "B-PER"]
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # gzipped files, unlabelled test tables, GLUE submission directories
 
@@ -349,7 +378,9 @@ def test_gzipped_csv_and_conll(tmp_path):
     whole = (tmp_path / "data.csv.gz").read_bytes()
     (tmp_path / "cut.csv.gz").write_bytes(whole[:len(whole) // 2])
     (tmp_path / "plain.csv.gz").write_text(text)
-    for name in ("cut.csv.gz", "plain.csv.gz"):
+    # a corrupt deflate stream raises zlib.error, neither OSError nor EOFError
+    (tmp_path / "flipped.csv.gz").write_bytes(whole[:12] + bytes(b ^ 0xFF for b in whole[12:30]) + whole[30:])
+    for name in ("cut.csv.gz", "plain.csv.gz", "flipped.csv.gz"):
         with pytest.raises(T.DataError, match=f"{name}: cannot read as gzip"):
             T.read_table(tmp_path / name, ["text"], "label")
 

@@ -15,6 +15,7 @@ import gzip
 import json
 import os
 import re
+import zlib
 from typing import Iterator
 
 from litebert.errors import DataError
@@ -68,13 +69,13 @@ def _lines(path: str, stats: dict) -> Iterator[tuple[str | None, int]]:
     opener = gzip.open if path.endswith(".gz") else open
     try:
         with opener(path, "rb") as f:
-            for raw in f:
-                try:
-                    yield raw.decode("utf-8").rstrip("\r\n"), len(raw)
+            for n, raw in enumerate(f):
+                try:  # a BOM at the start of the file is not text (an editor's mark; it broke line 1's JSON)
+                    yield raw.decode("utf-8-sig" if n == 0 else "utf-8").rstrip("\r\n"), len(raw)
                 except UnicodeDecodeError:
                     stats["skipped_non_utf8_lines"] += 1
                     yield None, len(raw)  # dropped, but it must not end a document as a blank line would
-    except (OSError, EOFError) as e:  # truncated/corrupt gzip, unreadable file
+    except (OSError, EOFError, zlib.error) as e:  # truncated/corrupt gzip (a bad deflate stream), unreadable file
         raise DataError(f"cannot read {path}: {e}") from None
 
 

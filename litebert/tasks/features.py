@@ -41,6 +41,15 @@ def token_types(ids: Sequence[int], sep_id: int) -> list[int]:
     return [0] * (first_sep + 1) + [1] * (len(ids) - first_sep - 1)
 
 
+def word_of_token(start: int, end: int, word_starts: Sequence[int], word_ends: Sequence[int]) -> int | None:
+    """The word holding a token's last character (None: a bare "▁", or an empty span). Its last, not its first: a
+    word that normalises to nothing (a zero-width space) leaves the next token's span starting inside it."""
+    if end <= start:
+        return None
+    j = bisect.bisect_right(word_ends, end - 1)  # the first word ending after that character
+    return j if j < len(word_starts) and word_starts[j] <= end - 1 else None
+
+
 def featurize_classification(examples: Sequence[TextExample], tok, max_length: int,
                              labels: Sequence[str] | None) -> list[Feature]:
     """[CLS] a [SEP] (b [SEP]) truncated to max_length; label = index in `labels`, a float when labels is None
@@ -107,8 +116,7 @@ def featurize_tags(examples: Sequence[TagExample], tok, max_length: int, labels:
         ids, offsets = tok.encode_with_offsets(" ".join(ex.words))
         word_ids = []
         for s, e in offsets:
-            j = bisect.bisect_right(ends, s)  # the first word ending after the token starts
-            word_ids.append(j if j < len(starts) and starts[j] < e else None)
+            word_ids.append(word_of_token(s, e, starts, ends))
         ids, word_ids = ids[: max_length - 2], word_ids[: max_length - 2]
         tags, seen = [], set()
         for j in word_ids:
@@ -218,11 +226,10 @@ def featurize_text_tags(examples: Sequence[TextTagExample], tok, max_length: int
     for i, ex in enumerate(examples):
         ids, spans = tok.encode_with_offsets(ex.text)
         words = [m.span() for m in re.finditer(r"\S+", ex.text)]
-        ends = [e for _, e in words]
+        starts, ends = [s for s, _ in words], [e for _, e in words]
         offsets, word_ids = [], []
         for s, e in spans[: max_length - 2]:
-            j = bisect.bisect_right(ends, s)  # the first word ending after the token starts; as featurize_tags
-            word_ids.append(j if j < len(words) and words[j][0] < e else None)  # a bare "▁" is in no word
+            word_ids.append(word_of_token(s, e, starts, ends))  # as featurize_tags
             offsets.append(None if ex.text[s:e] in specials else covering((s, e), ex.text))  # "[MASK]" typed
         ids = [tok.cls_id, *ids[: max_length - 2], tok.sep_id]
         features.append(TextTagFeature(ids, [0] * len(ids), None, i, [None, *word_ids, None],

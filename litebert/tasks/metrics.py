@@ -256,7 +256,8 @@ def squad_scores(gold: Mapping[str, Sequence[str]], predictions: Mapping[str, st
     probs = {qid: 0.0 for qid in gold} if na_probs is None else {qid: na_probs.get(qid, 0.0) for qid in gold}
 
     def thresholded(raw):  # a question predicted unanswerable scores 1 exactly when it is unanswerable
-        return {qid: float(not has_ans[qid]) if probs[qid] > na_prob_thresh else raw[qid] for qid in raw}
+        return {qid: float(not has_ans[qid]) if probs[qid] > na_prob_thresh and qid in predictions else raw[qid]
+                for qid in raw}  # one without a prediction scores 0 whatever the threshold
 
     def summary(exact, f1_, qids, prefix=""):
         return {f"{prefix}exact": 100.0 * sum(exact[q] for q in qids) / len(qids),
@@ -280,13 +281,15 @@ def _best_thresh(raw: Mapping[str, float], predictions: Mapping[str, str], probs
 
     Start from "everything is no-answer" (score = number of unanswerable questions); letting question q answer
     gains its raw score if it has an answer, and loses 1 if it has none but a non-empty prediction. The best
-    score is the official one; the threshold returned is one that gives it back when applied ("no answer" where
-    the score is above it): the official sweep can peak inside a group of tied scores, which no threshold
-    splits, and reports 0.0 for "abstain on all", which answers every question scoring at most 0 where these
-    scores are logit differences, not probabilities. So it cuts only after a tied group, and below every score
-    for "abstain on all"."""
-    score = best = sum(not has_ans[q] for q in raw)
-    order = sorted(probs, key=lambda q: probs[q])
+    score is the official one; the threshold returned is one that gives back, when applied ("no answer" where
+    the score is above it), the best any threshold reaches: the official sweep can peak inside a group of tied
+    scores, which no threshold splits (the best reported is then above what the threshold gives), and reports
+    0.0 for "abstain on all", which answers every question scoring at most 0 where these scores are logit
+    differences, not probabilities. So it cuts only after a tied group, and below every score for "abstain on
+    all". A question without a prediction scores 0 at every threshold, as in squad_scores."""
+    answered = [q for q in probs if q in predictions]
+    score = best = sum(not has_ans[q] for q in answered)
+    order = sorted(answered, key=lambda q: probs[q])
     best_cut, best_thresh = score, (probs[order[0]] - 1.0 if order else 0.0)
     for i, qid in enumerate(order):
         if has_ans[qid]:

@@ -101,7 +101,7 @@ def read_table(path: os.PathLike | str, text_columns: Sequence[str | int], label
                 if not math.isfinite(label):  # "NaN", "inf", JSON's NaN: a loss and a correlation of NaN
                     raise BadRecord(f"label {str(raw)[:40]!r} is not a finite number")
             else:
-                label = str(raw)
+                label = str(raw).strip()  # "neg " of a hand-made table is "neg", not a class of its own
                 if labels is not None and label not in labels:
                     raise BadRecord(f"label {label!r} is not one of {labels}", kind=UNKNOWN_LABEL)
         has_id = id_key is not None and (fmt not in ("jsonl", "parquet") or id_key in record)
@@ -172,8 +172,16 @@ def read_race(path: os.PathLike | str, levels: Sequence[str] = ("middle", "high"
             if not isinstance(article, dict):
                 yield f"{file}:1", BadRecord("expected a JSON object")
                 continue
-            if not isinstance(article.get("questions", []), list):
-                yield f"{file}: questions", BadRecord("questions should be a list")
+            questions = article.get("questions")
+            if not isinstance(questions, list) or not questions:  # a misspelt key read as no question, silently
+                yield f"{file}: questions", BadRecord("questions should be a non-empty list, got "
+                                                      + ("nothing" if questions is None else repr(questions)[:40]))
+                continue
+            counts = [len(v) if isinstance(v, list) else None for v in (questions, article.get("options"),
+                                                                         article.get("answers"))]
+            if len(set(counts)) != 1:  # extra option lists or answers were ignored
+                yield f"{file}: questions", BadRecord(f"{counts[0]} questions but {counts[1]} option lists and "
+                                                      f"{counts[2]} answers")
                 continue
             name = f"{file.parent.name}/{article.get('id', file.name)}"
             for k, question in enumerate(article.get("questions", [])):

@@ -16,6 +16,7 @@ import io
 import json
 import logging
 import os
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -167,7 +168,7 @@ def open_text(path: Path, newline: str | None = "\n"):
     try:
         with gzip.open(path, "rb") as f:
             data = f.read()
-    except (OSError, EOFError) as e:  # BadGzipFile is an OSError; a truncated stream ends in EOFError
+    except (OSError, EOFError, zlib.error) as e:  # BadGzipFile; a truncated stream; a corrupt deflate stream
         raise DataError(f"{path}: cannot read as gzip ({e})") from None
     try:
         return io.StringIO(data.decode("utf-8-sig"), newline=newline)
