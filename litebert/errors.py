@@ -15,6 +15,15 @@ class ConfigError(LitebertError):
     """A bad option, recipe or config.json value."""
 
 
+class InputError(ConfigError):
+    """One input of a call that the model cannot take, found while it was featurized, with its index among the
+    call's inputs: a server that batched several requests into the call refuses the one that sent it alone."""
+
+    def __init__(self, index: int, reason: str):
+        super().__init__(f"input {index}: {reason}")
+        self.index, self.reason = index, reason
+
+
 class DataError(LitebertError):
     """Input data that cannot be read. The message starts with where it is: file:line, or file: JSON path."""
 

@@ -386,11 +386,12 @@ class Tokenizer:
             if ce <= cb:
                 return base + s, base + s
             e = src[ce - 1] + 1
-            while s < e and text[s].isspace():
+            # past the spaces; a bare "▁" (its space run maps to the run's first char) is empty at the next word
+            while s < len(text) and text[s].isspace():
                 s += 1
             while e > s and text[e - 1].isspace():
                 e -= 1
-            return base + s, base + e
+            return base + s, base + max(s, e)
 
         for p in self.sp.encode(norm, return_type="proto").pieces:
             cb, ce = int(byte_to_char[p.begin]), int(byte_to_char[p.end])

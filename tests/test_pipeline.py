@@ -200,6 +200,31 @@ def test_token_classification_equals_transformers(models, strategy):
     assert len({e.get("entity_group", e.get("entity")) for row in expected for e in row}) >= 2
 
 
+@pytest.mark.parametrize("strategy", ["none", "simple"])
+def test_a_bare_underline_after_a_run_of_spaces_has_transformers_offsets(models, strategy):
+    """A bare "▁" covers the first character of the word after it, as transformers' fast tokenizer says, however
+    much whitespace came before (it covered the run's second space: "New  York" gave 4-5, transformers 5-6)."""
+    texts = ["New  York", "x\t y", "  leading spaces and  double", "Anne \u00a0Elliot"]
+    ours = litebert.pipeline(model=models["tagger"], aggregation_strategy=strategy, ignore_labels=[])
+    theirs = hf_pipeline("token-classification", models["tagger"], aggregation_strategy=strategy, ignore_labels=[])
+    assert_same(ours(texts), theirs(texts))
+
+
+def test_a_word_level_entitys_word_keeps_the_space_of_a_bare_underline(models):
+    """"first", "average" and "max" group whole words; a group's word is transformers' decode of the tokens it
+    covers, the bare "▁" that starts a word included: "leading spaces", not "leadingspaces"."""
+    text = "  leading spaces and  double"
+    tokenizer = transformers.AutoTokenizer.from_pretrained(models["tagger"])
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    pipe = litebert.pipeline(model=models["tagger"], ignore_labels=[])
+    for strategy in ("first", "average", "max"):
+        groups = pipe(text, aggregation_strategy=strategy)
+        for g in groups:
+            ids = [i for i, (s, e) in zip(enc["input_ids"], enc["offset_mapping"]) if g["start"] <= s < g["end"]]
+            assert g["word"] == tokenizer.decode(ids), (strategy, g)
+        assert " ".join(g["word"] for g in groups) == "leading spaces and double"
+
+
 def test_word_level_entities_are_the_tagging_familys_word_tags(models):
     """"first" tags each whitespace word by its first sub-token, as fine-tuning trains and scores tagging:
     grouped into entities, the family's word tags (on the words alone) give the same entities, at the
@@ -359,6 +384,45 @@ def test_feature_extraction_equals_transformers_and_sentence_embeddings_pool_it(
                                                   texts, pooling="cls"), atol=1e-5)
 
 
+def test_truncation_strategies_litebert_does_not_apply_are_refused(models):
+    """litebert cuts a pair longest_first (transformers' truncation=True); "only_first" and "only_second" were
+    accepted and ignored, and are refused in one line now, at the call and at construction."""
+    long = " ".join(r["text"] for r in rows("novel_authorship", 6))
+    pair = {"text": long, "text_pair": long[::-1]}
+    ours = litebert.pipeline(model=models["pairs"])
+    theirs = hf_pipeline("text-classification", models["pairs"])
+    for strategy in (True, "longest_first"):
+        assert_same(ours(pair, top_k=None, truncation=strategy),
+                    theirs(pair, top_k=None, truncation=strategy, max_length=128))
+    for strategy in ("only_first", "only_second", False, "do_not_truncate"):
+        with pytest.raises(ConfigError, match=f"truncation={strategy!r}: litebert cuts .* longest_first") as e:
+            ours(pair, truncation=strategy)
+        assert "\n" not in str(e.value)
+        with pytest.raises(ConfigError, match="truncation="):
+            litebert.pipeline(model=models["pairs"], truncation=strategy)
+
+
+def test_fill_mask_refuses_an_input_whose_mask_max_length_cut_off(models):
+    """A [MASK] past max_length was dropped without a word while another survived: the input is refused by
+    index (an InputError, which the server answers 422 for its request alone)."""
+    pipe = litebert.pipeline("fill-mask", models["mlm"], max_length=32)
+    cut = "[MASK] is " + "the house " * 40 + "[MASK]."
+    with pytest.raises(ConfigError, match=r"input 1: 1 of its 2 \[MASK\] tokens are cut off by max_length 32") as e:
+        pipe(["The [MASK] house.", cut])
+    assert getattr(e.value, "index", None) == 1
+    with pytest.raises(ConfigError, match=r"input 0: 1 of its 1 \[MASK\]"):
+        pipe("the house " * 40 + "[MASK].")
+    assert len(pipe("[MASK] is the [MASK].")) == 2  # both kept: a list per mask
+
+
+def test_question_answering_refuses_a_max_query_length_below_one(models):
+    """0 kept no question at all, -3 cut three tokens off its end: both are refused."""
+    for bad in (0, -3):
+        with pytest.raises(ConfigError, match=f"max_query_length must be a positive integer, got {bad}"):
+            litebert.pipeline("question-answering", models["qa"], max_query_length=bad)
+    assert litebert.pipeline(model=models["qa"], max_query_length=1).settings.max_query_length == 1
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # batching, backends
 
@@ -486,6 +550,48 @@ def test_the_task_comes_from_the_checkpoint(models):
         litebert.pipeline("summarization", models["authorship"])
     with pytest.raises(ConfigError, match="fp16"):
         litebert.pipeline(model=models["authorship"], precision="fp16")
+
+
+def test_a_model_object_without_architectures_gets_its_heads_task(models, tmp_path):
+    """A head built in code (its config names no architectures) gets its class's task and family, as its
+    checkpoint would, a subclass of a head too; it no longer falls back to feature extraction. Without label
+    names it answers with transformers' LABEL_i, as transformers' pipeline does on the head saved."""
+    tok = litebert.Tokenizer.from_pretrained(models["tagger"])
+    heads = {"pairs": (AlbertForSequenceClassification, "text-classification"),
+             "tagger": (AlbertForTokenClassification, "token-classification"),
+             "qa": (AlbertForQuestionAnswering, "question-answering"),
+             "choice": (AlbertForMultipleChoice, "multiple-choice"), "mlm": (AlbertForMaskedLM, "fill-mask")}
+    for name, (cls, task) in heads.items():
+        model = cls.from_pretrained(models[name])
+        model.config.architectures = None  # as a model made with cls(config) has it
+        assert litebert.pipeline(model=model, tokenizer=tok).task == task
+    mine = type("MyTagger", (AlbertForTokenClassification,), {}).from_pretrained(models["tagger"])
+    mine.config.architectures = None
+    assert litebert.pipeline(model=mine, tokenizer=tok).task == "token-classification"
+
+    config = AlbertConfig.load(models["pairs"]).replace(architectures=None, num_labels=3)  # no label names
+    model = AlbertForSequenceClassification(config)
+    texts = [r["text"] for r in rows("novel_authorship", 4)]
+    ours = litebert.pipeline(model=model, tokenizer=tok)(texts, top_k=None)
+    model.save_pretrained(tmp_path / "built")
+    tok.save_pretrained(str(tmp_path / "built"))
+    theirs = hf_pipeline("text-classification", tmp_path / "built")(texts, top_k=None, truncation=True, max_length=128)
+    assert_same(ours, theirs)
+
+
+def test_bad_call_options_are_refused_before_any_input_is_read(models):
+    """aggregation_strategy, ignore_labels and targets are checked with the options (at construction too), not
+    found by the presenter after the model ran (a TypeError for ignore_labels=5)."""
+    with pytest.raises(ConfigError, match="aggregation_strategy must be one of none, simple, first, average, max"):
+        litebert.pipeline(model=models["tagger"], aggregation_strategy="bogus")
+    tagger, fill = litebert.pipeline(model=models["tagger"]), litebert.pipeline(model=models["mlm"])
+    for pipe, options, message in [(tagger, {"aggregation_strategy": "bogus"}, "got 'bogus'"),
+                                   (tagger, {"ignore_labels": 5}, "ignore_labels must be a list of labels, got 5"),
+                                   (fill, {"targets": 5}, "targets must be a string or a list of strings, got 5")]:
+        with pytest.raises(ConfigError, match=message):
+            pipe.check_options(options)
+        with pytest.raises(ConfigError, match=message):
+            pipe("Anne [MASK] went.", **options)
 
 
 BAD = {  # model: [(input, message)]

@@ -127,6 +127,26 @@ def test_parse_inputs_rules():
             parse_inputs(payload, v, 4, 10)
 
 
+def test_an_array_of_strings_is_a_list_of_texts_never_one_pair():
+    """["good film", ""] is two texts, the second empty (a 422 naming it), not re-read as the pair ("good film",
+    ""): a pair in an array is [[text, pair]], or {"text", "text_pair"} alone. An input shaped as a list that is
+    not all strings ([question, [choices]]) is still one input."""
+    from litebert.tasks.records import text_example
+
+    def pairs(x):  # text-classification's inputs: a text, a (text, pair), or {"text", "text_pair"}
+        text_example(x, 0)
+
+    for blank in ("", "   "):
+        with pytest.raises(RequestError, match=re.escape("inputs[1] is empty")) as e:
+            parse_inputs({"inputs": ["good film", blank]}, pairs, 4, 100)
+        assert e.value.status == 422
+    assert parse_inputs({"inputs": ["good film", "bad"]}, pairs, 4, 100) == (["good film", "bad"], False)
+    assert parse_inputs({"inputs": [["good film", ""]]}, pairs, 4, 100) == ([["good film", ""]], False)
+    pair = {"text": "good film", "text_pair": ""}
+    assert parse_inputs({"inputs": pair}, pairs, 4, 100) == ([pair], True)
+    assert parse_inputs({"inputs": ["q", ["a"]]}, FakePredictor().validate, 4, 10) == ([["q", ["a"]]], True)
+
+
 # -- bad requests --------------------------------------------------------------------------------------------
 
 BAD_REQUESTS = [  # (method, path, body bytes or JSON-able, status, words in the message)
@@ -184,6 +204,34 @@ def test_a_model_failure_is_a_500_for_its_request_only():
         assert client.get("/health").json()["served"]["failed_requests"] == 1
     assert fake.batches[0] == 3, fake.batches  # the shared call, then each request alone
     assert sorted(fake.batches[1:4]) == [1, 1, 1]
+
+
+def test_an_input_the_model_refuses_is_a_422_for_its_request_and_the_others_share_a_call_again():
+    """An input refused once featurized (fill-mask's [MASK] cut off) is the sender's fault: a 422 for its
+    request, which the pipeline's InputError names by index, while the other requests of the call run again
+    together, not one by one; a ConfigError of no input (targets no token is) is a lone request's 422."""
+    from litebert.errors import InputError
+
+    class Picky(FakePredictor):
+        def __call__(self, inputs, batch_size):
+            self.batches.append(len(inputs))
+            time.sleep(self.delay)
+            if "cut" in inputs:
+                raise InputError(inputs.index("cut"), "1 of its 1 [MASK] tokens are cut off by max_length 8")
+            if "odd" in inputs:
+                raise ConfigError("none of the targets ['zz'] is a token of this model's vocabulary")
+            return [{"echo": x} for x in inputs]
+
+    fake = Picky(delay=0.05)
+    with running(fake, max_wait_ms=300) as client:
+        bodies = [{"inputs": ["fine"]}, {"inputs": ["x", "cut"]}, {"inputs": ["also fine"]}]
+        with ThreadPoolExecutor(3) as pool:  # together, so they share a model call that fails
+            responses = list(pool.map(lambda b: client.post("/predict", json=b), bodies))
+        assert_error(responses[1], 422, "inputs[1]: 1 of its 1 [MASK] tokens are cut off by max_length 8")
+        assert [r.json()["outputs"][0]["echo"] for r in (responses[0], responses[2])] == ["fine", "also fine"]
+        assert_error(client.post("/predict", json={"inputs": "odd"}), 422, "none of the targets ['zz'] is a token")
+        assert client.get("/health").json()["served"]["failed_requests"] == 0
+    assert fake.batches[:2] == [4, 2], fake.batches  # the shared call, then the two others again in one
 
 
 def test_outputs_that_are_not_json_are_a_500():
@@ -369,6 +417,69 @@ def test_a_tiny_real_model_served_answers_what_its_pipeline_answers(tmp_path):
         assert client.post("/predict", json={"inputs": texts}).status_code == 200
     for got, want in zip([single, *together], [expected[0], *expected]):
         assert got["label"] == want["label"] and got["score"] == pytest.approx(want["score"], abs=1e-5)
+
+
+@pytest.fixture(scope="module")
+def tiny_heads(tmp_path_factory) -> dict[str, Path]:
+    """Random tiny models (a classifier, a tagger, a masked LM) sharing a tokenizer trained in a blink."""
+    from fixtures.tokenizers import train_tiny_tokenizer
+
+    from litebert.config import AlbertConfig
+    from litebert.heads import AlbertForSequenceClassification, AlbertForTokenClassification
+    from litebert.model import AlbertForMaskedLM
+
+    root = tmp_path_factory.mktemp("heads")
+    tok = train_tiny_tokenizer(root)
+    base = AlbertConfig(vocab_size=tok.vocab_size, embedding_size=16, hidden_size=32, num_hidden_layers=1,
+                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=128)
+    heads = {"classifier": (AlbertForSequenceClassification, {"id2label": {0: "negative", 1: "positive"}}),
+             "tagger": (AlbertForTokenClassification, {"id2label": {0: "O", 1: "B-PER", 2: "I-PER"}}),
+             "mlm": (AlbertForMaskedLM, {})}
+    for name, (cls, overrides) in heads.items():
+        cls(base.replace(**overrides)).save_pretrained(root / name)
+        tok.save_pretrained(str(root / name))
+    return {name: root / name for name in heads}
+
+
+def test_a_real_pipelines_bad_options_and_refused_inputs_are_422s(tiny_heads):
+    """Options are checked with the parameters (aggregation_strategy, ignore_labels, targets, truncation), not
+    found once the model ran (a 500 "model failed"); an input the model refuses once tokenized is a 422."""
+    from litebert.serving.pipeline import pipeline
+
+    with running(pipeline(model=tiny_heads["tagger"])) as client:
+        for params, words in [({"aggregation_strategy": "bogus"}, "aggregation_strategy must be one of none, "),
+                              ({"ignore_labels": 5}, "ignore_labels must be a list of labels, got 5"),
+                              ({"truncation": "only_first"}, "truncation='only_first': litebert cuts")]:
+            response = client.post("/predict", json={"inputs": "Anne went", "parameters": params})
+            assert_error(response, 422, f"parameters: {words}")
+    with running(pipeline(model=tiny_heads["mlm"])) as client:
+        response = client.post("/predict", json={"inputs": "a [MASK] b", "parameters": {"targets": 5}})
+        assert_error(response, 422, "parameters: targets must be a string or a list of strings, got 5")
+        cut = {"inputs": "the house " * 100 + "[MASK]."}
+        assert_error(client.post("/predict", json=cut), 422,
+                     "inputs[0]: 1 of its 1 [MASK] tokens are cut off by max_length 128")
+        assert client.get("/health").json()["served"]["failed_requests"] == 0
+    with running(pipeline(model=tiny_heads["classifier"])) as client:
+        assert_error(client.post("/predict", json={"inputs": ["good film", ""]}), 422, "inputs[1] is empty")
+
+
+def test_serve_parameters_are_call_options_checked_at_startup(tiny_heads, monkeypatch, capsys):
+    """--parameters are the defaults of every request's call options, never pipeline() arguments: max_length
+    (which a request's parameters may not set) or backend are refused in one line before serving."""
+    from litebert import cli
+    from litebert.serving import server
+
+    served = {}
+    monkeypatch.setattr(server, "serve", lambda predictor, cfg: served.setdefault("pipe", predictor))
+    model = str(tiny_heads["classifier"])
+    assert cli.main(["serve", "--model", model, "--parameters", '{"top_k": 2}']) == 0
+    pipe = served["pipe"]
+    assert pipe.options["top_k"] == 2 and pipe.settings.max_length == 128 and len(pipe("a text")) == 2
+    for bad, words in [('{"max_length": 16}', "does not take max_length"), ('{"backend": "onnx"}',
+                       "does not take backend"), ('{"top_k": 0}', "top_k must be a positive integer")]:
+        assert cli.main(["serve", "--model", model, "--parameters", bad]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and words in err, err
 
 
 def test_a_load_levels_rate_is_its_requests_over_its_printed_seconds_even_for_a_short_run():

@@ -13,6 +13,7 @@ import torch
 
 from litebert.config import AlbertConfig
 from litebert.errors import ConfigError
+from litebert.heads import MODEL_CLASSES
 from litebert.model import AlbertForMaskedLM, AlbertForPreTraining, encoder_of
 from litebert.tasks.answers import Span, ranked
 from litebert.tasks.families import Family
@@ -33,18 +34,27 @@ def device_name(device: Any) -> str:
     return str(device)
 
 
+# "auto" is transformers' "the dtype the weights were saved in" (resolved by checkpoint_precision), not
+# litebert's precision "auto" (whichever is faster here, measured): an answer must not depend on the load.
 DTYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", "float32": "fp32", "bfloat16": "bf16", "float": "fp32",
-          "fp32": "fp32", "bf16": "bf16", "auto": "auto"}
+          "fp32": "fp32", "bf16": "bf16", "auto": "checkpoint"}
 
 
 def dtype_precision(dtype: Any) -> str:
     """transformers' dtype (torch_dtype) as a litebert precision: float32 -> fp32, bfloat16 -> bf16 (autocast),
-    "auto" -> auto. float16 has no litebert kernels: a ConfigError says what to use."""
+    "auto" -> the checkpoint's (checkpoint_precision). float16 has no litebert kernels: a ConfigError says what to use."""
     name = str(dtype).removeprefix("torch.") if isinstance(dtype, torch.dtype) else dtype
     if name not in DTYPES:
         raise ConfigError(f"dtype {name!r} is not one litebert runs; use torch.float32, torch.bfloat16 or "
                           "\"auto\" (or precision=\"int8\")")
     return DTYPES[name]
+
+
+def checkpoint_precision(config) -> str:
+    """The precision of the dtype a config.json says its weights were saved in (transformers' dtype="auto"):
+    bf16 for bfloat16, fp32 for anything else litebert saves or reads."""
+    saved = config.extra.get("dtype") or config.extra.get("torch_dtype")
+    return "bf16" if str(saved).removeprefix("torch.") == "bfloat16" else "fp32"
 
 
 def model_tokenizer(tokenizer: Any, directory: str | None) -> Tokenizer:
@@ -74,21 +84,24 @@ def object_model(family: Family, model: torch.nn.Module) -> torch.nn.Module:
 
 
 def model_config(model: Any) -> AlbertConfig:
+    """A model object's config, naming its class as `architectures` where the config names none (a model built
+    in code and never saved), so that its task and family come from its head as a checkpoint's would."""
     config = getattr(model, "config", None)
     if not isinstance(model, torch.nn.Module) or not isinstance(config, AlbertConfig):
         raise ConfigError(f"model must be a directory, a Hub id or a litebert model, got {type(model).__name__}")
-    return config
-
-
-TRUNCATIONS = (True, "longest_first", "only_first", "only_second")
+    if config.architectures:
+        return config
+    known = next((c for c in type(model).__mro__ if MODEL_CLASSES.get(c.__name__) is c), None)  # a subclass too
+    return config if known is None else config.replace(architectures=[known.__name__])
 
 
 def check_truncation(value: Any) -> None:
-    """litebert always cuts an input at max_length (its windows, for question answering); transformers'
-    truncation=True and its strategies name that. False would mean an error on long inputs: refused."""
-    if value not in TRUNCATIONS:
-        raise ConfigError(f"truncation={value!r}: litebert cuts every input at max_length; pass True (or leave "
-                          "it out), and max_length=N to choose where")
+    """litebert always cuts an input at max_length (its windows, for question answering), a pair from its longer
+    text first: transformers' truncation=True, "longest_first". Its other strategies would be ignored, and False
+    would mean an error on long inputs: refused."""
+    if value is not True and value != "longest_first":
+        raise ConfigError(f"truncation={value!r}: litebert cuts every input at max_length, a pair longest_first; "
+                          "pass True or \"longest_first\" (or leave it out), and max_length=N to choose where")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -135,10 +148,8 @@ def check_function(value: Any) -> None:
 
 def target_ids(tok: Tokenizer, targets: Any) -> list[int]:
     """transformers' fill-mask targets: each a vocabulary piece, else the first piece it tokenizes to."""
-    if isinstance(targets, str):
-        targets = [targets]
-    if not isinstance(targets, (list, tuple)) or not all(isinstance(t, str) for t in targets):
-        raise ConfigError(f"targets must be a string or a list of strings, got {targets!r}")
+    check_targets(targets)
+    targets = [targets] if isinstance(targets, str) else targets
     vocab, ids = tok.get_vocab(), []
     for target in targets:
         id_ = vocab.get(target)
@@ -152,6 +163,28 @@ def target_ids(tok: Tokenizer, targets: Any) -> list[int]:
     if not ids:
         raise ConfigError(f"none of the targets {list(targets)} is a token of this model's vocabulary")
     return ids
+
+
+def check_targets(targets: Any) -> None:
+    if targets is not None and not isinstance(targets, str) and not (
+            isinstance(targets, (list, tuple)) and all(isinstance(t, str) for t in targets)):
+        raise ConfigError(f"targets must be a string or a list of strings, got {targets!r}")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# token-classification: aggregation_strategy, ignore_labels
+
+AGGREGATIONS = ("none", "simple", "first", "average", "max")
+
+
+def check_aggregation(strategy: Any) -> None:
+    if strategy not in AGGREGATIONS:
+        raise ConfigError(f"aggregation_strategy must be one of {', '.join(AGGREGATIONS)}, got {strategy!r}")
+
+
+def check_ignore_labels(labels: Any) -> None:
+    if labels is not None and not (isinstance(labels, (list, tuple)) and all(isinstance(x, str) for x in labels)):
+        raise ConfigError(f"ignore_labels must be a list of labels, got {labels!r}")
 
 
 # ----------------------------------------------------------------------------------------------------------------

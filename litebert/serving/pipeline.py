@@ -54,8 +54,12 @@ from litebert.sentence import SENTENCE_CONFIG, sentence_settings
 from litebert.serving.backends import BACKENDS, TorchBackend, backend_device
 from litebert.serving.options import (
     AppliedFunction,
+    check_aggregation,
     check_function,
+    check_ignore_labels,
+    check_targets,
     check_truncation,
+    checkpoint_precision,
     device_name,
     dtype_precision,
     model_config,
@@ -169,6 +173,11 @@ class Pipeline:
         return (f"Pipeline(task={self.task!r}, model={self.directory!r}, backend={self.backend.name!r}, "
                 f"precision={self.precision!r})")
 
+    def set_defaults(self, options: dict[str, Any]) -> None:
+        """Make `options` the defaults of every call (`litebert serve --parameters`), checked as a call's are:
+        they are call options, never the pipeline's own arguments (max_length, backend, ...)."""
+        self.options = task_options(self.task, self.options, options)
+
     def check_options(self, options: dict[str, Any]) -> None:
         """Raise ConfigError (one line) unless `options` are call options this task takes."""
         task_options(self.task, self.options, options)
@@ -251,7 +260,8 @@ def qa_keywords(task: str, inputs: Any, question: Any, context: Any) -> Any:
 
 
 def task_options(task: str, defaults: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
-    """`defaults` (the task's, or a pipeline's) updated with the options `given`, which the task must take."""
+    """`defaults` (the task's, or a pipeline's) updated with the options `given`, which the task must take, each
+    checked here: a bad value is refused before any input is read, not found after the model ran."""
     unknown = sorted(set(given) - set(TASKS[task].options) - set(COMMON_OPTIONS))
     if unknown:
         takes = ", ".join([*TASKS[task].options, *COMMON_OPTIONS])
@@ -259,20 +269,32 @@ def task_options(task: str, defaults: dict[str, Any], given: dict[str, Any]) -> 
     if "truncation" in given:
         check_truncation(given["truncation"])
     options = {**defaults, **{k: v for k, v in given.items() if k not in COMMON_OPTIONS}}
-    check_function(options.get("function_to_apply"))
-    for name in ("max_answer_len",):
-        value = options.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-    top_k = options.get("top_k")
-    if top_k is not LEGACY and top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int)
-                                                      or top_k < 1):
-        raise ConfigError(f"top_k must be a positive integer or None, got {top_k!r}")
+    for name, value in options.items():
+        OPTION_CHECKS.get(name, lambda v: None)(value)
     return options
 
 
+def positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def check_top_k(top_k: Any) -> None:
+    if top_k is not LEGACY and top_k is not None and not positive_int(top_k):
+        raise ConfigError(f"top_k must be a positive integer or None, got {top_k!r}")
+
+
+def check_max_answer_len(value: Any) -> None:
+    if value is not None and not positive_int(value):
+        raise ConfigError(f"max_answer_len must be a positive integer, got {value!r}")
+
+
+OPTION_CHECKS: dict[str, Callable[[Any], None]] = {  # a call option's value -> None, or a one-line ConfigError
+    "top_k": check_top_k, "function_to_apply": check_function, "max_answer_len": check_max_answer_len,
+    "aggregation_strategy": check_aggregation, "ignore_labels": check_ignore_labels, "targets": check_targets}
+
+
 def check_batch_size(batch_size: Any) -> None:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+    if not positive_int(batch_size):
         raise ConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
 
 
@@ -290,7 +312,7 @@ def pipeline(task: str | None = None, model: str | os.PathLike | torch.nn.Module
     tokenizer: a path or a litebert Tokenizer (default: the model directory's).
     backend: "torch" (precision "fp32", "bf16", "int8" or "auto") or "onnxruntime" ("fp32" or "int8").
     dtype / torch_dtype: transformers' names for the precision: torch.float32 (fp32), torch.bfloat16 (bf16
-    autocast) or "auto".
+    autocast) or "auto" (as in transformers, the dtype its config.json says the weights were saved in).
     max_length: tokens per input (default 512, 384 for question answering, the trained one for sentence
     embeddings; capped by the model's positions). Question answering: windows start doc_stride tokens apart
     (default 128, at most half a window), questions keep max_query_length tokens, answers at most
@@ -298,7 +320,7 @@ def pipeline(task: str | None = None, model: str | os.PathLike | torch.nn.Module
     device: "cpu" (default), "cuda", "cuda:N", "auto" (a GPU when there is one), a torch.device, or an int as
     transformers (-1 the CPU, N the GPU cuda:N); the torch backend only, int8 on the CPU only. Other keywords
     are the task's call options (top_k, aggregation_strategy, function_to_apply, targets, ...), given once here
-    instead of at every call; truncation=True (every task's) is what litebert always does.
+    instead of at every call; truncation=True or "longest_first" (every task's) is what litebert always does.
     """
     if model is None:
         raise ConfigError("pipeline needs a model: a model directory, a Hub id or a litebert model")
@@ -310,6 +332,8 @@ def pipeline(task: str | None = None, model: str | os.PathLike | torch.nn.Module
         members, weights, calibration = model_members(model)
         config = AlbertConfig.load(members[0])
     directory = members[0]
+    if precision == "checkpoint":  # dtype="auto": the dtype its weights were saved in
+        precision = checkpoint_precision(config)
     name = ALIASES.get(task, task) if task is not None else default_task(config, directory)
     if name not in TASKS:
         raise ConfigError(f"unknown task {task!r}; choose from {', '.join(TASKS)}")
@@ -322,7 +346,7 @@ def pipeline(task: str | None = None, model: str | os.PathLike | torch.nn.Module
     tokenizer = model_tokenizer(tokenizer, directory)
     settings = feature_settings(spec, config, directory, max_length, doc_stride, max_query_length,
                                 max_answer_length)
-    labels = config.label_names
+    labels = config.label_names or [f"LABEL_{i}" for i in range(config.num_labels)]  # transformers' when unnamed
     if backend not in BACKENDS:
         raise ConfigError(f"unknown backend {backend!r}; choose from torch or onnxruntime")
     device = backend_device(BACKENDS[backend], device, precision)
@@ -368,6 +392,8 @@ def feature_settings(spec: Task, config: AlbertConfig, directory: str, max_lengt
         max_length = min(_sentence_settings(directory).get("max_length", spec.max_length), positions)
     elif not 8 <= max_length <= positions:
         raise ConfigError(f"max_length must be between 8 and the model's {positions} positions, got {max_length}")
+    if not positive_int(max_query_length):  # 0 would keep no question; -3 would cut 3 tokens off its end
+        raise ConfigError(f"max_query_length must be a positive integer, got {max_query_length!r}")
     window = max_length - max_query_length - 3  # QA: [CLS] question [SEP] window [SEP]
     if window < 1 and spec.windowed:
         raise ConfigError(f"max_query_length {max_query_length} leaves no room for context in max_length "

@@ -9,7 +9,6 @@ from typing import Any, Callable
 
 import numpy as np
 
-from litebert.errors import ConfigError
 from litebert.serving.options import qa_answers, target_ids
 from litebert.text.conventions import SPIECE_UNDERLINE
 from litebert.tokenizer import Tokenizer
@@ -80,18 +79,13 @@ def present_vector(pipe: Any, answer, example, options: dict) -> list:
     return answer.tolist()
 
 
-AGGREGATIONS = ("none", "simple", "first", "average", "max")
-
-
 def present_entities(pipe: Any, tokens, example, options: dict) -> list[dict]:
     """transformers' token-classification: "none" one dict per token; "simple" adjacent tokens of one entity
     grouped (B-/I- prefixes); "first", "average", "max" tag whole words (the first sub-token's tag, the average
     of the word's probabilities, the most confident sub-token's) before grouping. Words are the text's
     whitespace-separated words (transformers guesses them from the offsets); a word's string is its decoded
-    tokens, as transformers gives it."""
+    tokens, as transformers gives it (options are checked by the pipeline's task_options)."""
     strategy, ignore = options["aggregation_strategy"], options["ignore_labels"]
-    if strategy not in AGGREGATIONS:
-        raise ConfigError(f"aggregation_strategy must be one of {', '.join(AGGREGATIONS)}, got {strategy!r}")
     ignore = ["O"] if ignore is None else ignore
     labels, text = pipe.labels, example.text
 
@@ -104,27 +98,44 @@ def present_entities(pipe: Any, tokens, example, options: dict) -> list[dict]:
         if strategy == "none":
             return [{k: v for k, v in e.items() if k != "pieces"} for e in entities if e["entity"] not in ignore]
     else:
-        words: dict[int, list] = {}
-        for t in tokens:
-            if t.word is not None:  # a bare "▁" belongs to no word: a word's first sub-token is the one after it
-                words.setdefault(t.word, []).append(t)
-        entities = []
-        for group in words.values():
-            if strategy == "first":
-                probs = group[0].probs
-            elif strategy == "max":
-                probs = max(group, key=lambda t: t.probs.max()).probs
-            else:
-                probs = np.mean([t.probs for t in group], axis=0)
-            entities.append({"entity": labels[int(probs.argmax())], "score": float(probs.max()),
-                             "start": group[0].start, "end": group[-1].end, "pieces": [piece(t) for t in group]})
-    # A group's word is its pieces decoded together (transformers decodes each word first, and for ALBERT's
-    # pieces that glues "new york" into "newyork" under "first"/"average"/"max").
+        entities = [word_entity(group, pieces, strategy, labels) for group, pieces in words_of(tokens, piece)]
+    # A group's word is its pieces decoded together, a bare "▁"'s space included: transformers' decode of the
+    # group's tokens, as "simple" gives it (transformers' own "first"/"average"/"max" decode each word first,
+    # which for ALBERT's pieces glues "new york" into "newyork").
     groups = [{"entity_group": run[0]["entity"].split("-", 1)[-1],
                "score": float(np.mean([e["score"] for e in run])),
                "word": metaspace_decode([p for e in run for p in e["pieces"]]), "start": run[0]["start"],
                "end": run[-1]["end"]} for run in entity_runs(entities)]
     return [g for g in groups if g["entity_group"] not in ignore]
+
+
+def words_of(tokens: list, piece: Callable) -> list[tuple[list, list[str]]]:
+    """(the word's tokens, its pieces) of each word. A bare "▁" belongs to no word's tag (a word's first
+    sub-token is the one after it) but is the space before the word in its string: one of its pieces."""
+    words: dict[int, tuple[list, list[str]]] = {}
+    spaces: list[str] = []
+    for t in tokens:
+        if t.word is None:
+            spaces.append(piece(t))
+            continue
+        group, pieces = words.setdefault(t.word, ([], []))
+        group.append(t)
+        pieces += [*spaces, piece(t)]
+        spaces = []
+    return list(words.values())
+
+
+def word_entity(group: list, pieces: list[str], strategy: str, labels: list[str]) -> dict:
+    """One word's entity: its first sub-token's tag ("first"), its most confident one's ("max"), or the average
+    of their probabilities ("average")."""
+    if strategy == "first":
+        probs = group[0].probs
+    elif strategy == "max":
+        probs = max(group, key=lambda t: t.probs.max()).probs
+    else:
+        probs = np.mean([t.probs for t in group], axis=0)
+    return {"entity": labels[int(probs.argmax())], "score": float(probs.max()), "start": group[0].start,
+            "end": group[-1].end, "pieces": pieces}
 
 
 def entity_runs(entities: list[dict]) -> list[list[dict]]:

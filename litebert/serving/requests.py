@@ -53,7 +53,9 @@ def _check_input(value: Any, validate: Callable[[Any], None], max_text_chars: in
 
 def parse_inputs(payload: Any, validate: Callable[[Any], None], max_inputs: int,
                  max_text_chars: int) -> tuple[list, bool]:
-    """The body's inputs as a list, and whether the request sent one input (answered with one output)."""
+    """The body's inputs as a list, and whether the request sent one input (answered with one output). An
+    array is a list of inputs; one that is not may be a single input shaped as a list ([question, choices]),
+    but never an array of strings: ["a", ""] is two texts, the second empty, and a pair is [["a", ""]]."""
     if not isinstance(payload, dict) or "inputs" not in payload:
         raise RequestError(422, 'the body must be a JSON object {"inputs": ...}')
     unknown = sorted(set(payload) - {"inputs", "parameters"})
@@ -70,6 +72,8 @@ def parse_inputs(payload: Any, validate: Callable[[Any], None], max_inputs: int,
             raise RequestError(422, f"{len(raw)} inputs in one request; the limit is {max_inputs}")
         return [_check_input(x, validate, max_text_chars, f"inputs[{i}]") for i, x in enumerate(raw)], False
     except RequestError as as_list:
+        if all(isinstance(x, str) for x in raw):  # texts, each an input: ["a", ""] is two, not a (text, pair)
+            raise
         try:  # not a list of inputs, but maybe one input whose own shape is a list (e.g. [question, choices])
             return [_check_input(raw, validate, max_text_chars, "inputs")], True
         except RequestError:

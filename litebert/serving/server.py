@@ -6,23 +6,25 @@
     GET  /metrics       Prometheus text: requests and errors by status, latency, inputs per model call
     GET  /openapi.json  the OpenAPI description; GET /docs shows it
 
-X is one input in the pipeline's shapes (a string; a pair; {"question": ..., "context": ...}; ...) or a JSON
-array of them. A JSON array is a list of inputs (as in transformers' pipelines), unless its elements are not
-inputs while the whole array is one (e.g. a single sentence pair); a list answers with a list, one input with
-one output. "parameters" are the task's call options (top_k, function_to_apply, aggregation_strategy, ...) as HF
+X is one input in the pipeline's shapes (a string; a pair {"text": ..., "text_pair": ...}; {"question": ...,
+"context": ...}; ...) or a JSON array of them. A JSON array is a list of inputs (as in transformers' pipelines),
+unless its elements are not inputs while the whole array is one (e.g. [question, [choices]]); an array of strings
+is always a list of texts (a pair in an array is [[text, pair]]). A list answers with a list, one input with one
+output. "parameters" are the task's call options (top_k, function_to_apply, aggregation_strategy, ...) as HF
 inference servers take them; --parameters sets their defaults. Errors answer {"error": "<one line>"}: 400
 malformed JSON, 413 a body over --max-body-bytes, 422 an input or parameter the model cannot take (wrong type,
-empty, over --max-text-chars, more than --max-inputs, an option the task lacks), 404/405 unknown routes and
-methods, 500 a model failure, 503 while shutting down (and for requests still running when
---shutdown-timeout-s cancels them). After any of them the server keeps serving. A client that disconnects
-before its body is read is logged as such.
+empty, over --max-text-chars, more than --max-inputs, an option the task lacks or a value it refuses, an input
+the model refuses once tokenized: a [MASK] cut off by max_length), 404/405 unknown routes and methods, 500 a
+model failure, 503 while shutting down (and for requests still running when --shutdown-timeout-s cancels them).
+After any of them the server keeps serving. A client that disconnects before its body is read is logged as such.
 
 Batching: handlers put their inputs on one queue; one worker takes the oldest request, gathers the requests
 behind it until --max-batch-size inputs or --max-wait-ms have passed, runs the model once in its own thread (the
 event loop keeps accepting and parsing), and hands each request its slice of the outputs. While the model runs,
 new requests queue up, so under load batches fill without waiting. If a batch fails, each of its requests is
-run again alone, so one bad request gets the 500 and the others their answers. --no-batching runs one request
-per model call through the same worker (the baseline of bench/serve_load.py).
+run again alone, so one bad request gets the 500 and the others their answers; an input refused once tokenized
+is named by the pipeline, so its request alone gets the 422 and the others run again together. --no-batching
+runs one request per model call through the same worker (the baseline of bench/serve_load.py).
 
 Shutdown (SIGTERM or Ctrl-C): uvicorn stops accepting connections and waits for the requests in flight; the
 worker keeps answering until they are done, then drains anything still queued and stops. The exit code is 0.
@@ -44,8 +46,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from litebert.errors import ConfigError
+from litebert.errors import ConfigError, DataError, InputError
 from litebert.runconfig import check_declared, parse_verb, verb_parser
+from litebert.serving.backends import MissingOutput
 from litebert.serving.metrics import CONTENT_TYPE, Metrics, Observed
 from litebert.serving.openapi import docs_page, openapi
 from litebert.serving.pipeline import pipeline
@@ -143,6 +146,16 @@ class _Job:
 _STOP = object()
 
 
+def _sender(jobs: list[_Job], error: Exception) -> tuple[_Job, int] | None:
+    """The request whose input an InputError names by its index in the call, and that input's index in it."""
+    index = error.index if isinstance(error, InputError) else -1
+    for job in jobs:
+        if 0 <= index < len(job.inputs):
+            return job, index
+        index -= len(job.inputs)
+    return None
+
+
 class Batcher:
     """One queue, one worker, one model thread. `submit` from request handlers; `start`/`close` from the
     app's lifespan (in the event loop that serves the requests)."""
@@ -234,13 +247,7 @@ class Batcher:
             outputs = await asyncio.get_running_loop().run_in_executor(
                 self._executor, functools.partial(self._predict, inputs, jobs[0].params))
         except Exception as e:
-            if len(jobs) > 1:  # find the request that broke the batch: each on its own
-                for j in jobs:
-                    await self._run([j])
-                return
-            log.error("model failed on a request of %d input(s)", len(inputs), exc_info=e)
-            self.served["failed_requests"] += 1
-            jobs[0].future.set_exception(ModelError(f"model failed: {type(e).__name__}: {one_line(e)}"))
+            await self._failed(jobs, e)
             return
         start = 0
         for j in jobs:
@@ -249,6 +256,26 @@ class Batcher:
                 j.future.set_result(part)
         self.served["requests"] += len(jobs)
         self.served["inputs"] += len(inputs)
+
+    async def _failed(self, jobs: list[_Job], error: Exception) -> None:
+        """A failed model call. An input or option the model cannot take is its sender's fault, a 422 (an ONNX
+        graph without the task's output is the server's); where an InputError names the input, the other
+        requests run again together, else each runs alone, to find the one that broke the call."""
+        found = _sender(jobs, error)
+        if found is None and len(jobs) > 1:
+            for j in jobs:
+                await self._run([j])
+            return
+        culprit, index = found or (jobs[0], None)
+        if isinstance(error, (ConfigError, DataError)) and not isinstance(error, MissingOutput):
+            reason = error if index is None else f"inputs[{index}]: {error.reason}"
+            culprit.future.set_exception(RequestError(422, one_line(reason)))
+        else:
+            log.error("model failed on a request of %d input(s)", len(culprit.inputs), exc_info=error)
+            self.served["failed_requests"] += 1
+            culprit.future.set_exception(ModelError(f"model failed: {type(error).__name__}: {one_line(error)}"))
+        if rest := [j for j in jobs if j is not culprit]:
+            await self._run(rest)
 
     def _predict(self, inputs: list, params: dict) -> list:
         self.served["model_calls"] += 1
@@ -428,8 +455,9 @@ def cli(argv: list[str]) -> int:
     (cfg,) = parse_verb(parser, argv)
     cfg.check()  # before the model is loaded
 
-    pipe = pipeline(task=cfg.task, model=cfg.model, backend=cfg.backend, precision=cfg.precision, device=cfg.device,
-                    **cfg.default_parameters())
+    pipe = pipeline(task=cfg.task, model=cfg.model, backend=cfg.backend, precision=cfg.precision, device=cfg.device)
+    if defaults := cfg.default_parameters():  # call options, refused in one line as a request's would be
+        pipe.set_defaults(defaults)
     serve(pipe, cfg)
     return 0
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from litebert.config import AlbertConfig
-from litebert.errors import ConfigError
+from litebert.errors import ConfigError, InputError
 from litebert.heads import model_class
 from litebert.model import AlbertForMaskedLM, AlbertForPreTraining, AlbertModel, encoder_of
 from litebert.tasks.answers import MaskFill
@@ -48,11 +48,20 @@ class MaskedLanguageModel(Family):
         features = []
         for i, ex in enumerate(examples):
             ids = tok.encode(ex.text_a, max_length=settings.max_length)
+            self.check_masks_kept(i, ex.text_a, ids, tok, settings.max_length)
             positions = [t for t, token in enumerate(ids) if token == tok.mask_id]
-            if not positions:
-                raise ConfigError(f"input {i}: its {self.mask} is cut off by max_length {settings.max_length}")
             features.append(MaskFeature(ids, [0] * len(ids), None, i, None, positions))
         return features
+
+    def check_masks_kept(self, index: int, text: str, ids: list[int], tok, max_length: int) -> None:
+        """Refuse an input that max_length cut a [MASK] off: its answer would silently lack that mask's row
+        (InputError: the input's fault, named by its index). Only a text that filled max_length can have lost
+        one, so only that one is tokenized again, uncut."""
+        kept = ids.count(tok.mask_id)
+        given = kept if len(ids) < max_length else tok.encode(text).count(tok.mask_id)
+        if kept < given:
+            raise InputError(index, f"{given - kept} of its {given} {self.mask} tokens are cut off by max_length "
+                                    f"{max_length}")
 
     def scores(self, output, features):
         logits = output.logits if hasattr(output, "logits") else output.prediction_logits  # AlbertForPreTraining
