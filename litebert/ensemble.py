@@ -41,7 +41,7 @@ from litebert.finetune import FinetuneConfig
 from litebert.runconfig import parse_verb, verb_parser
 from litebert.tasks.ensembles import ENSEMBLE_FILE, average_scores, is_ensemble, read_ensemble
 from litebert.tasks.families import Family
-from litebert.tasks.fine_tuned import family_for_config, read_calibration
+from litebert.tasks.fine_tuned import family_for_config
 from litebert.tasks.inference import check_finite_scores, model_scores
 from litebert.tasks.loading import Split, read_task_split
 from litebert.tokenizer import Tokenizer
@@ -153,10 +153,11 @@ def build_ensemble(cfg: FinetuneConfig, members: Sequence[str], *, select: bool 
     members = [str(m) for m in dict.fromkeys(members)]
     dev = read_task_split(cfg, members, cfg.eval_split)
     primary = dev.family.primary_metric(dev.task)
-    candidates, single_dev = {}, {}
+    candidates, single_dev, calibrated = {}, {}, {}
     for m in members:
         candidates[m] = member_scores(m, dev, cfg.eval_batch_size)
-        single_dev[m] = dev.score(candidates[m]).metrics  # calibrated on dev, as fine-tuning did
+        on_dev = dev.score(candidates[m])  # calibrated on dev, as fine-tuning did
+        single_dev[m], calibrated[m] = on_dev.metrics, on_dev.calibration  # the latter for its test score
         if not single_dev[m]:
             raise ConfigError(f"the {cfg.eval_split} split of {dev.task.name} has no labels to select on")
         echo(f"{cfg.eval_split} {primary} {single_dev[m][primary]:.4f}  {m}")
@@ -187,7 +188,7 @@ def build_ensemble(cfg: FinetuneConfig, members: Sequence[str], *, select: bool 
         ens_test = test.score(average_scores([member_test[m] for m in chosen], weights), scored.calibration)
         predictions = (test, ens_test.predictions)
         if ens_test.metrics:
-            single_test = {m: test.score(s, read_calibration(m)).metrics[primary] for m, s in member_test.items()}
+            single_test = {m: test.score(s, calibrated[m]).metrics[primary] for m, s in member_test.items()}
             report[split] = _numbers(ens_test.metrics)
             for row in report["members"]:
                 row[split] = single_test[row["dir"]]

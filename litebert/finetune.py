@@ -14,10 +14,12 @@ later is litebert.evaluate; grids of runs (--seeds, swept flags) are litebert.tr
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,8 +119,13 @@ def check_out_dir(cfg: FinetuneConfig, train_cfg: TrainConfig) -> None:
     if earlier and not train_cfg.resume and not cfg.overwrite:
         raise ConfigError(f"{out} holds an earlier run's {' and '.join(earlier)}: pass --resume to continue it, "
                           "--overwrite to replace it, or choose another --out-dir")
-    if earlier and cfg.overwrite and not train_cfg.resume and is_main_process():
-        _remove_earlier_run(out)
+    if earlier and cfg.overwrite and not train_cfg.resume:
+        if steps := list_checkpoints(out):  # refused before anything is removed: the loop would refuse them next
+            raise ConfigError(f"{out} also holds the earlier run's checkpoints ({steps[-1][1].name} ...), which "
+                              "--overwrite does not replace: pass --resume to continue that run, or choose another "
+                              "--out-dir")
+        if is_main_process():
+            _remove_earlier_run(out)
     sweep.refuse_changed_resume(cfg, train_cfg, "finetune")
     if train_cfg.resume and "best" in earlier and not list_checkpoints(out) and not cfg.overwrite:
         # Nothing to resume: a new run would start here and take the old best/ (and its score) as its own.
@@ -194,9 +201,24 @@ def prepare(cfg: FinetuneConfig) -> Prepared:
     if not eval_examples:
         raise DataError(f"{cfg.data_dir}: no usable {cfg.eval_split} examples for task {task.name} "
                         f"({len(eval_examples.skipped)} skipped; first: {(eval_examples.skipped or ['-'])[0]})")
+    if unlabelled := sum(ex.gold is None for ex in eval_examples):  # nothing to select best/ on, or to stop at
+        raise DataError(f"{cfg.data_dir}: {unlabelled} of {len(eval_examples)} {cfg.eval_split} examples of task "
+                        f"{task.name} have no label: --eval-split needs a labelled split (dev)")
     return Prepared(task, family, model_dir, tok, settings, labels, train_examples, eval_examples,
                     family.featurize(train_examples, tok, labels, settings),
                     family.featurize(eval_examples, tok, labels, settings))
+
+
+def examples_fingerprint(train_examples: Sequence, eval_examples: Sequence) -> dict[str, Any]:
+    """What a resume must find unchanged: the training examples (their number and order decide every batch of
+    the shuffle) and those it evaluates on. An edited file resumed silently made a run that is neither's."""
+    def digest(examples: Sequence) -> str:
+        h = hashlib.sha256()
+        for example in examples:
+            h.update(repr(example).encode("utf-8"))
+        return h.hexdigest()
+    return {"train": len(train_examples), "train_sha256": digest(train_examples), "eval": len(eval_examples),
+            "eval_sha256": digest(eval_examples)}
 
 
 def _write_best(directory: str, model, tokenizer, scored: Scored, primary: str, eval_split: str,
@@ -272,7 +294,8 @@ def finetune(cfg: FinetuneConfig, train_cfg: TrainConfig) -> dict[str, Any]:
                                                                        static_length))
     stopping = EarlyStopping(primary, cfg.early_stopping_patience) if cfg.early_stopping_patience else None
     result = train(model, data, train_cfg, evaluate, tokenizer=cfg.tokenizer or run.model_dir,
-                   configs={"finetune": dataclasses.asdict(cfg)}, early_stopping=stopping)
+                   configs={"finetune": dataclasses.asdict(cfg)}, early_stopping=stopping,
+                   identity={"data": examples_fingerprint(run.train_examples, run.eval_examples)})
     # A resumed run that had finished trains no step: its final scores are the earlier summary's.
     final = dict(result.eval) or (earlier.get("final", {}) if earlier.get("steps") == result.step else {})
     summary = _run_summary(cfg, train_cfg, run, result, primary, final, best["metrics"], best_dir)

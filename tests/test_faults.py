@@ -375,6 +375,71 @@ def test_finetune_without_resume_refuses_a_directory_holding_an_earlier_best(fin
     assert not (only_best / "best").exists()
     assert finetune(cfg, train_cfg)["steps"] == 2
 
+    # a whole earlier run (its checkpoints too): --overwrite removed best/ and summary.json, then the loop refused
+    # the checkpoints, leaving a run without its best; now refused before anything is removed
+    whole = tmp_path / "whole"
+    shutil.copytree(out, whole)
+    before = tree(whole)
+    cfg, train_cfg = finetune_configs(model_dir, data, whole)
+    cfg.overwrite = True
+    with pytest.raises(ConfigError, match=r"also holds the earlier run's checkpoints .*--resume"):
+        finetune(cfg, train_cfg)
+    assert tree(whole) == before
+
+
+def test_a_finetune_resume_refuses_training_data_that_changed(model_dir, tmp_path):
+    """Fine-tuning's resume compared its settings but not its data: a training file cut from 16 rows to 12
+    resumed silently, its shuffle over another N, a run that is neither's."""
+    from litebert.finetune import finetune
+    data = table_task(tmp_path / "task", dev_unknown=0)
+    finetune(*finetune_configs(model_dir, data, tmp_path / "ft", max_steps=2))
+    rows = (data / "train.jsonl").read_text().splitlines(keepends=True)
+    (data / "train.jsonl").write_text("".join(rows[:12]))
+    with pytest.raises(CheckpointError, match="data differs"):
+        finetune(*finetune_configs(model_dir, data, tmp_path / "ft", max_steps=4, resume=True))
+
+
+def test_a_checkpoint_without_calibration_is_never_tuned_on_test(model_dir, tmp_path, monkeypatch, caplog):
+    """A step_N checkpoint (or an averaged or converted one) has no calibration.json: scoring it on test tuned the
+    multi-label thresholds on test itself, against evaluate's promise. Dev is still calibrated, as fine-tuning."""
+    import litebert.tasks.metrics as M
+    from litebert.tasks.families import FAMILIES
+    from litebert.tasks.loading import TaskConfig, evaluate_checkpoint
+    from litebert.tokenizer import Tokenizer
+    data = tmp_path / "task"
+    data.mkdir()
+    for split in ("train", "dev", "test"):
+        (data / f"{split}.jsonl").write_text("".join(
+            json.dumps({"id": str(i), "text": f"{WORDS['ab'[i % 2]]} {i}", "labels": ["ab"[i % 2]]}) + "\n"
+            for i in range(8)))
+    family = FAMILIES["multi_label"]
+    checkpoint = tmp_path / "step_4"
+    family.head.from_pretrained(model_dir, **family.config_overrides(["a", "b"])).save_pretrained(checkpoint)
+    Tokenizer.from_pretrained(str(model_dir)).save_pretrained(str(checkpoint))
+    cfg = TaskConfig(model=str(checkpoint), task="table", data_dir=str(data), text_columns=["text"],
+                     label_column="labels", multi_label=True, max_length=32)
+    tuned = []
+    real = M.tune_thresholds
+    monkeypatch.setattr(M, "tune_thresholds", lambda probs, gold: tuned.append(len(gold)) or real(probs, gold))
+    scored, _, _ = evaluate_checkpoint(str(checkpoint), cfg, "test")
+    assert tuned == [] and scored.calibration == {} and "scored without tuning on it" in caplog.text
+    assert scored.metrics["micro_f1"] == scored.metrics["micro_f1@0.5"]  # the untuned thresholds
+    evaluate_checkpoint(str(checkpoint), cfg, "dev")
+    assert tuned == [8]
+
+
+def test_finetune_refuses_to_select_on_an_unlabelled_split(model_dir, tmp_path):
+    """--eval-split test on a test file without labels trained to the end, never found a best/, and wrote a
+    summary naming a best_dir that did not exist."""
+    from litebert.finetune import finetune
+    data = table_task(tmp_path / "task", dev_unknown=0)
+    (data / "test.jsonl").write_text("".join(json.dumps({"id": str(i), "text": f"text {i}"}) + "\n" for i in range(4)))
+    cfg, train_cfg = finetune_configs(model_dir, data, tmp_path / "ft")
+    cfg.eval_split = "test"
+    with pytest.raises(DataError, match="4 of 4 test examples of task table have no label: --eval-split needs"):
+        finetune(cfg, train_cfg)
+    assert not (tmp_path / "ft").exists()
+
 
 def test_a_full_disk_while_best_is_written_leaves_the_previous_best(finished_run, model_dir, tmp_path,
                                                                     monkeypatch):

@@ -82,6 +82,29 @@ def test_the_summary_leaves_diverged_runs_out_of_the_spread_and_selects_the_best
     assert "- diverged: lr=0.01_seed=2: best dev accuracy 0.4000 does not beat majority class" in table
 
 
+def test_score_test_scores_the_selected_runs_once_each_when_a_configuration_is_selected(tmp_path):
+    """run_grid reused the name of its scoring function for a run's dev score, and called the float once a
+    configuration beat its baseline (the tiny grid above never does): a TypeError after the whole grid."""
+    from types import SimpleNamespace
+
+    from litebert.finetune import FinetuneConfig
+
+    def train(cfg, train_cfg):  # a run that beats its baseline
+        return {"primary_metric": "accuracy", "best": {"accuracy": 0.9}, "steps": 2,
+                "baseline": {"method": "majority class", "accuracy": 0.3}}
+
+    scored = []
+
+    def score(model_dir, cfg, split):
+        scored.append((os.path.basename(os.path.dirname(model_dir)), split))
+        return [SimpleNamespace(metrics={"accuracy": 0.8})]
+
+    report = sweep.run_grid(FinetuneConfig(model="m", data_dir="d"), TrainConfig(out_dir=str(tmp_path)), {}, [1, 2],
+                            train=train, score=score, test=True, echo=lambda *_: None)
+    assert report["selected"] and sorted(scored) == [("seed=1", "test"), ("seed=2", "test")]
+    assert report["test"]["mean"] == pytest.approx(0.8) and (tmp_path / "grid.json").is_file()
+
+
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("sweep")

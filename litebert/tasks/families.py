@@ -15,6 +15,7 @@ extraction and sentence embeddings).
 Calibration: a family may tune something on a split it is scored on (SQuAD v2.0's no-answer threshold, the
 multi-label per-label thresholds). `score` returns what it tuned; fine-tuning saves it beside the best checkpoint
 (`calibration.json`) and later scoring of another split (test) applies it instead of tuning on that split.
+`score(..., calibration=None)` tunes on the split; `{}` scores it untuned (thresholds 0.5, no null threshold).
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ class Family:
     kind: str
     head: type
     label_type = "class"  # what a table's label cell holds: "class" (a name), "value" (a float), "set" (names)
+    calibrates = False  # whether `score` tunes something on its split when given no calibration (None)
 
     def labels(self, task, train_examples: Sequence) -> list[str] | None:
         """Class names in id order, or None where the head has no classes of the task's choosing."""
@@ -232,7 +234,7 @@ class MultiLabelClassification(SequenceClassification):
     Saved with problem_type="multi_label_classification", so transformers' AlbertForSequenceClassification
     loads it as one too. The thresholds maximise each class's F1 on the split they are tuned on."""
 
-    kind, label_type = "multi_label", "set"
+    kind, label_type, calibrates = "multi_label", "set", True
     check_learnable = Family.check_learnable  # a set of labels per row: a row may rightly hold none
 
     def config_overrides(self, labels):
@@ -251,7 +253,7 @@ class MultiLabelClassification(SequenceClassification):
         if calibration and "thresholds" in calibration:
             thresholds = np.asarray(calibration["thresholds"], dtype=np.float64)
             tuned = {}
-        elif gold is not None:
+        elif gold is not None and calibration is None:  # {}: scored as calibrated, with nothing tuned
             thresholds = M.tune_thresholds(probs, gold)
             tuned = {"thresholds": thresholds.tolist(), "labels": list(labels)}
         else:
@@ -311,6 +313,8 @@ class ExtractiveQA(Family):
     """SQuAD v1.1 and v2.0: spans decoded over every window of a context; v2.0's no-answer threshold is tuned on
     the split it is scored on, unless a calibration says it."""
 
+    calibrates = True
+
     def check_settings(self, max_length, max_query_length):
         if max_length is not None and max_query_length + 3 >= max_length:  # [CLS] q [SEP] context [SEP]
             raise ConfigError(f"--max-query-length {max_query_length} + 3 special tokens leaves no room for "
@@ -344,7 +348,7 @@ class ExtractiveQA(Family):
         threshold, tuned = None, {}
         if calibration and calibration.get("null_threshold") is not None:
             threshold = float(calibration["null_threshold"])
-        elif has_null:
+        elif has_null and calibration is None:  # {}: scored as calibrated, with no null threshold
             threshold = evaluate_squad(examples, decoded, None)["best_f1_thresh"]
             tuned = {"null_threshold": threshold}
         metrics = evaluate_squad(examples, decoded, threshold) if labelled else {}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -19,13 +20,15 @@ from litebert.files import read_json_object
 from litebert.runtime.device import resolve_device
 from litebert.tasks.ensembles import check_members
 from litebert.tasks.families import Family, FeatureSettings, Scored, family_of
-from litebert.tasks.fine_tuned import read_calibration
+from litebert.tasks.fine_tuned import CALIBRATION_FILE, read_calibration
 from litebert.tasks.inference import check_finite_scores, model_scores
 from litebert.tasks.records import Examples
 from litebert.tasks.registry import TASKS, Task, read_task
 from litebert.text.transformers_files import SPIECE_FILE
 from litebert.tokenizer import Tokenizer
 from litebert.weights import resolve_model_dir
+
+log = logging.getLogger("litebert")
 
 
 @dataclass(frozen=True)
@@ -217,10 +220,18 @@ def read_task_split(cfg: TaskConfig, members: Sequence[str], split: str) -> Spli
 def evaluate_checkpoint(model_dir: str, cfg: TaskConfig, split: str, device: str = "cpu"
                         ) -> tuple[Scored, Task, Examples]:
     """Load a fine-tuned directory and score it on `split` (or just predict, for unlabelled splits). What the
-    family calibrated on dev during fine-tuning is applied, so a test split is never tuned on."""
+    family calibrated on dev during fine-tuning is applied, so a test split is never tuned on: a directory
+    without calibration.json (a step_N checkpoint, a converted model) is calibrated on dev only, as
+    fine-tuning does, and scored elsewhere without tuning (thresholds 0.5, no null threshold), with a warning."""
     directory = resolve_model_dir(model_dir)
     data = read_task_split(cfg, [directory], split)
     model = data.family.head.from_pretrained(directory).to(resolve_device(device))  # model_scores moves batches
     scores = model_scores(model, data.family, data.features, cfg.eval_batch_size, data.pad_id)
     check_finite_scores(scores, f"{directory} on {split}")
-    return data.score(scores, read_calibration(directory)), data.task, data.examples
+    calibration = read_calibration(directory)
+    if calibration is None and split != "dev" and data.family.calibrates:
+        log.warning("%s has no %s: its %s split is scored without tuning on it (thresholds 0.5, no null "
+                    "threshold); evaluate the directory fine-tuning saved as best/ for its dev calibration",
+                    directory, CALIBRATION_FILE, split)
+        calibration = {}
+    return data.score(scores, calibration), data.task, data.examples

@@ -42,6 +42,11 @@ class TextExample:
     label: str | float | list[str] | None = None
 
     @property
+    def gold(self):
+        """What the example is scored against; None when it is unlabelled (every example type has it)."""
+        return self.label
+
+    @property
     def texts(self) -> list[str]:
         """What the model reads, each of which should hold something (see `blank_examples`)."""
         return [self.text_a] if self.text_b is None else [self.text_a, self.text_b]
@@ -58,6 +63,10 @@ class ChoiceExample:
     label: int | None = None
 
     @property
+    def gold(self):
+        return self.label
+
+    @property
     def texts(self) -> list[str]:
         return [self.question, *self.options]  # the context may rightly be ""
 
@@ -69,6 +78,10 @@ class TagExample:
     id: str
     words: list[str]
     tags: list[str] | None = None
+
+    @property
+    def gold(self):
+        return self.tags
 
     @property
     def texts(self) -> list[str]:

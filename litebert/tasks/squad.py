@@ -51,6 +51,10 @@ class QAExample:
         return self.answers == []
 
     @property
+    def gold(self):
+        return self.answers
+
+    @property
     def texts(self) -> list[str]:
         return [self.question, self.context]
 

@@ -356,8 +356,8 @@ def run_grid(cfg: Any, train_cfg: TrainConfig, axes: Mapping[str, Sequence[Any]]
     for i, run in enumerate(runs, 1):
         summary, what = run_once(run, train)
         summaries.append(summary)
-        score = (summary.get("best") or {}).get(summary.get("primary_metric"))
-        echo(f"[{i}/{len(runs)}] {run.name}: {what}, best dev {summary.get('primary_metric', '')} {_fmt(score)}"
+        best_dev = (summary.get("best") or {}).get(summary.get("primary_metric"))  # not `score`: the scorer's name
+        echo(f"[{i}/{len(runs)}] {run.name}: {what}, best dev {summary.get('primary_metric', '')} {_fmt(best_dev)}"
              + (f" (diverged: {diverged(summary)})" if diverged(summary) else ""))
     report = summarize(runs, summaries)
     report.update(grid_dir=train_cfg.out_dir, task=cfg.task, axes={k: list(v) for k, v in axes.items()},
