@@ -38,12 +38,12 @@ from litebert.config import AlbertConfig
 from litebert.errors import CheckpointError, ConfigError
 from litebert.files import atomic_open, write_dir_atomically, write_json
 from litebert.finetune import FinetuneConfig
-from litebert.runconfig import parse_verb, verb_parser
+from litebert.runconfig import given_fields, parse_verb, verb_parser
 from litebert.tasks.ensembles import ENSEMBLE_FILE, average_scores, is_ensemble, read_ensemble
 from litebert.tasks.families import Family
 from litebert.tasks.fine_tuned import family_for_config
 from litebert.tasks.inference import check_finite_scores, model_scores
-from litebert.tasks.loading import Split, read_task_split
+from litebert.tasks.loading import Split, check_task_given, read_task_split
 from litebert.tokenizer import Tokenizer
 from litebert.training.checkpoint import list_checkpoints
 from litebert.training.sweep import read_grid
@@ -257,7 +257,9 @@ def check_out_dir(out: str, overwrite: bool) -> None:
 def cli(argv: list[str]) -> int:
     parser = verb_parser("ensemble", __doc__, {"task and model": FinetuneConfig, "ensemble": EnsembleConfig},
                          other_tables=("train",))
-    cfg, ens, _ = parse_verb(parser, argv)
+    args = parser.parse_args(argv)
+    cfg, ens, _ = parse_verb(parser, args)
+    check_task_given(cfg, given_fields(args))
     if not ens.out:
         parser.error("--out is required: the directory for ensemble.json and predictions")
     check_out_dir(ens.out, cfg.overwrite)
@@ -265,10 +267,12 @@ def cli(argv: list[str]) -> int:
         parser.error("give --models DIR... or --from-grid DIR, not both")
     members = ens.models or (grid_members(ens.from_grid, ens.top) if ens.from_grid else [cfg.model] if cfg.model
                              else parser.error("give --models DIR... or --from-grid DIR"))
-    if ens.average_last:
+    if len({Path(m).resolve() for m in members}) < len(members):
+        raise ConfigError(f"a member is given twice: {', '.join(members)}")
+    if ens.average_last:  # numbered: run dirs of one name (seed1/ft, seed2/ft) must not overwrite each other
         members = [str(average_checkpoints(m, ens.average_last,
-                                           os.path.join(ens.out, "averaged", Path(m).resolve().name)))
-                   for m in members]
+                                           os.path.join(ens.out, "averaged", f"{i}-{Path(m).resolve().name}")))
+                   for i, m in enumerate(members)]
     report = build_ensemble(cfg, members, select=ens.select,
                             split=None if ens.split.lower() in ("none", "") else ens.split, out=ens.out)
     print(json.dumps({k: report[k] for k in ("members", "single") if k in report}, indent=1))

@@ -25,7 +25,7 @@ from litebert.serving.inputs import OutputWriter, input_format, output_format, r
 from litebert.serving.pipeline import pipeline
 from litebert.tasks.families import family_of
 from litebert.tasks.fine_tuned import family_for_config
-from litebert.tasks.loading import TaskConfig, evaluate_checkpoint
+from litebert.tasks.loading import TaskConfig, check_task_given, evaluate_checkpoint
 from litebert.tasks.records import open_text
 from litebert.weights import resolve_model_dir
 
@@ -72,14 +72,6 @@ class PredictConfig:
 
     def __post_init__(self) -> None:
         check_device(self.device)
-
-
-def check_task_given(cfg: TaskConfig, given: set[str]) -> None:
-    """A split is read as its task's files: without --task, TaskConfig's default (the demo's task) would read
-    another task's data with the wrong reader and fail with a misleading message."""
-    if cfg.data_dir and "task" not in given:
-        raise ConfigError(f"--task is required with --data-dir: the task whose files {cfg.data_dir} holds (one of "
-                          "the registered tasks, or 'table' with --text-columns)")
 
 
 def cli_evaluate(argv: list[str]) -> int:

@@ -189,6 +189,25 @@ def test_checkpoint_averaging_is_the_mean_of_the_last_k_weights(members, tmp_pat
         average_checkpoints(run, 4, tmp_path / "avg4")
 
 
+def test_averaged_members_of_one_name_stay_two_members_and_the_task_is_required(members, tmp_path, capsys):
+    """--average-last wrote each member to averaged/<its dir's name>: runs/seed1/ft and runs/seed2/ft overwrote
+    each other and the ensemble silently had one member. Without --task the data was read with another task's
+    reader."""
+    runs = []
+    for seed, d in enumerate(members.dirs[:2]):
+        run = tmp_path / "runs" / f"seed{seed}" / "ft"
+        for step in (1, 2):
+            save_checkpoint(run, step, FAMILIES["classification"].head.from_pretrained(d), {}, tokenizer=d)
+        runs.append(str(run))
+    common = ["--data-dir", str(members.data), "--max-length", "32", "--no-select", "--split", "none"]
+    out = tmp_path / "ens"
+    assert litebert_main(["ensemble", "--models", *runs, "--average-last", "2", "--task", "novel_authorship",
+                          *common, "--out", str(out)]) == 0
+    assert len(json.loads((out / "ensemble.json").read_text())["members"]) == 2
+    assert litebert_main(["ensemble", "--models", *runs, *common, "--out", str(tmp_path / "e2")]) == 2
+    assert "--task is required with --data-dir" in capsys.readouterr().err
+
+
 def test_an_ensemble_directory_is_a_pipeline_model_averaging_its_members(members, tmp_path):
     """litebert.pipeline(model=<litebert ensemble --out DIR>): every member runs, their class probabilities
     are averaged with the recorded weights, as the ensemble verb scored them."""

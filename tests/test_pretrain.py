@@ -17,6 +17,7 @@ from litebert.corpus.batches import make_batch
 from litebert.corpus.dataset import PretrainDataset
 from litebert.corpus.shards import prepare
 from litebert.corpus.tokenizer_training import train_tokenizer
+from litebert.errors import ConfigError
 from litebert.model import AlbertForPreTraining
 from litebert.pretrain import PretrainConfig, pretrain
 from litebert.training.loop import train
@@ -107,6 +108,20 @@ def test_same_seed_gives_the_same_loss_sequence(prepared, tmp_path):
         runs.append([json.loads(line).get("loss") for line in open(tmp_path / name / "metrics.jsonl")])
         assert summary["steps"] == 5
     assert runs[0] == runs[1] and len([x for x in runs[0] if x is not None]) == 5
+
+
+def test_a_resume_with_another_dropout_is_refused(prepared, tmp_path):
+    """Only [pretrain] and [train] were compared on resume: another [model] dropout went on silently, and the
+    run's record then said the new rate for its whole length."""
+    def run(steps, dropout, resume=False):
+        cfg = TrainConfig(optimizer="lamb", lr=1e-2, batch_size=8, max_steps=steps, warmup_steps=1, save_every=1,
+                          out_dir=str(tmp_path / "run"), progress=False, resume=resume)
+        return pretrain(PretrainConfig(data=str(prepared / "data"), held_out=64), cfg,
+                        {**TINY, "hidden_dropout_prob": dropout})
+    run(1, 0.0)
+    with pytest.raises(ConfigError, match=r"model.hidden_dropout_prob 0.5 \(was 0.0\)"):
+        run(2, 0.5, resume=True)
+    assert run(2, 0.0, resume=True)["steps"] == 2
 
 
 def _pretrain_cmd(prepared, out, toml, *extra):

@@ -217,6 +217,14 @@ def read_task_split(cfg: TaskConfig, members: Sequence[str], split: str) -> Spli
                  family.featurize(examples, tok, labels, settings))
 
 
+def check_task_given(cfg: TaskConfig, given: set[str]) -> None:
+    """A split is read as its task's files: without --task, TaskConfig's default (the demo's task) would read
+    another task's data with the wrong reader and fail with a misleading message."""
+    if cfg.data_dir and "task" not in given:
+        raise ConfigError(f"--task is required with --data-dir: the task whose files {cfg.data_dir} holds (one of "
+                          "the registered tasks, or 'table' with --text-columns)")
+
+
 def evaluate_checkpoint(model_dir: str, cfg: TaskConfig, split: str, device: str = "cpu"
                         ) -> tuple[Scored, Task, Examples]:
     """Load a fine-tuned directory and score it on `split` (or just predict, for unlabelled splits). What the

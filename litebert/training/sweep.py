@@ -213,6 +213,21 @@ def refuse_changed_resume(cfg: Any, train_cfg: TrainConfig, section: str) -> Non
                           "the same options, or another --out-dir")
 
 
+def refuse_changed_model(train_cfg: TrainConfig, overrides: dict[str, Any]) -> None:
+    """refuse_changed_resume for the [model] settings a pretraining gives on top of its preset (dropout, ...):
+    the architecture is the checkpoint's to check, but a rate that decides the rest of the run is not."""
+    path = os.path.join(train_cfg.out_dir, CONFIG_NAME)
+    if not train_cfg.resume or not overrides or not list_checkpoints(train_cfg.out_dir) or not os.path.isfile(path):
+        return
+    recorded = load_toml(path).get("model", {})
+    differ = [f"model.{key} {value} (was {recorded[key]})" for key, value in overrides.items()
+              if key in recorded and _differs(recorded[key], value)]
+    if differ:
+        raise ConfigError(f"{train_cfg.out_dir} holds checkpoints of a run made with other settings: "
+                          f"{'; '.join(differ)}. --resume continues it with its own: give the same, or another "
+                          "--out-dir")
+
+
 def run_once(run: Run, train: TrainRun) -> tuple[dict[str, Any], str]:
     """The run's summary, training it unless it finished before; and what happened ("trained", "kept"). A run
     directory made with other settings is refused by name (`settings_differ`), not kept or resumed."""
