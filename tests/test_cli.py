@@ -62,7 +62,7 @@ from litebert.cli import VERBS  # noqa: E402
 SENTINEL = "no-such-thing-sentinel"
 TOML_RUNS = {
     "demo": ("demo", f'out = "{SENTINEL}"', [], "is a file, not a directory"),
-    "ensemble": ("ensemble", f'models = ["{SENTINEL}"]', ["--data-dir", ".", "--out", "ens"], "no config file at"),
+    "ensemble": ("ensemble", f'models = ["{SENTINEL}"]', ["--task", "novel_authorship", "--data-dir", ".", "--out", "ens"], "no config file at"),
     "tokenizer": ("tokenizer", f'inputs = ["{SENTINEL}"]', [], "no input files match"),
     "prepare": ("prepare", f'inputs = ["{SENTINEL}"]', ["--no-progress"], "no input files match"),
     "pretrain": ("pretrain", f'data = "{SENTINEL}"', [], "has no meta.json"),
