@@ -10,6 +10,7 @@ from fixtures.tokenizers import FakeTokenizer, train_tiny_tokenizer
 from paths import SHARED_DATA
 
 from litebert import tasks as T
+from litebert.errors import ConfigError
 from litebert.tasks import features as FT
 
 FIX = Path(__file__).parent / "fixtures"
@@ -81,6 +82,11 @@ def test_glue_submission_files(tmp_path):
     assert T.write_glue_predictions(tmp_path, "AX", glue("AX", "test"), [0]).name == "AX.tsv"
     with pytest.raises(ValueError, match="2 examples but 1"):
         T.write_glue_predictions(tmp_path, "MNLI-m", examples, [0])
+    # a model whose labels are not the task's: refused by name (was a ValueError traceback from int('pos'), or
+    # an IndexError for '7')
+    for wrong in ("pos", "7"):
+        with pytest.raises(ConfigError, match=f"the model predicts '{wrong}', which is not a label of task MNLI-m"):
+            T.write_glue_predictions(tmp_path, "MNLI-m", examples, [wrong, "neutral"])
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from litebert.errors import ConfigError
 from litebert.files import atomic_open
@@ -156,8 +156,19 @@ def write_glue_predictions(path: os.PathLike | str, task: str | Task, examples: 
     with atomic_open(path, newline="\n") as f:
         f.write("index\tprediction\n")
         for example, pred in zip(examples, predictions):
-            value = f"{float(pred):.3f}" if task.labels is None else pred if pred in task.labels else \
-                task.labels[int(pred)]  # a class name as predicted, or its index
+            value = f"{float(pred):.3f}" if task.labels is None else _task_label(task, pred)
             f.write(f"{example.id}\t{value}\n")
     return path
+
+
+def _task_label(task: Task, pred: Any) -> str:
+    """A predicted class as the task names it: its name, or its index among the task's labels (a model saved
+    with numbered labels). Anything else is a model whose labels are not the task's: refused by name."""
+    if pred in task.labels:
+        return pred
+    if isinstance(pred, int) or (isinstance(pred, str) and pred.isdigit()):
+        if int(pred) < len(task.labels):
+            return task.labels[int(pred)]
+    raise ConfigError(f"the model predicts {pred!r}, which is not a label of task {task.name} "
+                      f"({', '.join(task.labels)}): its labels are not the task's")
 
