@@ -30,7 +30,7 @@ from litebert.config import AlbertConfig
 from litebert.errors import CheckpointError, ConfigError, DataError
 from litebert.files import read_json_object, restore_replaced, write_dir_atomically, write_json
 from litebert.model import encoder_of
-from litebert.runconfig import parse_verb, verb_parser
+from litebert.runconfig import load_toml, parse_verb, verb_parser
 from litebert.tasks.families import Family, FeatureSettings, Scored, family_of
 from litebert.tasks.features import collate
 from litebert.tasks.fine_tuned import CALIBRATION_FILE
@@ -340,8 +340,20 @@ def parse_args(argv: list[str]) -> tuple[FinetuneConfig, TrainConfig]:
                                                 "training (defaults: the task's ALBERT recipe)": TrainConfig},
                          epilog=recipe_help() + "\n\n" + GRID_HELP)
     args = parser.parse_args(argv)
-    steps = getattr(args, "max_steps", None) if not hasattr(args, "warmup_steps") else None
-    return parse_verb(parser, args, defaults={TrainConfig: lambda configs: recipe_defaults(configs[0].task, steps)})
+
+    def recipe(configs: tuple, given: dict) -> dict[str, Any]:  # by a flag or in --config's [train] alike
+        warmup = given.get("warmup_steps", recorded_warmup(given) if given.get("resume") else None)
+        scaled = recipe_defaults(configs[0].task, given.get("max_steps") if warmup is None else None)
+        return scaled if warmup is None else {**scaled, "warmup_steps": warmup}
+
+    return parse_verb(parser, args, defaults={TrainConfig: recipe})
+
+
+def recorded_warmup(given: dict) -> int | None:
+    """A resumed run's own warmup (its train_config.toml), where the user sets none: extending --max-steps must
+    not rescale the recipe's warmup into a setting the resume then refuses as changed."""
+    path = os.path.join(given.get("out_dir") or TrainConfig.out_dir, CONFIG_NAME)
+    return load_toml(path).get("train", {}).get("warmup_steps") if os.path.isfile(path) else None
 
 
 def cli(argv: list[str]) -> int:
@@ -352,6 +364,9 @@ def cli(argv: list[str]) -> int:
         print(json.dumps({"task": summary["task"], "examples": summary["examples"], "best": summary["best"],
                           "baseline": summary["baseline"], "best_dir": summary["best_dir"]}, indent=1))
         return 0
+    if "max_steps" in grid.axes and not any(a.startswith("--warmup-steps") for a in grid.base):
+        raise ConfigError("sweeping --max-steps needs --warmup-steps: the recipe's warmup is scaled to one run's "
+                          "steps, and each run of the grid would get the first's")
     cfg, train_cfg = parse_args(grid.base)
 
     def typed(name: str, value: str) -> Any:  # parsed as the run's own flag would be

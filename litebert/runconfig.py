@@ -206,10 +206,11 @@ def verb_parser(verb: str, description: str | None, groups: Mapping[str, type], 
 
 
 def parse_verb(parser: argparse.ArgumentParser, argv: list[str] | argparse.Namespace,
-               defaults: Mapping[type, Callable[[tuple], Mapping[str, Any]]] | None = None) -> tuple:
+               defaults: Mapping[type, Callable[[tuple, dict], Mapping[str, Any]]] | None = None) -> tuple:
     """Parse `argv` (or take parsed args) and resolve the parser's config classes, in order, from their
-    defaults < `defaults` (a class -> a function of the configs resolved before it: a fine-tuning task's recipe)
-    < the class's table in --config < flags. Returns the configs, then the raw tables of the verb's
+    defaults < `defaults` (a class -> a function of the configs resolved before it and of what the user set for
+    the class, by --config or a flag: a fine-tuning task's recipe, scaled to the steps asked for) < the class's
+    table in --config < flags. Returns the configs, then the raw tables of the verb's
     `other_tables`. A field with metadata "required" that is still empty is a usage error (exit 2)."""
     args = argv if isinstance(argv, argparse.Namespace) else parser.parse_args(argv)
     verb, classes, tables = parser.prog.split()[-1], args._classes, args._tables
@@ -221,7 +222,9 @@ def parse_verb(parser: argparse.ArgumentParser, argv: list[str] | argparse.Names
         table = dict(toml.get(section, {}))
         for cls in group:
             if defaults and cls in defaults:
-                table = {**defaults[cls](tuple(configs)), **table}
+                given = {**table, **{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
+                                     if hasattr(args, f.name)}}
+                table = {**defaults[cls](tuple(configs), given), **table}
         configs += resolve_configs(group, table, args, source=f"{config} [{section}]")
     configs.sort(key=lambda c: classes.index(type(c)))
     missing = [f for cls, cfg in zip(classes, configs) for f in dataclasses.fields(cls)

@@ -145,6 +145,26 @@ def test_a_recipe_warmup_is_scaled_to_a_shorter_run_not_refused():
     assert (train.max_steps, train.warmup_steps) == (600, 60)
 
 
+
+def test_the_recipe_warmup_follows_max_steps_from_a_toml_a_resume_keeps_its_own_and_a_swept_one_is_refused(
+        tmp_path):
+    """The recipe's warmup was scaled only for a --max-steps flag: [train] max_steps = 20 in a TOML was refused
+    over a warmup of 60 nobody set; a resume extending --max-steps was refused for the warmup that rescaling
+    changed; and each run of a grid over --max-steps got the first value's warmup."""
+    from litebert.finetune import cli, parse_args
+    toml = tmp_path / "run.toml"
+    toml.write_text("[train]\nmax_steps = 20\n")
+    _, train = parse_args(["--task", "novel_authorship", "--config", str(toml)])
+    assert train.warmup_steps == parse_args(["--task", "novel_authorship", "--max-steps", "20"])[1].warmup_steps
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "train_config.toml").write_text("[train]\nmax_steps = 2\nwarmup_steps = 0\n")
+    _, train = parse_args(["--task", "novel_authorship", "--max-steps", "30", "--resume", "--out-dir",
+                           str(tmp_path / "run")])
+    assert (train.max_steps, train.warmup_steps) == (30, 0)
+    with pytest.raises(ConfigError, match="sweeping --max-steps needs --warmup-steps"):
+        cli(["--task", "novel_authorship", "--max-steps", "600", "20", "--out-dir", str(tmp_path / "grid")])
+
+
 # ================================================================================ resuming with other settings
 
 def _grid_dir(tmp_path, lr=1e-3, seeds=(1,)):
