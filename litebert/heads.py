@@ -15,7 +15,15 @@ from torch import nn
 
 from litebert.config import AlbertConfig
 from litebert.errors import CheckpointError
-from litebert.model import AlbertForMaskedLM, AlbertForPreTraining, AlbertModel, ModelOutput, cls_position, model_output
+from litebert.model import (
+    AlbertForMaskedLM,
+    AlbertForPreTraining,
+    AlbertModel,
+    ModelOutput,
+    classifier_dropout,
+    cls_position,
+    model_output,
+)
 from litebert.weights import PretrainedMixin
 
 
@@ -34,11 +42,6 @@ class QuestionAnsweringOutput(ModelOutput):
     end_logits: torch.Tensor  # (B, T)
     hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
-
-
-def classifier_dropout(config: AlbertConfig) -> nn.Dropout:
-    p = config.classifier_dropout_prob
-    return nn.Dropout(config.hidden_dropout_prob if p is None else p)
 
 
 def sequence_loss(logits: torch.Tensor, labels: torch.Tensor, config: AlbertConfig) -> torch.Tensor:

@@ -121,7 +121,7 @@ class AlbertEmbeddings(nn.Module):
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None) -> torch.Tensor:
         T = input_ids.shape[1]
-        if T > self.position_embeddings.num_embeddings:
+        if T > self.position_embeddings.num_embeddings and position_ids is None:  # given: packed documents
             raise ConfigError(f"sequence length {T} exceeds max_position_embeddings "
                              f"{self.position_embeddings.num_embeddings}; truncate the input")
         if position_ids is None:
@@ -514,6 +514,8 @@ class AlbertModel(PretrainedMixin, nn.Module):
         return them, as transformers does (attention probabilities are then computed explicitly, not by SDPA).
         `packed_positions` (from litebert.model.packed_positions, with `attention_mask`): run padding-free with the
         token count the host chose, whatever `padding_free` says; output positions must then be real tokens."""
+        if attention_mask is not None and attention_mask.dim() != 2:  # transformers also takes (B, 1, T, T)
+            raise ConfigError(f"attention_mask must be (batch, length) 1/0, got shape {tuple(attention_mask.shape)}")
         x = self.embeddings(input_ids, token_type_ids, position_ids)
         hidden, probs = ([] if output_hidden_states else None), ([] if output_attentions else None)
         unpadded = None
@@ -521,7 +523,10 @@ class AlbertModel(PretrainedMixin, nn.Module):
             if packed_positions is not None:  # a token count the host chose: no sync, a shape a graph can keep
                 unpadded = unpadded_from_positions(packed_positions, attention_mask, x.dtype)
             elif self.padding_free and not static_shapes():  # N real tokens: a shape from the data, a host sync
-                unpadded = unpad(attention_mask, output_positions, x.dtype)
+                # the pooler reads position 0: it must be a real token too (left padding: the padded path)
+                read = output_positions if output_positions is not None or self.pooler is None else \
+                    attention_mask.new_zeros((attention_mask.shape[0], 1), dtype=torch.long)
+                unpadded = unpad(attention_mask, read, x.dtype)
         if unpadded is not None:
             h = self.unpadded_encoder(x, attention_mask, unpadded, output_positions)
         else:  # no padding, or states asked for at every position or at padding: the padded encoder
@@ -561,13 +566,20 @@ class AlbertMLMHead(nn.Module):
         return dense(self.decoder, self.LayerNorm(self.activation(dense(self.dense, h))))  # (..., V)
 
 
+def classifier_dropout(config: AlbertConfig) -> nn.Dropout:
+    """Every classifier's dropout: classifier_dropout_prob, or hidden_dropout_prob where it is None (the rate a
+    saved config.json then records, so a head trains alike before and after a save)."""
+    p = config.classifier_dropout_prob
+    return nn.Dropout(config.hidden_dropout_prob if p is None else p)
+
+
 class AlbertSOPHead(nn.Module):
     """Binary classifier on the pooled [CLS]. The same head serves NSP: the objective is in the data
     (label 0 = B follows A; 1 = swapped for SOP, random document for NSP)."""
 
     def __init__(self, config: AlbertConfig):
         super().__init__()
-        self.dropout = nn.Dropout(config.classifier_dropout_prob or 0.0)
+        self.dropout = classifier_dropout(config)
         self.classifier = nn.Linear(config.hidden_size, 2)
 
     def forward(self, pooled: torch.Tensor) -> torch.Tensor:

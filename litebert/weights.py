@@ -153,11 +153,18 @@ class PretrainedMixin:
         has_prefix = any(k.startswith(ENCODER_PREFIX) for k in own)
         if has_prefix and not any(k.startswith(ENCODER_PREFIX) for k in state):
             state = {ENCODER_PREFIX + k: v for k, v in state.items()}  # a bare AlbertModel checkpoint
+        heads_left_out = []  # a head's weights read into a bare encoder: reported with the unexpected ones
         if not has_prefix and any(k.startswith(ENCODER_PREFIX) for k in state):
+            heads_left_out = [k for k in state if not k.startswith(ENCODER_PREFIX)]
             state = {k[len(ENCODER_PREFIX):]: v for k, v in state.items() if k.startswith(ENCODER_PREFIX)}
         for key, target in self.tied_weights.items():
             if key not in state and target in state:
                 state[key] = state[target]
+            elif key in state and target in state and not torch.equal(state[key], state[target]):
+                # loaded in turn into the one shared parameter, the second would replace the first
+                raise CheckpointError(f"{path}: {key} differs from {target}, which this model ties it to (the "
+                                      "word embeddings are the MLM decoder): an untied checkpoint, which ALBERT's "
+                                      "layout cannot hold")
 
         def is_encoder(key: str) -> bool:
             return key.startswith(ENCODER_PREFIX) or not has_prefix
@@ -183,9 +190,9 @@ class PretrainedMixin:
         # given instead of the fine-tuned one) looks like a working model until its accuracy is checked.
         if missing:
             log.warning("%s: initialised fresh: %s", path, ", ".join(sorted({k.rsplit('.', 1)[0] for k in missing})))
-        if unexpected:
+        if unexpected or heads_left_out:
             log.warning("%s: not used by %s: %s", path, type(self).__name__,
-                        ", ".join(sorted({k.rsplit('.', 1)[0] for k in unexpected})))
+                        ", ".join(sorted({k.rsplit('.', 1)[0] for k in unexpected + heads_left_out})))
 
     def _check_shared_copies_agree(self, state: dict[str, torch.Tensor], path: str) -> None:
         """Keys that name one shared tensor (partial sharing) must carry equal values, or loading would

@@ -68,3 +68,60 @@ def test_misspelt_problem_type_is_refused(tmp_path):
 def test_id2label_list_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match=r"config\.json: .*id2label must map label ids to names.*list"):
         AlbertConfig.load(write_config(tmp_path, id2label=["a", "b"]))
+
+
+# -- from a review of the model core (each of these passed silently before) -------------------------------------
+
+def test_a_decoder_weight_that_differs_from_the_embeddings_it_is_tied_to_is_refused(tmp_path):
+    """Both names were loaded into the one shared parameter, the decoder's last: the encoder's word embeddings
+    silently became the file's decoder matrix."""
+    from safetensors.torch import load_file, save_file
+
+    from litebert.errors import CheckpointError
+    from litebert.model import AlbertForMaskedLM
+    AlbertForMaskedLM(AlbertConfig(**SMALL)).save_pretrained(tmp_path)
+    state = load_file(tmp_path / "model.safetensors")
+    decoder = "predictions.decoder.weight"
+    save_file({**state, decoder: torch.randn_like(state["albert.embeddings.word_embeddings.weight"])},
+              tmp_path / "model.safetensors")
+    with pytest.raises(CheckpointError, match="predictions.decoder.weight differs from .*word_embeddings"):
+        AlbertForMaskedLM.from_pretrained(tmp_path)
+    save_file({**state, decoder: state["albert.embeddings.word_embeddings.weight"].clone()},
+              tmp_path / "model.safetensors")  # a tied copy written out (transformers 4 did): fine
+    AlbertForMaskedLM.from_pretrained(tmp_path)
+
+
+def test_head_weights_a_bare_encoder_leaves_out_are_reported(tmp_path, caplog):
+    AlbertForSequenceClassification(AlbertConfig(**SMALL, num_labels=3)).save_pretrained(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="litebert"):
+        AlbertModel.from_pretrained(tmp_path)
+    assert any("not used by AlbertModel: classifier" in r.getMessage() for r in caplog.records)
+
+
+def test_padding_free_pools_position_zero_as_the_padded_path_when_it_is_padding():
+    torch.manual_seed(0)
+    model = AlbertModel(AlbertConfig(**SMALL)).eval()
+    ids = torch.randint(5, 50, (2, 7))
+    mask = torch.tensor([[1] * 7, [0, 0, 1, 1, 1, 1, 1]])  # left padding: position 0 is padding in row 1
+    padded = model(ids, mask).pooler_output
+    model.padding_free = True
+    torch.testing.assert_close(model(ids, mask).pooler_output, padded)
+
+
+def test_position_ids_may_run_past_the_sequence_length_check_and_masks_must_be_2d():
+    """Packed documents (positions restarting) longer than max_position_embeddings in total were refused; a
+    4-D mask failed deep inside attention."""
+    model = AlbertModel(AlbertConfig(**SMALL)).eval()
+    ids = torch.randint(5, 50, (1, 24))
+    positions = torch.cat([torch.arange(12), torch.arange(12)])[None]
+    assert model(ids, position_ids=positions).last_hidden_state.shape == (1, 24, 16)
+    with pytest.raises(ConfigError, match=r"attention_mask must be \(batch, length\)"):
+        model(ids[:, :8], torch.ones(1, 1, 8, 8))
+
+
+def test_the_sentence_order_head_drops_out_as_every_classifier_does(tmp_path):
+    from litebert.model import AlbertForPreTraining
+    config = AlbertConfig(**SMALL, hidden_dropout_prob=0.1, classifier_dropout_prob=None)
+    assert AlbertForPreTraining(config).sop_classifier.dropout.p == 0.1  # was 0.0, and 0.1 once saved and loaded
+    AlbertForPreTraining(config).save_pretrained(tmp_path)
+    assert AlbertForPreTraining.from_pretrained(tmp_path).sop_classifier.dropout.p == 0.1
