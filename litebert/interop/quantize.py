@@ -70,7 +70,7 @@ def quantize_model(model: nn.Module) -> nn.Module:
     activations quantized per call), the packed QKV included. The input model is left as it was."""
     import warnings
 
-    from torch.ao.quantization import quantize_dynamic
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
     model = copy.deepcopy(model).eval()
     with warnings.catch_warnings(), torch.no_grad():  # torch.ao's deprecation notices, on every call
@@ -80,7 +80,10 @@ def quantize_model(model: nn.Module) -> nn.Module:
             weight, bias = attention.packed_qkv()  # queries pre-scaled, as the fp32 path
             packed = nn.Linear(weight.shape[1], weight.shape[0])
             packed.weight.copy_(weight), packed.bias.copy_(bias)
-            attention.qkv_int8 = quantize_dynamic(nn.Sequential(packed), {nn.Linear}, dtype=torch.qint8)[0]
+            # a scale per output row: the query rows come pre-scaled by 1/sqrt(head size), and under one scale for
+            # the whole matrix they used about 16 of int8's 127 levels (query error 8.9% against 1.1%, H 768)
+            attention.qkv_int8 = quantize_dynamic(nn.Sequential(packed), {nn.Linear: per_channel_dynamic_qconfig},
+                                                  dtype=torch.qint8)[0]
             # an instance attribute shadows the method: the encoder's packing now returns the int8 weight
             attention.packed_qkv = lambda w=Int8Weight(attention.qkv_int8), b=bias: (w, b)
             for name in ("query", "key", "value"):  # only the training path reads them
