@@ -235,7 +235,7 @@ def _write_best(directory: str, model, tokenizer, scored: Scored, primary: str, 
 
 
 def _run_summary(cfg: FinetuneConfig, train_cfg: TrainConfig, run: Prepared, result: TrainResult, primary: str,
-                 final: dict, best_metrics: dict, best_dir: str) -> dict[str, Any]:
+                 final: dict, best_metrics: dict, best_dir: str | None) -> dict[str, Any]:
     """summary.json's content: what was trained on and scored (with the rows skipped, by reason), the final and
     best metrics beside the family's trivial baseline, and whether early stopping ended the run."""
     split, ev = cfg.eval_split, run.eval_examples
@@ -298,7 +298,11 @@ def finetune(cfg: FinetuneConfig, train_cfg: TrainConfig) -> dict[str, Any]:
                    identity={"data": examples_fingerprint(run.train_examples, run.eval_examples)})
     # A resumed run that had finished trains no step: its final scores are the earlier summary's.
     final = dict(result.eval) or (earlier.get("final", {}) if earlier.get("steps") == result.step else {})
-    summary = _run_summary(cfg, train_cfg, run, result, primary, final, best["metrics"], best_dir)
+    if is_main_process() and not os.path.isdir(best_dir):  # every evaluation scored NaN (a constant prediction's
+        log.warning("%s: no evaluation gave a finite %s %s, so there is no best/ checkpoint", train_cfg.out_dir,
+                    cfg.eval_split, primary)  # correlation is NaN) or none ran
+    summary = _run_summary(cfg, train_cfg, run, result, primary, final, best["metrics"],
+                           best_dir if os.path.isdir(best_dir) else None)
     if is_main_process():
         write_json(os.path.join(train_cfg.out_dir, "summary.json"), summary)
     return summary

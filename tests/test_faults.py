@@ -428,6 +428,24 @@ def test_a_checkpoint_without_calibration_is_never_tuned_on_test(model_dir, tmp_
     assert tuned == [8]
 
 
+def test_a_run_whose_every_evaluation_is_nan_names_no_best_dir(model_dir, tmp_path, monkeypatch, caplog):
+    """A regression model predicting one value scores a NaN correlation, never better than -inf: best/ was never
+    written, and the summary named it all the same."""
+    from litebert.finetune import finetune
+    from litebert.tasks.families import SequenceClassification
+    real = SequenceClassification.score
+
+    def nan_accuracy(self, *args, **kwargs):
+        scored = real(self, *args, **kwargs)
+        return scored._replace(metrics={**scored.metrics, "accuracy": float("nan")})
+
+    monkeypatch.setattr(SequenceClassification, "score", nan_accuracy)
+    summary = finetune(*finetune_configs(model_dir, table_task(tmp_path / "task", dev_unknown=0), tmp_path / "ft",
+                                         max_steps=2))
+    assert summary["best_dir"] is None and not (tmp_path / "ft" / "best").exists()
+    assert "no evaluation gave a finite dev accuracy" in caplog.text
+
+
 def test_finetune_refuses_to_select_on_an_unlabelled_split(model_dir, tmp_path):
     """--eval-split test on a test file without labels trained to the end, never found a best/, and wrote a
     summary naming a best_dir that did not exist."""
