@@ -1008,7 +1008,7 @@ def test_a_result_file_is_replaced_whole_or_not_at_all(tmp_path):
     submission = tmp_path / "SST-2.tsv"
     submission.write_text("index\tprediction\n0\t1\n")
     examples = [TextExample("0", "a", None, "1"), TextExample("1", "b", None, "0")]
-    with pytest.raises(IndexError):  # the second prediction is not a label: found after the first row was written
+    with pytest.raises(ConfigError):  # the second prediction is not a label: found after the first row was written
         write_glue_predictions(submission, TASKS["SST-2"], examples, ["0", 7])
     assert submission.read_text() == "index\tprediction\n0\t1\n"
     with files.atomic_open(tmp_path / "vectors.npy", "wb") as f:

@@ -241,7 +241,7 @@ def test_jobs_keep_warm_starts_in_order_and_stop_starting_rows_after_a_failure(t
             raise LitebertError(f"row {row.name} failed")
         with lock:
             events.append(("end", row.name, seed))
-        return {"row": row.name, "mlm_acc": 0.5, "sop_acc": 0.5}
+        return {"row": row.name, "mlm_acc": 0.5, "sop_acc": 0.5, "nsp_acc": 0.5}  # every held-out task of both grids
 
     monkeypatch.setattr(R, "run_row", fake_row)
     monkeypatch.setattr(R, "prepare_row_data", lambda grid, row: None)
