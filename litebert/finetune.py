@@ -298,9 +298,10 @@ def finetune(cfg: FinetuneConfig, train_cfg: TrainConfig) -> dict[str, Any]:
                    identity={"data": examples_fingerprint(run.train_examples, run.eval_examples)})
     # A resumed run that had finished trains no step: its final scores are the earlier summary's.
     final = dict(result.eval) or (earlier.get("final", {}) if earlier.get("steps") == result.step else {})
-    if is_main_process() and not os.path.isdir(best_dir):  # every evaluation scored NaN (a constant prediction's
+    # No best/ when every evaluation scored NaN (a constant prediction's correlation): the summary names none.
+    if is_main_process() and not os.path.isdir(best_dir):
         log.warning("%s: no evaluation gave a finite %s %s, so there is no best/ checkpoint", train_cfg.out_dir,
-                    cfg.eval_split, primary)  # correlation is NaN) or none ran
+                    cfg.eval_split, primary)
     summary = _run_summary(cfg, train_cfg, run, result, primary, final, best["metrics"],
                            best_dir if os.path.isdir(best_dir) else None)
     if is_main_process():
