@@ -232,9 +232,8 @@ def baselines(batches: Batches, train_indices: list[int], eval_indices: list[int
 def pretrain(cfg: PretrainConfig, train_cfg: TrainConfig, model_overrides: dict[str, Any] | None = None
              ) -> dict[str, Any]:
     """Run pretraining; returns the summary also written to `<out_dir>/summary.json`."""
-    sweep.refuse_changed_resume(cfg, train_cfg, "pretrain")  # before the data is read
     model_overrides = dict(model_overrides or {})
-    sweep.refuse_changed_model(train_cfg, model_overrides)
+    sweep.refuse_changed_resume(cfg, train_cfg, "pretrain", model_overrides)  # before the data is read
     dataset = PretrainDataset(cfg.data)
     tokenizer_dir = dataset.meta["tokenizer_dir"]
     if cfg.init_from:  # further pretraining: the checkpoint's tokenizer must be the one the data was made with

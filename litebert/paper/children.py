@@ -155,9 +155,14 @@ class TimeLedger:
         self._writer = threading.Thread(target=self._keep_writing, daemon=True)
 
     @property
+    def attempt_seconds(self) -> float:
+        """This attempt's time so far; once it has ended, up to its end."""
+        return (self.ended or time.time()) - self.started
+
+    @property
     def seconds(self) -> float:
-        """Every attempt's time so far; once the attempt has ended, up to its end."""
-        return self.earlier + (self.ended or time.time()) - self.started
+        """Every attempt's time so far."""
+        return self.earlier + self.attempt_seconds
 
     def _write(self) -> None:
         write_json(self.path, {"seconds": self.seconds, "attempts": self.attempts})

@@ -348,7 +348,6 @@ def run_rows(grid: Grid, todo: list[tuple[Row, int]], steps: dict[str, int],
         row, seed = item
         lane = lane_for(grid, parallel, row, seed)
         tally.start(row, seed, steps[row.name])
-        t0 = time.time()
         with TimeLedger(os.path.join(grid.row_dir(row, seed), "spent.json")) as spent:
             result = run_row(grid, row, seed, steps[row.name], lane)
         trained = training_minutes(grid, os.path.join(grid.row_dir(row, seed), "pretrain"))
@@ -356,7 +355,7 @@ def run_rows(grid: Grid, todo: list[tuple[Row, int]], steps: dict[str, int],
                    {"seconds": spent.seconds, "attempts": spent.attempts, "machine": where, "at_once": parallel,
                     "threads": threads, "processes": grid.cfg.nproc_per_node, "load_1min_before_grid": load,
                     "pretrain_minutes": trained})
-        tally.done(lane, time.time() - t0, result)  # this attempt's pace: what the time left is estimated from
+        tally.done(lane, spent.attempt_seconds, result)  # this attempt's pace: what the time left is estimated from
         after_each()
 
     if parallel == 1:  # in this thread: a row's verb may run in this process (tests) and set signals

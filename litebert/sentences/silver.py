@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 from collections.abc import Sequence
 
@@ -31,7 +30,7 @@ import numpy as np
 import torch
 
 from litebert.errors import ConfigError
-from litebert.files import atomic_open, check_replaceable
+from litebert.files import atomic_open, check_replaceable, same_path
 from litebert.heads import AlbertForSequenceClassification
 from litebert.sentences.directories import load_sentence_model
 from litebert.sentences.distill import monolingual_texts
@@ -132,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--out", required=True, help="JSONL of {sentence1, sentence2, label}")
     a = p.parse_args(argv)
-    if any(os.path.realpath(t) == os.path.realpath(a.out) for t in a.text):
+    if any(same_path(t, a.out) for t in a.text):
         raise ConfigError(f"--out {a.out} is one of the --text files it would be made from: choose another --out")
     check_replaceable(a.out, _is_pairs_file, "a silver pairs file (JSONL of sentence1, sentence2, label)",
                       hint="choose another --out")

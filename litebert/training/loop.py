@@ -312,15 +312,13 @@ class Run:
     gradients_checked: bool = False  # the DDP check of the first backward (train_step)
     precision: str = "fp32"  # what runs: cfg.precision, or what "auto" chose
     micro_step: Callable[[dict[str, torch.Tensor], float], torch.Tensor] = field(init=False)  # forward + backward
+    autocast: Callable[[], Any] = field(init=False)  # the run's precision as a context: `with run.autocast():`
 
     def __post_init__(self) -> None:
-        # A plain partial, not the bound `self.autocast`: a Run that holds a method of itself is a reference cycle,
-        # freed only by a later garbage collection, and it keeps DDP, hence the process group, alive (train's end).
-        self.micro_step = micro_step(self.forward, partial(autocast, self.precision, self.env.device.type),
-                                     self.cfg.cuda_graphs)
-
-    def autocast(self):
-        return autocast(self.precision, self.env.device.type)
+        # A partial, not a method: a Run holding a bound method of itself is a reference cycle, freed only by a
+        # later garbage collection, and it keeps DDP, hence the process group, alive (train's end).
+        self.autocast = partial(autocast, self.precision, self.env.device.type)
+        self.micro_step = micro_step(self.forward, self.autocast, self.cfg.cuda_graphs)
 
     def save(self) -> Path | None:
         return self.state.save(self.cfg.out_dir, tokenizer=self.tokenizer, keep_last=self.cfg.keep_last,

@@ -200,32 +200,27 @@ def refuse_other_settings(out_dir: str, cfg: Any, train_cfg: TrainConfig, what: 
 EXTENDABLE = frozenset({"max_steps"})
 
 
-def refuse_changed_resume(cfg: Any, train_cfg: TrainConfig, section: str) -> None:
+def refuse_changed_resume(cfg: Any, train_cfg: TrainConfig, section: str,
+                          model: Mapping[str, Any] | None = None) -> None:
     """A single run's --resume from checkpoints made with other settings that decide the result would go on
-    as a run of neither: refused by name. Checked from train_config.toml, which the loop writes at each start."""
+    as a run of neither: refused by name. Checked from train_config.toml, which the loop writes at each start.
+    `model`: the [model] values a pretraining sets on top of its preset (dropout, ...), compared too: the
+    architecture is the checkpoint's to check, but a rate that decides the rest of the run is not."""
     out = train_cfg.out_dir
     if not train_cfg.resume or not list_checkpoints(out):
         return
-    differ = settings_differ(out, cfg, train_cfg, section, ignore=EXTENDABLE)
+    differ = settings_differ(out, cfg, train_cfg, section, ignore=EXTENDABLE) + _model_differs(out, model or {})
     if differ:
         raise ConfigError(f"{out} holds checkpoints of a run made with other settings: {'; '.join(differ)}. "
                           "--resume continues it with its own (only --max-steps may change, to extend it): give "
                           "the same options, or another --out-dir")
 
 
-def refuse_changed_model(train_cfg: TrainConfig, overrides: dict[str, Any]) -> None:
-    """refuse_changed_resume for the [model] settings a pretraining gives on top of its preset (dropout, ...):
-    the architecture is the checkpoint's to check, but a rate that decides the rest of the run is not."""
-    path = os.path.join(train_cfg.out_dir, CONFIG_NAME)
-    if not train_cfg.resume or not overrides or not list_checkpoints(train_cfg.out_dir) or not os.path.isfile(path):
-        return
-    recorded = load_toml(path).get("model", {})
-    differ = [f"model.{key} {value} (was {recorded[key]})" for key, value in overrides.items()
-              if key in recorded and _differs(recorded[key], value)]
-    if differ:
-        raise ConfigError(f"{train_cfg.out_dir} holds checkpoints of a run made with other settings: "
-                          f"{'; '.join(differ)}. --resume continues it with its own: give the same, or another "
-                          "--out-dir")
+def _model_differs(out_dir: str, model: Mapping[str, Any]) -> list[str]:
+    path = os.path.join(out_dir, CONFIG_NAME)
+    recorded = load_toml(path).get("model", {}) if model and os.path.isfile(path) else {}
+    return [f"model.{key} {value} (was {recorded[key]})" for key, value in model.items()
+            if key in recorded and _differs(recorded[key], value)]
 
 
 def run_once(run: Run, train: TrainRun) -> tuple[dict[str, Any], str]:
