@@ -289,6 +289,19 @@ def test_cuda_graphs_train_as_eager_and_resume(prepared, tmp_path, precision):
     assert_close_weights(tmp_path / "eager" / "step_6", tmp_path / "graphed" / "step_6", **tol)
 
 
+def test_cuda_graphs_with_compiled_blocks_train_as_eager(prepared, tmp_path):
+    """--cuda-graphs --compile (the fastest albert-base step on an H100, docs/gpu.md): inductor's block kernels are
+    compiled in the eager warm-up and run inside the captured graph; fp32 with TF32 off, its losses within the
+    tolerance of inductor's own reductions and dropout masks, as `--compile` alone."""
+    run = lambda out, *more: litebert_main(pretrain_args(  # noqa: E731
+        prepared, out, *precision_args("fp32"), "--max-steps", "5", "--warmup-steps", "0", *more))
+    assert run(tmp_path / "eager") == 0
+    assert run(tmp_path / "graphed", "--cuda-graphs", "--compile", "--compile-scope", "layers") == 0
+    eager, graphed = losses(tmp_path / "eager"), losses(tmp_path / "graphed")
+    assert sorted(graphed) == sorted(eager) == [1, 2, 3, 4, 5]  # steps 3-5 replay the capture
+    assert [graphed[s] for s in eager] == pytest.approx(list(eager.values()), rel=1e-2)
+
+
 def test_finetune_cuda_graphs_capture_the_padding_free_step_and_learn_as_eager(pretrained, tmp_path, monkeypatch):
     """finetune --cuda-graphs pads each batch to --max-length and rounds its real tokens up to a multiple of it, so
     the padding-free step (varlen flash attention) meets a few shapes and each is captured once; the run's losses

@@ -408,4 +408,7 @@ def test_a_run_puts_the_process_tf32_switches_back(tmp_path, monkeypatch):
 def test_cuda_graphs_where_they_cannot_run_is_a_one_line_error_before_anything_is_written(tmp_path):
     with pytest.raises(ConfigError, match=r"--cuda-graphs captures .* CUDA GPU.*\(this run: cpu, 1 process"):
         train(make_toy(), toy_batches(8, 8), toy_config(tmp_path, max_steps=2, cuda_graphs=True))
+    with pytest.raises(ConfigError, match=r"--compile only of the blocks .* compile model\)"):  # capture, not dynamo
+        train(make_toy(), toy_batches(8, 8), toy_config(tmp_path, max_steps=2, cuda_graphs=True, compile=True,
+                                                        compile_scope="model"))
     assert not (tmp_path / "run").exists()

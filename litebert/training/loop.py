@@ -116,9 +116,11 @@ def train(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, eval
     try:
         if early_stopping is not None and (evaluate is None or cfg.eval_every == 0):
             raise ConfigError("early stopping needs evaluations every N steps (--eval-every N): it counts them")
-        if cfg.cuda_graphs and (env.device.type != "cuda" or env.world_size > 1 or cfg.compile):
-            raise ConfigError(f"--cuda-graphs captures one process's steps on a CUDA GPU, without --compile (this "
-                              f"run: {env.device}, {env.world_size} process(es), compile {cfg.compile})")
+        whole_model_compiled = cfg.compile and cfg.compile_scope == "model"
+        if cfg.cuda_graphs and (env.device.type != "cuda" or env.world_size > 1 or whole_model_compiled):
+            raise ConfigError(f"--cuda-graphs captures one process's steps on a CUDA GPU, with --compile only of "
+                              f"the blocks (this run: {env.device}, {env.world_size} process(es), compile "
+                              f"{cfg.compile_scope if cfg.compile else 'off'})")
         run = _start(model, data, cfg, env, tokenizer, configs, identity, early_stopping)
         progress = run.state.progress
         result = TrainResult(progress.step, {}, {}, run.resumed_from)
