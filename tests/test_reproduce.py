@@ -33,7 +33,7 @@ from litebert.paper import grid as G
 from litebert.paper import reproduce as R
 from litebert.paper.experiments import DATA, EXPERIMENTS, SCALES, Claim, scale_model, split_task
 from litebert.paper.grid import slug
-from litebert.paper.recipes import finetune_recipe
+from litebert.paper.recipes import finetune_recipe, train_table
 from litebert.paper.record import kept_record, restore_runs
 from litebert.paper.report import judge
 from litebert.runtime.cpu import cpu_model
@@ -1038,3 +1038,17 @@ def test_a_data_dir_made_from_other_text_or_settings_is_refused(data_dir, tmp_pa
     no_extra = ["reproduce", "data", "--out", str(tmp_path / "c"), "--scale", "tiny", "--data-dir", data_dir]
     assert litebert_main(no_extra) == 2
     assert "this experiment adds text: give it with --extra-corpus" in capsys.readouterr().err
+
+
+def test_the_gpu_scale_replays_cuda_graphs_in_one_process_and_not_under_torchrun(tmp_path):
+    """The gpu scale's steps are launch-bound (a row's run took 2.4 min on an H100, four at once), so both of its
+    recipes capture CUDA graphs; with --nproc-per-node N > 1 they cannot (DDP's all-reduce), and run eager."""
+    def recipes(nproc: int) -> tuple[dict, dict]:
+        grid = R.make_grid(R.ReproduceConfig(experiment=["sharing"], out=str(tmp_path), scale="gpu",
+                                             nproc_per_node=nproc))
+        return train_table(grid, "run", 1), finetune_recipe(grid, "ckpt", "novel_authorship", "ft", 1)["train"]
+    pretrain, finetune = recipes(1)
+    assert pretrain["cuda_graphs"] is finetune["cuda_graphs"] is True
+    assert (pretrain["device"], finetune["precision"]) == ("cuda", "bf16")
+    pretrain, finetune = recipes(2)
+    assert pretrain["cuda_graphs"] is finetune["cuda_graphs"] is False

@@ -331,9 +331,11 @@ SCALES: dict[str, Scale] = {
                       max_steps=2, warmup_steps=0, eval_every=0, save_every=0, keep_last=1, log_every=1, max_length=32,
                       max_train_examples=32, max_eval_examples=32),
         downstream=False, budget_minutes=0.01, transitions_sentences=16),
-    # One H100 (bf16): a table in about 8 minutes with 3 seeds, so a row's run (pretraining and its
-    # fine-tuning) gets ~20 s. Sized from the step times measured on an H100 in issue 31 (albert-base 256x128 bf16
-    # 61 ms; these models are a quarter of its width and a third of its depth), not yet run on one.
+    # One H100 (bf16): a table in about 8 minutes with 3 seeds. Sized first from albert-base's step time; run on
+    # an H100 (2026-11-28, docs/paper/README.md) a row's run took 2.4 min, four at once (pretraining 105 ms a
+    # step): steps this small are launch-bound and four processes time-slice the card, so both recipes now
+    # replay captured CUDA graphs (measured there: 4.25x the steps/s of the demo's model, 5.2x for padding-free
+    # fine-tuning at batch 32); the scale with graphs has not run on a card yet.
     "gpu": Scale(
         "gpu", sizes={"hidden_size": {768: 256, 1024: 256, 2048: 512, 4096: 1024, 6144: 1536},
                       "embedding_size": {64: 64, 128: 128, 256: 192},
@@ -343,14 +345,14 @@ SCALES: dict[str, Scale] = {
                   dupe_factor=4, held_out_fraction=0.03, max_documents=None),
         train={**_DEMO["train"], "batch_size": 256, "lr": 4e-3, "max_steps": 800, "warmup_steps": 80,
                "eval_every": 200, "save_every": 400, "keep_last": 1, "log_every": 100, "precision": "bf16",
-               "device": "cuda"},
+               "device": "cuda", "cuda_graphs": True},
         pretrain={"held_out": 512, "eval_batch_size": 512},
         # The cpu scale's converging recipe (lr 1e-3, 32,000 passages seen) at twice its batch; the earlier one,
         # 200 steps at lr 2e-4 on both tasks, was the cpu scale's unconverged recipe (300 steps at 3e-4) in kind:
         # 12,800 passages at a low lr.
         finetune=dict(tasks=_DOWNSTREAM_TASKS[:1], optimizer="adamw", lr=1e-3, batch_size=64, max_steps=500,
                       warmup_steps=50, weight_decay=0.01, eval_every=100, save_every=0, keep_last=1, log_every=50,
-                      max_length=128, precision="bf16", device="cuda"),
+                      max_length=128, precision="bf16", device="cuda", cuda_graphs=True),
         downstream=True, budget_minutes=1.0),
     # The paper's recipe (paper_base.toml's [train]: LAMB 0.00176, batch 4096, 125k steps, seq 512): written
     # as TOML recipes and torchrun commands, not run.

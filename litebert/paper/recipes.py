@@ -24,10 +24,18 @@ from litebert.runconfig import dump_toml
 def train_table(grid: Grid, out_dir: str, seed: int, steps: int | None = None, **extra) -> dict[str, Any]:
     """A [train] table of the scale's recipe: resumable (rerunning a recipe continues it), quiet."""
     fields = {**grid.scale.train, "out_dir": out_dir, "seed": seed, "resume": True, "progress": False, **extra}
+    one_process_only(grid, fields)
     if steps is not None and steps != fields["max_steps"]:  # a minutes budget: warm up for 1/10 at most
         fields["max_steps"] = steps
         fields["warmup_steps"] = min(fields.get("warmup_steps", 0), steps // 10)
     return fields
+
+
+def one_process_only(grid: Grid, train: dict[str, Any]) -> None:
+    """A scale's CUDA graphs (the gpu scale's launch-bound steps) under --nproc-per-node N > 1: off, since a captured
+    step cannot hold DDP's gradient all-reduce."""
+    if grid.cfg.nproc_per_node > 1:
+        train["cuda_graphs"] = False
 
 
 def row_recipe(grid: Grid, row: Row, seed: int, steps: int, vocab_size: int, run_dir: str,
@@ -124,6 +132,7 @@ def finetune_recipe(grid: Grid, checkpoint: str, task: str, out_dir: str, seed: 
     if labels is not None:
         cfg["max_train_examples"] = min(labels, cfg.get("max_train_examples", labels))
     train = {**recipe, "out_dir": out_dir, "seed": seed}
+    one_process_only(grid, train)
     if grid.scale.name != "paper":
         train.update(resume=True, progress=False)
     return {"finetune": cfg, "train": train}
