@@ -13,6 +13,7 @@ later is litebert.evaluate; grids of runs (--seeds, swept flags) are litebert.tr
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import hashlib
 import json
@@ -361,6 +362,16 @@ def recorded_warmup(given: dict) -> int | None:
     return load_toml(path).get("train", {}).get("warmup_steps") if os.path.isfile(path) else None
 
 
+def warmup_given(argv: list[str]) -> bool:
+    """A warmup the user set, by --warmup-steps or in --config's [train]: what a grid over --max-steps needs."""
+    if any(a.startswith("--warmup-steps") for a in argv):
+        return True
+    only_config = argparse.ArgumentParser(add_help=False)
+    only_config.add_argument("--config")
+    config = only_config.parse_known_args(argv)[0].config
+    return bool(config) and "warmup_steps" in load_toml(config).get("train", {})
+
+
 def cli(argv: list[str]) -> int:
     """`litebert finetune`: one run, or a grid when the flags ask for one (--seeds, a swept flag)."""
     grid = sweep.split_argv(argv, sweep.sweepable_fields(FinetuneConfig, TrainConfig))
@@ -369,7 +380,7 @@ def cli(argv: list[str]) -> int:
         print(json.dumps({"task": summary["task"], "examples": summary["examples"], "best": summary["best"],
                           "baseline": summary["baseline"], "best_dir": summary["best_dir"]}, indent=1))
         return 0
-    if "max_steps" in grid.axes and not any(a.startswith("--warmup-steps") for a in grid.base):
+    if "max_steps" in grid.axes and not warmup_given(grid.base):
         raise ConfigError("sweeping --max-steps needs --warmup-steps: the recipe's warmup is scaled to one run's "
                           "steps, and each run of the grid would get the first's")
     cfg, train_cfg = parse_args(grid.base)

@@ -29,7 +29,7 @@ from test_faults import debris
 import litebert
 from litebert import evaluate, files
 from litebert.cli import main as litebert_main
-from litebert.errors import ConfigError, NonFiniteError
+from litebert.errors import ConfigError, LitebertError, NonFiniteError
 from litebert.files import atomic_open, write_dir_atomically
 from litebert.finetune import FinetuneConfig, check_out_dir
 from litebert.runconfig import _unwrap_optional, dump_toml, parse_range, resolve_config
@@ -150,7 +150,8 @@ def test_the_recipe_warmup_follows_max_steps_from_a_toml_a_resume_keeps_its_own_
         tmp_path):
     """The recipe's warmup was scaled only for a --max-steps flag: [train] max_steps = 20 in a TOML was refused
     over a warmup of 60 nobody set; a resume extending --max-steps was refused for the warmup that rescaling
-    changed; and each run of a grid over --max-steps got the first value's warmup."""
+    changed; and each run of a grid over --max-steps got the first value's warmup (now refused without a warmup
+    of the user's: a flag, or --config's [train], which the check once missed)."""
     from litebert.finetune import cli, parse_args
     toml = tmp_path / "run.toml"
     toml.write_text("[train]\nmax_steps = 20\n")
@@ -163,6 +164,11 @@ def test_the_recipe_warmup_follows_max_steps_from_a_toml_a_resume_keeps_its_own_
     assert (train.max_steps, train.warmup_steps) == (30, 0)
     with pytest.raises(ConfigError, match="sweeping --max-steps needs --warmup-steps"):
         cli(["--task", "novel_authorship", "--max-steps", "600", "20", "--out-dir", str(tmp_path / "grid")])
+    toml.write_text("[train]\nwarmup_steps = 5\n")  # a warmup in --config's [train] is one the user set
+    with pytest.raises(LitebertError) as refused:  # past that check, to the next thing missing
+        cli(["--task", "novel_authorship", "--config", str(toml), "--max-steps", "600", "20", "--out-dir",
+             str(tmp_path / "grid")])
+    assert str(refused.value).startswith("--model is required")
 
 
 # ================================================================================ resuming with other settings
