@@ -41,7 +41,7 @@ import torch.nn.functional as F
 
 from litebert.corpus.documents import iter_documents, resolve_inputs
 from litebert.errors import ConfigError, DataError
-from litebert.files import atomic_open, write_json
+from litebert.files import atomic_open, sha256_named_files, write_json
 from litebert.model import AlbertModel
 from litebert.runconfig import check_declared
 from litebert.sentence import SentenceEncoder, embed, sentence_settings
@@ -212,15 +212,8 @@ def teacher_vectors(teacher: str, texts: list[str], cfg: DistillConfig, out_dir:
 def _directory_sha256(directory: str) -> str:
     """sha256 over every file of a model directory (relative path and content): retrained weights, another
     pooling or tokenizer saved at the same path make another teacher."""
-    digest = hashlib.sha256()
-    for root, dirs, files in os.walk(directory):
-        dirs.sort()
-        for name in sorted(files):
-            path = os.path.join(root, name)
-            digest.update(os.path.relpath(path, directory).encode("utf-8") + b"\0")
-            with open(path, "rb") as f:
-                digest.update(hashlib.file_digest(f, "sha256").digest())
-    return digest.hexdigest()
+    paths = sorted(os.path.join(root, name) for root, _, names in os.walk(directory) for name in names)
+    return sha256_named_files((os.path.relpath(path, directory), path) for path in paths)
 
 
 # ----------------------------------------------------------------------------- training

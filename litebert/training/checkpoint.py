@@ -18,7 +18,6 @@ loading a checkpoint never runs pickled code.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -33,7 +32,7 @@ import torch
 from torch import nn
 
 from litebert.errors import CheckpointError
-from litebert.files import remove_dead_stages, write_dir_atomically, write_json
+from litebert.files import remove_dead_stages, sha256_file, sha256_named_files, write_dir_atomically, write_json
 from litebert.text.transformers_files import SPIECE_FILE, match_model_max_length
 from litebert.training import prerelease
 from litebert.weights import read_state_dict
@@ -148,7 +147,7 @@ def verify_checkpoint(checkpoint_dir: str | os.PathLike) -> str | None:
             return f"{name} is missing"
         if file.stat().st_size != expected["size"]:
             return f"{name} has {file.stat().st_size} bytes, {expected['size']} were written"
-        if _sha256(file) != expected["sha256"]:
+        if sha256_file(file) != expected["sha256"]:
             return f"{name} differs from what was written (sha256)"
     return None
 
@@ -187,13 +186,10 @@ def fingerprint(path: str | os.PathLike) -> str:
     tokenizer file of the directory (those `_copy_tokenizer` copies), by name."""
     path = Path(path)
     if path.is_file():
-        return _sha256(path)
+        return sha256_file(path)
     if (path / SPIECE_FILE).is_file():
-        return _sha256(path / SPIECE_FILE)
-    digest = hashlib.sha256()
-    for file in sorted(p for p in path.iterdir() if _is_tokenizer_file(p)):
-        digest.update(file.name.encode() + b"\0" + _sha256(file).encode())
-    return digest.hexdigest()
+        return sha256_file(path / SPIECE_FILE)
+    return sha256_named_files((file.name, file) for file in sorted(p for p in path.iterdir() if _is_tokenizer_file(p)))
 
 
 def load_model_weights(model: nn.Module, checkpoint_dir: str | os.PathLike) -> None:
@@ -269,16 +265,8 @@ def _is_tokenizer_file(path: Path) -> bool:
     return path.is_file() and path.name not in _NOT_TOKENIZER and path.suffix not in (".safetensors", ".bin")
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _file_record(path: Path) -> dict[str, Any]:
-    return {"size": path.stat().st_size, "sha256": _sha256(path)}
+    return {"size": path.stat().st_size, "sha256": sha256_file(path)}
 
 
 def _remove_checkpoint(path: Path) -> None:
