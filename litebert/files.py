@@ -400,7 +400,7 @@ def copy_file(src: str | os.PathLike, dst: str | os.PathLike) -> None:
 
 
 def sha256_file(path: str | os.PathLike) -> str:
-    """The hex sha256 of a file's contents, read a MiB at a time."""
+    """The hex sha256 of a file's contents, read in pieces (a checkpoint's weights need not fit in memory)."""
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
