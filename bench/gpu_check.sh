@@ -10,6 +10,7 @@
 #   bash bench/gpu_check.sh paper [EXPERIMENT ...]  # issue 32 on the card: Table 2's speed column, then each
 #                                    # experiment at `litebert reproduce --scale gpu --seeds 3` (default:
 #                                    # sharing); reports under $OUT/paper/ for docs/paper/   (~1 + ~8 min each)
+#   bash bench/gpu_check.sh suite    # the whole fast suite there, device "auto" picking CUDA  (~6-8 min, 16 cores)
 #   bash bench/gpu_check.sh all      # bench, then tests
 # Nothing is downloaded. What the image lacks (the serve extra: starlette, uvicorn, httptools) can travel as wheels
 # in .gpu/whl, and the developers' shared data as .gpu/shared_data (../shared/tools/gpu/prepare.sh makes both;
@@ -99,8 +100,10 @@ case "${1:-tests}" in
   tests) tests ;;
   bench) bench ;;
   all) bench; tests ;;
+  suite) run suite 540 $PY -m pytest -q -n "${WORKERS:-14}" --dist loadfile -m "not slow" -p no:cacheprovider --tb=short \
+    -rs tests ;;
   paper) shift; paper "$@" ;;
   compile)
     run compile 240 $step --compile --preset albert-base-v2 --shapes 64x512; grep "^{" "$OUT/compile.log" ;;
-  *) echo "usage: bash bench/gpu_check.sh tests|bench|compile|all|paper [EXPERIMENT ...]"; exit 2 ;;
+  *) echo "usage: bash bench/gpu_check.sh tests|bench|compile|suite|all|paper [EXPERIMENT ...]"; exit 2 ;;
 esac
