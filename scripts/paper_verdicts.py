@@ -98,9 +98,10 @@ def main() -> None:
     parser.add_argument("--docs", default="docs/paper")
     args = parser.parse_args()
     found = sorted(Path(args.docs).glob("*/results.json"))
-    seeds, in_progress, claims = {}, [], []
+    seeds, in_progress, claims, scales = {}, [], [], Counter()
     for path in found:
         results = json.loads(path.read_text(encoding="utf-8"))
+        scales[results["scale"]] += 1
         finished = sum(len(entry["runs"]) for entry in results["rows"].values())
         planned = len(results["rows"]) * len(results["seeds"])
         unfinished = f"{finished} of {planned} row runs" if finished < planned else None
@@ -111,7 +112,9 @@ def main() -> None:
     distinct = evidence(claims)
     comparisons = comparison_rows(claims, distinct)
     text = "\n".join([
-        "# The paper's claims at CPU scale: what the seeds decide", "",
+        f"# The paper's claims at {' and '.join(s.upper() for s in sorted(scales))} scale: what the seeds decide", "",
+        "Grids by scale: " + ", ".join(f"{s} {n}" for s, n in sorted(scales.items())) + " (`litebert reproduce "
+        "--scale`; a grid's folder name ends in _gpu where it ran on a GPU).", "",
         "Every comparison of the grids in this folder, tested on their seeds (`python scripts/paper_verdicts.py`; "
         "the statistics are `litebert/paper/stats.py`): a one-sided Welch t-test of the paper's ordering (TOST "
         f"for 'about equal'), alpha {ALPHA}. **reproduced**: the ordering holds beyond chance; **contradicted**: "
