@@ -141,6 +141,11 @@ class Tokenizer:
 
     def _encode_plain(self, texts: list[str]) -> list[list[int]]:
         """Ids for many texts, no [CLS]/[SEP] added; special tokens typed in the text map to their ids."""
+        return [[i for _, ids in parts for i in ids] for parts in self._encode_parts(texts)]
+
+    def _encode_parts(self, texts: list[str]) -> list[list[tuple[bool, list[int]]]]:
+        """Per text, its parts: (True, [id]) for a special token typed in it, (False, ids) for the text between
+        them (all of it encoded in one sentencepiece call). word_ids() needs the cut: a <unk> is either."""
         chunks: list[str] = []
         layout: list[list[int | None]] = []  # per text: a special id, or None for "next chunk"
         for text in texts:
@@ -153,13 +158,8 @@ class Tokenizer:
                     chunks.append(self.preprocess(part))
             layout.append(row)
         encoded = iter(self._encode_chunks(chunks))
-        out = []
-        for row in layout:
-            ids: list[int] = []
-            for item in row:
-                ids.extend(self._comma_fix(next(encoded)) if item is None else [item])
-            out.append(ids)
-        return out
+        return [[(False, self._comma_fix(next(encoded))) if item is None else (True, [item]) for item in row]
+                for row in layout]
 
     def preprocess(self, text: str) -> str:
         """ALBERT's normalisation of raw text with this tokenizer's options (after the morpheme segmentation of
@@ -323,45 +323,37 @@ class Tokenizer:
             if not isinstance(word, str):
                 raise ConfigError(f"expected text (str), got {type(word).__name__}"
                                   + (" (lists of words need is_split_into_words=True)" if not split_into_words else ""))
-            if offsets:
-                ids, spans = self.encode_with_offsets(word)
-                # a bare "▁" has an empty span here (encode_with_offsets); transformers gives it the next character
+            parts, spans = self._parts_with_offsets(word) if offsets else (self._encode_parts([word])[0], None)
+            ids = [i for _, part in parts for i in part]
+            if spans is not None:  # a bare "▁" has an empty span here; transformers gives it the next character
                 spans = [(s, s + 1) if s == e and self.pieces[i] == SPIECE_UNDERLINE else (s, e)
                          for i, (s, e) in zip(ids, spans)]
-            else:
-                ids, spans = self._encode_plain([word])[0], None
-            words = [w] * len(ids) if split_into_words else self._word_numbers(ids)
+            words = [w] * len(ids) if split_into_words else encoding.word_numbers(parts, self.pieces)
             out += [(i, words[j], spans[j] if spans else None) for j, i in enumerate(ids)]
         return out
-
-    def _word_numbers(self, ids: list[int]) -> list[int]:
-        """The word of each token of one text, as transformers' word_ids(): a "▁" piece or a special token written
-        in the text starts a word, and so does whatever follows such a special token."""
-        numbers, n, after_special = [], -1, True
-        for i in ids:
-            special = self.pieces[i] in self.special_ids
-            if special or after_special or self.pieces[i].startswith(SPIECE_UNDERLINE):
-                n += 1
-            numbers.append(n)
-            after_special = special
-        return numbers
 
     def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         """Ids (no [CLS]/[SEP]) and (start, end) character spans into the original `text`, for span tasks.
 
         Spans exclude surrounding whitespace; a bare "▁" piece gets an empty span at the next word.
         """
-        ids: list[int] = []
+        parts, spans = self._parts_with_offsets(text)
+        return [i for _, ids in parts for i in ids], spans
+
+    def _parts_with_offsets(self, text: str) -> tuple[list[tuple[bool, list[int]]], list[tuple[int, int]]]:
+        """`_encode_parts` of one text, with the spans of `encode_with_offsets`."""
+        parts: list[tuple[bool, list[int]]] = []
         spans: list[tuple[int, int]] = []
         pos = 0
         for part in self._split_specials(text):
             if part in self.special_ids:
-                ids.append(self.special_ids[part])
+                parts.append((True, [self.special_ids[part]]))
                 spans.append((pos, pos + len(part)))
             else:
-                self._offsets_of_chunk(part, pos, ids, spans)
+                parts.append((False, []))
+                self._offsets_of_chunk(part, pos, parts[-1][1], spans)
             pos += len(part)
-        return ids, spans
+        return parts, spans
 
     def _offsets_of_chunk(self, text: str, base: int, ids: list, spans: list) -> None:
         if self._segment is not None:  # spans into the segmented text, mapped back through its inserted spaces

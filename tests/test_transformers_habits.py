@@ -121,6 +121,18 @@ def test_call_shapes_equal_transformers(both):
     assert lists(a) == lists(b) and a.to("cpu").input_ids.dtype == torch.int64
 
 
+def test_word_ids_count_a_character_outside_the_vocabulary_in_its_word(both):
+    """A character the vocabulary lacks (an emoji, another script) becomes a <unk> inside its word, and word_ids()
+    keeps it there, as transformers: it used to start a new word, and so did the rest of that word, shifting the
+    word of every later token (labels aligned by word_ids() went to the wrong words). A typed "<unk>" is a word."""
+    ours, theirs = both
+    for text in ["x😀y and z", "😀 Anne Ω Ωx", "😀<unk>😀 q", "a <unk> b", "Captain [MASK]😀, 1,000😀"]:
+        for kw in ({}, dict(return_offsets_mapping=True)):
+            a, b = ours(text, "Ωmega 😀", padding=False, return_tensors=None, **kw), theirs(text, "Ωmega 😀", **kw)
+            assert a.input_ids == b["input_ids"] and ours.unk_id in a.input_ids
+            assert a.word_ids() == b.word_ids(), (text, kw)
+
+
 def test_special_ids_vocab_and_conversions_equal_transformers(both):
     ours, theirs = both
     for name in ("pad", "unk", "cls", "sep", "mask", "bos", "eos"):

@@ -5,6 +5,7 @@ their names, the pair truncation rule of the `tokenizers` library, and BatchEnco
 from __future__ import annotations
 
 from litebert.errors import ConfigError
+from litebert.text.conventions import SPIECE_UNDERLINE
 
 TRUNCATION = ("longest_first", "only_first", "only_second", "do_not_truncate")
 
@@ -37,6 +38,19 @@ def id_list(ids) -> list[int]:
     if hasattr(ids, "tolist"):
         ids = ids.tolist()
     return [int(ids)] if isinstance(ids, int) else [int(i) for i in ids]
+
+
+def word_numbers(parts: list[tuple[bool, list[int]]], pieces: list[str]) -> list[int]:
+    """The word of each token of one text, as transformers' word_ids(), from its parts as the tokenizer cut it:
+    (typed, ids) for a special token written in the text (its own word) or a stretch of text between them. In a
+    stretch a word starts at its first token and at each "▁" piece; a <unk> that sentencepiece made of a character
+    outside the vocabulary stays in its word (only a typed "<unk>" is a word), or every word after it would shift."""
+    numbers, n = [], -1
+    for typed, ids in parts:
+        for j, i in enumerate(ids):
+            n += typed or j == 0 or pieces[i].startswith(SPIECE_UNDERLINE)
+            numbers.append(n)
+    return numbers
 
 
 def added_special(token_id: int) -> tuple:
