@@ -776,6 +776,19 @@ def test_set_derives_heads_ffn_and_a_tied_embedding_or_refuses():
     assert scale_model(layers, by_name["E=128 all-shared"], cpu, 8000, {"num_hidden_layers": 6})["num_hidden_groups"] == 1
 
 
+def test_set_cannot_unfactorize_a_row_that_factorizes_its_embedding():
+    """--set model.hidden_size=64 at cpu would give Table 3's E=256 row E 96 > H 64, and its E=128 row E 64 = H,
+    the E = H row's shape: the rows the table compares by E would collapse or invert without a word."""
+    exp, cpu = EXPERIMENTS["embedding"], SCALES["cpu"]
+    row = next(r for r in exp.rows if r.name == "all-shared E=256")
+    with pytest.raises(ConfigError, match=r"row 'all-shared E=256' factorizes E below H .* E 96 >= H 64"):
+        scale_model(exp, row, cpu, 8000, {"hidden_size": 64})
+    depth = EXPERIMENTS["depth"]  # E set directly, at or above H
+    with pytest.raises(ConfigError, match="E 128 >= H 128"):
+        scale_model(depth, depth.rows[0], cpu, 8000, {"embedding_size": 128})
+    assert scale_model(depth, depth.rows[0], cpu, 8000, {"embedding_size": 96})["embedding_size"] == 96
+
+
 def test_a_suite_names_its_tasks_and_their_label_counts_or_is_refused(tmp_path, monkeypatch):
     """`name@N` fine-tunes on the task's first N training examples; a task the project does not bundle, or a
     count that is not one, is refused when the grid is made, before any row runs."""

@@ -420,6 +420,10 @@ def scale_model(exp: Experiment, row: Row, scale: Scale, vocab_size: int, sets: 
         if key not in fields:
             raise ConfigError(f"--set model.{key}: AlbertConfig has no field {key!r}")
     fields.update(derived_model_sets(paper, scale, sets or {}, row.name))
+    if paper.embedding_size < paper.hidden_size and fields["embedding_size"] >= fields["hidden_size"]:
+        raise ConfigError(f"row {row.name!r} factorizes E below H (the paper's {paper.embedding_size} < "
+                          f"{paper.hidden_size}); --set makes it E {fields['embedding_size']} >= H "
+                          f"{fields['hidden_size']}, which is no factorization: keep E below H")
     AlbertConfig(**fields)  # refuse an impossible shape before anything runs
     return fields
 
