@@ -68,8 +68,17 @@ class AlbertConfig:
             if not isinstance(self.id2label, dict):
                 raise ConfigError("invalid AlbertConfig: id2label must map label ids to names (a JSON object), "
                                   f"got a {type(self.id2label).__name__}")
-            self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
-            self.num_labels = len(self.id2label)
+            try:
+                id2label = {int(k): str(v) for k, v in self.id2label.items()}
+            except (TypeError, ValueError):
+                raise ConfigError(f"invalid AlbertConfig: id2label's keys must be label ids (0, 1, ...), got "
+                                  f"{list(self.id2label)}") from None
+            # The head has one output per label and output i is named id2label[i]: ids with a gap (0 and 2)
+            # would give an output no name, and the label lookups fail far from here (KeyError: 1).
+            if sorted(id2label) != list(range(len(id2label))):
+                raise ConfigError(f"invalid AlbertConfig: id2label's ids must be 0..{len(id2label) - 1}, one per "
+                                  f"label, got {sorted(id2label)}")
+            self.id2label, self.num_labels = id2label, len(id2label)
         self.validate()
 
     def validate(self) -> None:

@@ -125,3 +125,17 @@ def test_the_sentence_order_head_drops_out_as_every_classifier_does(tmp_path):
     assert AlbertForPreTraining(config).sop_classifier.dropout.p == 0.1  # was 0.0, and 0.1 once saved and loaded
     AlbertForPreTraining(config).save_pretrained(tmp_path)
     assert AlbertForPreTraining.from_pretrained(tmp_path).sop_classifier.dropout.p == 0.1
+
+
+def test_id2label_ids_must_be_the_outputs_0_to_n_minus_1(tmp_path):
+    """id2label {0: neg, 2: pos} (a hand-edited config.json, or label2id={"neg": 0, "pos": 2}) loaded as a
+    2-label model whose output 1 had no name: label_names and the pipeline then failed with KeyError: 1."""
+    from litebert.weights import _id2label
+
+    with pytest.raises(ConfigError, match=r"config\.json: .*id2label's ids must be 0\.\.1, one per label, got \[0, 2\]"):
+        AlbertConfig.load(write_config(tmp_path, id2label={"0": "neg", "2": "pos"}))
+    with pytest.raises(ConfigError, match=r"config\.json: .*id2label's keys must be label ids"):
+        AlbertConfig.load(write_config(tmp_path, id2label={"neg": "0"}))
+    with pytest.raises(ConfigError, match="ids must be 0..1"):
+        AlbertConfig(**SMALL, id2label=_id2label({"neg": 0, "pos": 2}, None))
+    assert AlbertConfig(**SMALL, id2label={"1": "pos", "0": "neg"}).label_names == ["neg", "pos"]
