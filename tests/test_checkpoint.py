@@ -279,6 +279,23 @@ def test_a_damaged_last_checkpoint_falls_back_to_the_previous_one(tmp_path, capl
     assert_same_params(reference, model)
 
 
+def test_a_resume_whose_every_checkpoint_is_damaged_is_refused_and_keeps_the_run(tmp_path):
+    """The only checkpoint is damaged (keep_last=1): the resume is refused in one line, naming it, rather than
+    training again from step 0 and dropping the metrics log; nothing is renamed, so a rerun is refused again."""
+    from litebert.errors import CheckpointError
+    kw = dict(save_every=4, keep_last=1, micro_batch_size=4, max_steps=8)
+    train(make_toy(), toy_batches(8, 4), toy_config(tmp_path, **kw))
+    out = tmp_path / "run"
+    victim = out / "step_8" / "train_state.pt"
+    victim.write_bytes(victim.read_bytes()[:100])
+    logged = (out / "metrics.jsonl").read_text()
+    for _ in range(2):
+        with pytest.raises(CheckpointError, match="none of its checkpoints is intact.*step_8: train_state.pt"):
+            train(make_toy(), toy_batches(8, 4), toy_config(tmp_path, resume=True, **{**kw, "max_steps": 12}))
+        assert (out / "step_8").is_dir() and not (out / "step_8.damaged").exists()
+        assert (out / "metrics.jsonl").read_text() == logged
+
+
 def test_verify_checkpoint_reads_checkpoints_without_a_file_list(tmp_path):
     """Checkpoints written before the marker listed its files are checked by reading them."""
     import json

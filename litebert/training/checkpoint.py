@@ -11,7 +11,7 @@ A checkpoint is written into `out_dir/.tmp-step_N`, the marker added, every file
 renamed into place (`write_dir_atomically`, also used for fine-tuning's best/), so a crash at any moment
 leaves either the previous checkpoints or a new complete one. What the disk does later (a truncated copy, a
 bad sector) is caught on resume by `verify_checkpoint`, and `resume_point` falls back to the newest
-checkpoint that is intact.
+checkpoint that is intact (and refuses the resume when none is).
 `train_state.pt` holds only tensors, lists, dicts and primitives and is read with `weights_only=True`:
 loading a checkpoint never runs pickled code.
 """
@@ -153,19 +153,32 @@ def verify_checkpoint(checkpoint_dir: str | os.PathLike) -> str | None:
 
 
 def resume_point(out_dir: str | os.PathLike) -> Path | None:
-    """The newest complete checkpoint whose files are intact (call on one rank: it renames). A damaged one is
-    renamed to `step_N.damaged` (kept for inspection, never picked again) with a warning, and the one before
-    it is tried: a resume loses the steps since that one, not the run."""
+    """The newest complete checkpoint whose files are intact, or None when out_dir holds no checkpoint (call on
+    one rank: it renames). Damaged ones newer than it are renamed to `step_N.damaged` (kept for inspection,
+    never picked again) with a warning: a resume loses the steps since the intact one, not the run.
+    When every checkpoint is damaged the resume is refused (CheckpointError) and nothing is renamed: going on
+    as a fresh start would train from step 0 and drop the run's metrics log, all under a warning."""
+    damaged = []
     for _, path in reversed(list_checkpoints(out_dir)):
         problem = verify_checkpoint(path)
         if problem is None:
+            for bad, why in damaged:
+                _move_aside(bad, why, path)
             return path
-        aside = path.with_name(path.name + DAMAGED_SUFFIX)
-        shutil.rmtree(aside, ignore_errors=True)
-        os.rename(path, aside)
-        log.warning("checkpoint %s is damaged (%s): moved to %s; resuming from the previous complete one",
-                    path, problem, aside.name)
+        damaged.append((path, problem))
+    if damaged:
+        found = "; ".join(f"{bad.name}: {why}" for bad, why in damaged)
+        raise CheckpointError(f"cannot resume from {out_dir}: none of its checkpoints is intact ({found}); restore "
+                              "one from a copy, or remove them to start the run again from step 0")
     return None
+
+
+def _move_aside(path: Path, problem: str, intact: Path) -> None:
+    aside = path.with_name(path.name + DAMAGED_SUFFIX)
+    shutil.rmtree(aside, ignore_errors=True)
+    os.rename(path, aside)
+    log.warning("checkpoint %s is damaged (%s): moved to %s; resuming from %s", path, problem, aside.name,
+                intact.name)
 
 
 def read_evaluation(checkpoint_dir: str | os.PathLike) -> dict[str, float] | None:

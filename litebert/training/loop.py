@@ -11,7 +11,8 @@ The loop knows three things about the outside world, all passed in:
 evaluate. What a step needs is built once (`Run`); what a checkpoint holds is a `TrainState` (state.py).
 
 Resume is one decision, taken on rank 0 and broadcast: the newest checkpoint whose files are intact (a damaged
-one is moved aside with a warning), refused by name when it is another run's (model, data, tokenizer, labels).
+one is moved aside with a warning; none intact is refused), refused by name when it is another run's (model,
+data, tokenizer, labels).
 Each checkpoint due an evaluation is evaluated exactly once: its metrics are written into it
 (evaluation.json), and a resume from one that a kill left unevaluated evaluates it first. Under torchrun's
 elastic restarts (TORCHELASTIC_RESTART_COUNT > 0) the loop resumes on its own.
@@ -39,7 +40,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from litebert.errors import ConfigError, LitebertError
+from litebert.errors import CheckpointError, ConfigError, LitebertError
 from litebert.files import write_text_atomically
 from litebert.model import compile_layers
 from litebert.progress import progress_bar
@@ -429,21 +430,25 @@ def _checkpoint_to_resume(out: Path, resume: bool, env: Dist) -> Path | None:
     for themselves could disagree (a checkpoint appearing or moved aside between their looks, a filesystem
     that shows it to one node first). Rank 0 clears what crashed saves left and takes the newest intact
     checkpoint (`resume_point`). Checkpoints found without --resume are refused (the run would overwrite them
-    step by step), except after an elastic restart, which resumes on its own."""
+    step by step), except after an elastic restart, which resumes on its own. A refusal is rank 0's decision
+    too, raised on every rank (one rank raising alone would leave the others waiting in the broadcast)."""
     restarts = elastic_restart()
     resume = resume or restarts > 0
-    decision: tuple[str | None, str | None] = (None, None)  # (checkpoint, error)
+    decision: tuple[str | None, LitebertError | None] = (None, None)  # (checkpoint, refusal)
     if env.is_main:
         ckpt.remove_partial(out)
         if not resume and ckpt.latest_checkpoint(out) is not None:
-            decision = (None, f"{out} already holds checkpoints; pass --resume to continue, or choose another "
-                              "out_dir")
+            decision = (None, ConfigError(f"{out} already holds checkpoints; pass --resume to continue, or choose "
+                                          "another out_dir"))
         elif resume:
-            found = ckpt.resume_point(out)
-            decision = (None if found is None else str(found), None)
+            try:
+                found = ckpt.resume_point(out)
+                decision = (None if found is None else str(found), None)
+            except CheckpointError as e:  # every checkpoint damaged
+                decision = (None, e)
     path, error = broadcast_object(decision)
-    if error:
-        raise ConfigError(error)
+    if error is not None:
+        raise error
     if restarts and path:
         log.warning("elastic restart %d: resuming from %s", restarts, path)
     return Path(path) if path else None
