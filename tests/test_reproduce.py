@@ -33,7 +33,7 @@ from litebert.paper import grid as G
 from litebert.paper import reproduce as R
 from litebert.paper.experiments import DATA, EXPERIMENTS, SCALES, Claim, scale_model, split_task
 from litebert.paper.grid import slug
-from litebert.paper.recipes import finetune_recipe, train_table
+from litebert.paper.recipes import finetune_recipe, finished_elsewhere, train_table
 from litebert.paper.record import kept_record, restore_runs
 from litebert.paper.report import judge
 from litebert.runtime.cpu import cpu_model
@@ -599,7 +599,7 @@ def test_paper_scale_writes_recipes_that_pretrain_accepts(tmp_path, monkeypatch,
         assert commands.count("torchrun --nproc-per-node $NPROC -m litebert.cli pretrain --config") == len(recipes)
         assert "litebert tokenizer" in commands and "--vocab-size 30000" in commands and "books_wiki.txt" in commands
         assert commands.rstrip().endswith(f"litebert reproduce {experiment} --scale paper --out {out} --report-only "
-                                          "--seeds 2")  # the runs come back as a report
+                                          "--seeds 2 --corpus books_wiki.txt")  # the runs come back as a report
         by_name = {}
         for path in recipes:
             seen.clear()
@@ -622,6 +622,40 @@ def test_paper_scale_writes_recipes_that_pretrain_accepts(tmp_path, monkeypatch,
             assert by_name["None-seed12345"][0].objective == "mlm"
             assert by_name["NSP-seed12345"][0].data.endswith("train_nsp")
     assert "nothing was run" in capsys.readouterr().out
+
+
+def test_paper_scale_commands_make_every_run_their_report_reads(tmp_path, capsys):
+    """commands.sh fine-tunes each checkpoint with every fine-tuning seed (--finetune-seeds), in the directories a
+    row's runs use, and a paper-scale report waits for all of them; its last line repeats the options that say
+    which runs the report reads (--seed, --seeds, --finetune-seeds, --set, --data-dir)."""
+    out, data = tmp_path / "grid", tmp_path / "data"
+    argv = ["dropout", "--out", str(out), "--scale", "paper", "--seed", "7", "--seeds", "2", "--finetune-seeds", "2",
+            "--set", 'finetune.tasks=["SST-2"]', "--data-dir", str(data)]
+    assert litebert_main(["reproduce", *argv]) == 0
+    commands = (out / "commands.sh").read_text()
+    recipes = re.findall(r"litebert finetune --config (\S+)", commands)
+    assert len(recipes) == 2 * 2 * 2  # rows x pretraining seeds x fine-tuning seeds
+    made = set()
+    for path in recipes:
+        train = tomllib.loads(open(path).read())["train"]
+        made.add((os.path.relpath(train["out_dir"], out), train["seed"]))
+    row = os.path.join("rows", "with_dropout", "seed8")
+    assert {m for m in made if m[0].startswith(row)} == {(os.path.join(row, "finetune_SST-2"), 7),
+                                                         (os.path.join(row, "finetune_SST-2_seed8"), 8)}
+    report = commands.rstrip().splitlines()[-1]
+    assert report.startswith(f"litebert reproduce dropout --scale paper --out {out} --report-only ")
+    for option in ("--seed 7", "--seeds 2", "--finetune-seeds 2", f"--data-dir {data}",
+                   "--set 'finetune.tasks=[\"SST-2\"]'"):
+        assert option in report, option
+    assert "--jobs" not in report and "--nproc-per-node" not in report  # how to run, not what to read
+    grid = R.make_grid(R.ReproduceConfig(experiment=["dropout"], out=str(out), scale="paper", seed=7, seeds=2,
+                                         finetune_seeds=2, set=['finetune.tasks=["SST-2"]'], data_dir=str(data)))
+    by_name = {r.name: r for r in grid.exp.rows}
+    for part in ("pretrain", "finetune_SST-2"):
+        write_json(os.path.join(grid.row_dir(by_name["with dropout"], 8), part, "summary.json"), {})
+    assert not finished_elsewhere(grid, by_name["with dropout"], 8)  # the second fine-tuning seed is not back
+    write_json(os.path.join(grid.row_dir(by_name["with dropout"], 8), "finetune_SST-2_seed8", "summary.json"), {})
+    assert finished_elsewhere(grid, by_name["with dropout"], 8)
 
 
 def test_rows_map_the_papers_sizes_onto_a_scale():

@@ -191,16 +191,14 @@ def write_paper_recipes(grid: Grid) -> list[str]:
         for seed in grid.seeds:
             ckpt = os.path.join(grid.row_dir(row, seed), "pretrain", f"step_{steps}")
             for task in scale.finetune["tasks"]:
-                name = finetune_dir_name(task)
-                sections = finetune_recipe(grid, ckpt, task, os.path.join(grid.row_dir(row, seed), name), seed)
-                data_dir = sections["finetune"].pop("data_dir")
-                path = os.path.join(out, "recipes", "finetune", f"{slug(row.name)}-seed{seed}-{name}.toml")
-                write_recipe(path, sections, f"# {grid.exp.table}, row {row.name!r}, seed {seed}: fine-tuning on "
-                                             f"{task} (litebert finetune --config this --data-dir DIR)\n")
-                cmds.append(f"litebert finetune --config {q(path)} --data-dir {data_dir}")
-    cmds += ["", "# 4. the report, from what the runs above left in this directory",
-             f"litebert reproduce {grid.exp.name} --scale paper --out {q(out)} --report-only"
-             + (f" --seeds {len(grid.seeds)}" if len(grid.seeds) > 1 else "")]
+                for ft_seed, name in finetune_dirs(grid, task, seed):
+                    sections = finetune_recipe(grid, ckpt, task, os.path.join(grid.row_dir(row, seed), name), ft_seed)
+                    data_dir = sections["finetune"].pop("data_dir")
+                    path = os.path.join(out, "recipes", "finetune", f"{slug(row.name)}-seed{seed}-{name}.toml")
+                    write_recipe(path, sections, f"# {grid.exp.table}, row {row.name!r}, seed {seed}: fine-tuning "
+                                                 f"on {task} (litebert finetune --config this --data-dir DIR)\n")
+                    cmds.append(f"litebert finetune --config {q(path)} --data-dir {data_dir}")
+    cmds += ["", "# 4. the report, from what the runs above left in this directory", report_command(grid)]
     write_text_atomically(os.path.join(out, "commands.sh"), "\n".join(cmds) + "\n")
     return written
 
@@ -211,5 +209,38 @@ def finished_elsewhere(grid: Grid, row: Row, seed: int) -> bool:
     d = grid.row_dir(row, seed)
     needed = [os.path.join(d, "pretrain", "summary.json")]
     if grid.downstream:
-        needed += [os.path.join(d, finetune_dir_name(task), "summary.json") for task in grid.scale.finetune["tasks"]]
+        needed += [os.path.join(d, name, "summary.json") for task in grid.scale.finetune["tasks"]
+                   for _, name in finetune_dirs(grid, task, seed)]
     return all(os.path.isfile(p) for p in needed)
+
+
+def finetune_dirs(grid: Grid, task: str, seed: int) -> list[tuple[int, str]]:
+    """(fine-tuning seed, directory name in the row's directory) of each fine-tuning of `task` from the checkpoint
+    pretrained with `seed`: the first seed's is the task's own directory, the others' name their seed. One list
+    for what a row runs, what commands.sh writes and what a paper-scale report waits for."""
+    return [(ft_seed, finetune_dir_name(task) + ("" if k == 0 else f"_seed{ft_seed}"))
+            for k, ft_seed in enumerate(grid.finetune_seeds(seed))]
+
+
+# Options of a grid that say how to run it, not which runs its report reads.
+RUN_ONLY_OPTIONS = ("experiment", "out", "scale", "report_only", "rows", "reuse", "nproc_per_node", "jobs")
+
+
+def report_command(grid: Grid) -> str:
+    """commands.sh's last line, `litebert reproduce --report-only` with every option of this grid that decides
+    which runs its report reads and how (--seed, --seeds, --finetune-seeds, --set, --data-dir, ...): without
+    them the report would look for other seeds, tasks or data than the commands made."""
+    args = [grid.exp.name, "--scale", "paper", "--out", grid.out, "--report-only"]
+    for f in dataclasses.fields(grid.cfg):
+        value, default = getattr(grid.cfg, f.name), f.default if f.default_factory is dataclasses.MISSING \
+            else f.default_factory()
+        if f.name in RUN_ONLY_OPTIONS or value == default:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        if f.name == "data_dir":
+            value = grid.data.root  # absolute, as every path in commands.sh
+        if isinstance(value, bool):
+            args.append(flag if value else "--no-" + flag[2:])
+        else:
+            args += [flag, *map(str, value if isinstance(value, list) else [value])]
+    return "litebert reproduce " + shlex.join(args)

@@ -48,7 +48,6 @@ from litebert.paper.grid import (
     GridData,
     ReproduceConfig,
     check_same_settings,
-    finetune_dir_name,
     grid_settings,
     parse_sets,
     prepare_row_data,
@@ -56,6 +55,7 @@ from litebert.paper.grid import (
 )
 from litebert.paper.recipes import (
     check_started,
+    finetune_dirs,
     finetune_recipe,
     finished_elsewhere,
     row_identity,
@@ -189,8 +189,7 @@ def downstream(grid: Grid, checkpoint: str, row_dir: str, seed: int, lane: Lane 
     out = {}
     for task in grid.scale.finetune["tasks"]:
         scores, metric, baseline = [], None, {}
-        for k, ft_seed in enumerate(grid.finetune_seeds(seed)):
-            name = finetune_dir_name(task) + ("" if k == 0 else f"_seed{ft_seed}")
+        for ft_seed, name in finetune_dirs(grid, task, seed):
             ft_dir = os.path.join(row_dir, name)
             summary = read_json(os.path.join(ft_dir, "summary.json"))
             if summary is None:
