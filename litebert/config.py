@@ -27,6 +27,10 @@ PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_class
 # research knobs. They are kept (round-tripped) but have no effect; the research knobs must hold their
 # neutral value, since litebert (like HF) does not implement them.
 _NEUTRAL_RESEARCH_KNOBS = {"down_scale_factor": 1, "gap_size": 0, "net_structure_type": 0, "num_memory_blocks": 0}
+# Fields that must hold a number of this kind (an int is a float here, as in JSON), and those that may be null.
+_NUMBER_FIELDS = {"pad_token_id": int, "hidden_dropout_prob": float, "attention_probs_dropout_prob": float,
+                  "classifier_dropout_prob": float, "initializer_range": float, "layer_norm_eps": float}
+_MAY_BE_NONE = ("pad_token_id", "classifier_dropout_prob")
 
 
 @dataclass
@@ -88,10 +92,15 @@ class AlbertConfig:
 
         for name in ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers", "num_hidden_groups",
                      "inner_group_num", "num_attention_heads", "intermediate_size", "max_position_embeddings",
-                     "type_vocab_size"):
+                     "type_vocab_size", "num_labels"):
             value = getattr(self, name)
-            need(isinstance(value, int) and not isinstance(value, bool) and value > 0,
-                 f"{name} must be a positive integer, got {value!r}")
+            need(_is_number(value, int) and value > 0, f"{name} must be a positive integer, got {value!r}")
+        # A value of the wrong JSON type ("0.1" for 0.1) is named here, not met as a comparison's TypeError
+        # below or as a failure at the first forward pass or weight initialisation.
+        for name, kind in _NUMBER_FIELDS.items():
+            value = getattr(self, name)
+            need((value is None and name in _MAY_BE_NONE) or _is_number(value, kind),
+                 f"{name} must be {'an integer' if kind is int else 'a number'}, got {value!r}")
         need(self.hidden_size % self.num_attention_heads == 0,
              f"hidden_size {self.hidden_size} is not divisible by num_attention_heads {self.num_attention_heads}")
         need(self.num_hidden_layers % self.num_hidden_groups == 0,
@@ -106,9 +115,9 @@ class AlbertConfig:
             value = getattr(self, name)
             need(value is None or 0.0 <= value < 1.0, f"{name} must be in [0, 1), got {value!r}")
         need(self.layer_norm_eps > 0, f"layer_norm_eps must be > 0, got {self.layer_norm_eps!r}")
+        need(self.initializer_range >= 0, f"initializer_range must be >= 0, got {self.initializer_range!r}")
         need(self.pad_token_id is None or 0 <= self.pad_token_id < self.vocab_size,
              f"pad_token_id {self.pad_token_id} outside vocab_size {self.vocab_size}")
-        need(self.num_labels >= 1, f"num_labels must be >= 1, got {self.num_labels}")
         need(self.problem_type is None or self.problem_type in PROBLEM_TYPES,
              f"unknown problem_type {self.problem_type!r}; choose from {', '.join(PROBLEM_TYPES)}")
         # HF's AlbertForMaskedLM can keep a separate decoder matrix; litebert's heads have no slot for it, so
@@ -195,6 +204,11 @@ class AlbertConfig:
         if name not in PRESETS:
             raise ConfigError(f"unknown preset {name!r}; choose from {', '.join(PRESETS)}")
         return cls(**{**PRESETS[name], **overrides})
+
+
+def _is_number(value: Any, kind: type) -> bool:
+    """Whether `value` is a number of `kind`: an int for int, an int or a float for float; a bool is neither."""
+    return isinstance(value, int if kind is int else (int, float)) and not isinstance(value, bool)
 
 
 def read_json_object(path: str) -> dict[str, Any]:

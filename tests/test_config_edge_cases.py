@@ -139,3 +139,21 @@ def test_id2label_ids_must_be_the_outputs_0_to_n_minus_1(tmp_path):
     with pytest.raises(ConfigError, match="ids must be 0..1"):
         AlbertConfig(**SMALL, id2label=_id2label({"neg": 0, "pos": 2}, None))
     assert AlbertConfig(**SMALL, id2label={"1": "pos", "0": "neg"}).label_names == ["neg", "pos"]
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("hidden_dropout_prob", "0.1", "hidden_dropout_prob must be a number, got '0.1'"),
+    ("layer_norm_eps", "1e-12", "layer_norm_eps must be a number, got '1e-12'"),
+    ("initializer_range", "0.02", "initializer_range must be a number, got '0.02'"),
+    ("initializer_range", -0.02, r"initializer_range must be >= 0, got -0.02"),
+    ("pad_token_id", "0", "pad_token_id must be an integer, got '0'"),
+    ("num_labels", "3", "num_labels must be a positive integer, got '3'"),
+])
+def test_a_number_field_of_another_type_is_named(tmp_path, field, value, message):
+    """A string where config.json should hold a number gave "'<=' not supported between instances of 'float' and
+    'str'" (no field named) or, for initializer_range, loaded and failed at the first weight initialisation."""
+    data = {k: v for k, v in AlbertConfig(**SMALL).to_dict().items() if k not in ("id2label", "label2id")}
+    (tmp_path / "config.json").write_text(json.dumps({**data, field: value}))
+    with pytest.raises(ConfigError, match=rf"config\.json: invalid AlbertConfig: {message}"):
+        AlbertConfig.load(tmp_path)
+
