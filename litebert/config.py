@@ -145,6 +145,12 @@ class AlbertConfig:
         return [self.id2label[i] for i in range(self.num_labels)] if self.id2label else None
 
     def replace(self, **changes: Any) -> "AlbertConfig":
+        """A copy with `changes` (from_pretrained's keyword overrides); a name that is no field is a ConfigError."""
+        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)} - {"extra"})
+        if unknown:  # transformers' output_* flags are config fields there, arguments of the call here
+            hint = " (litebert takes it as an argument of the model's call)" if unknown[0].startswith("output_") else ""
+            raise ConfigError(f"AlbertConfig has no field {unknown[0]!r}{hint}; its fields: "
+                              f"{', '.join(f.name for f in dataclasses.fields(self) if f.name != 'extra')}")
         if "num_labels" in changes and "id2label" not in changes:
             changes["id2label"] = None  # a new label count makes the old label names meaningless
         return dataclasses.replace(self, **changes)
