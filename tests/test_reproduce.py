@@ -329,6 +329,36 @@ def test_a_grid_warns_when_its_threads_do_not_fit_beside_the_machines_other_work
     assert children.crowding(2) is None
 
 
+# What a row's verb under torchrun leaves in its log when it fails (torch 2.x, one worker, a missing recipe).
+TORCHRUN_FAILURE = """litebert pretrain: error: /tmp/recipe.toml: No such file or directory
+E1128 02:20:46.098000 30758 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 2) local_rank: 0
+Traceback (most recent call last):
+  File "torch/distributed/run.py", line 1032, in <module>
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+litebert.cli FAILED
+------------------------------------------------------------
+  exitcode  : 2 (pid: 31368)
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+============================================================
+"""
+
+
+def test_a_failed_row_says_why_its_verb_failed_not_the_last_line_of_torchruns_report(tmp_path, monkeypatch):
+    """The error names the verb's own error line, or its exception's, of this attempt: not torchrun's closing
+    "=====", nor an earlier attempt's error in the same log."""
+    script = "import sys; sys.stdout.write(sys.argv[1]); sys.exit(1)"
+    log = str(tmp_path / "pretrain.log")
+    monkeypatch.setattr(children, "VERB_COMMAND", [sys.executable, "-c", script, TORCHRUN_FAILURE])
+    with pytest.raises(LitebertError, match=r"exited with 1: litebert pretrain: error: /tmp/recipe.toml: No such"):
+        children.run_verb("pretrain", [], log)
+    worker_exception = "Traceback (most recent call last):\nRuntimeError: CUDA out of memory\n" + \
+        TORCHRUN_FAILURE.split("\n", 1)[1]  # a worker's exception, then torchrun's report
+    monkeypatch.setattr(children, "VERB_COMMAND", [sys.executable, "-c", script, worker_exception])
+    with pytest.raises(LitebertError, match=r"exited with 1: RuntimeError: CUDA out of memory \(log: "):
+        children.run_verb("pretrain", [], log)
+
+
 def test_a_runs_time_is_written_down_while_it_goes_and_summed_over_its_attempts(tmp_path, monkeypatch):
     """A grid killed outright (no handler runs) must not lose its run's first attempt from the time it reports."""
     monkeypatch.setattr(children, "LEDGER_SECONDS", 0.02)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -110,6 +111,7 @@ def run_verb(verb: str, args: list[str], log_path: str, nproc: int = 1,
     failure names the log. `progress`: the child's run directory and its last step, for the heartbeat."""
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     started, seen = time.time(), []
+    attempt_starts = os.path.getsize(log_path) if os.path.isfile(log_path) else 0  # the log keeps every attempt
     with open(log_path, "a") as log:
         child = subprocess.Popen(verb_command(nproc) + [verb, *args], stdout=log, stderr=subprocess.STDOUT,
                                  env=lane.env())
@@ -134,7 +136,8 @@ def run_verb(verb: str, args: list[str], log_path: str, nproc: int = 1,
     if code == -signal.SIGINT or code == 130:
         raise KeyboardInterrupt
     if code != 0:
-        raise LitebertError(f"litebert {verb} exited with {code}: {_last_line(log_path)} (log: {log_path})")
+        raise LitebertError(f"litebert {verb} exited with {code}: {_why_failed(log_path, attempt_starts)} "
+                            f"(log: {log_path})")
 
 
 class TimeLedger:
@@ -231,6 +234,23 @@ def run_chains(chains: Sequence[Sequence[Any]], run_one: Callable[[Any], None], 
 def _last_line(log_path: str) -> str:
     with open(log_path, errors="replace") as f:
         return ([line.strip() for line in f if line.strip()] or ["(no output)"])[-1][:200]
+
+
+# A verb's own one-line error (litebert.cli), and the first line torchrun adds after its workers' output when one
+# fails (its traceback and a report framed in "=====" follow, and say nothing of why).
+_VERB_ERROR = re.compile(r"litebert [\w-]+: error: ")
+_LAUNCHER_REPORT = re.compile(r"torch[/.]distributed[/.]elastic")
+
+
+def _why_failed(log_path: str, offset: int) -> str:
+    """The line of a failed attempt's output (from `offset` in its log) that says why: the verb's own error, else
+    the last line its process wrote (an exception's), not the last of torchrun's report."""
+    with open(log_path, "rb") as f:
+        f.seek(offset)
+        lines = [line.strip() for line in f.read().decode(errors="replace").splitlines() if line.strip()]
+    errors = [line for line in lines if _VERB_ERROR.search(line)]
+    launcher = next((i for i, line in enumerate(lines) if _LAUNCHER_REPORT.search(line)), len(lines))
+    return (errors or lines[:launcher] or lines or ["(no output)"])[-1][:200]
 
 
 def _steps_and_time_left(progress: tuple[str, int], seen: list[tuple[float, int]]) -> str | None:
