@@ -1129,3 +1129,25 @@ def test_the_gpu_scale_replays_cuda_graphs_in_one_process_and_not_under_torchrun
     assert (pretrain["device"], finetune["precision"]) == ("cuda", "bf16")
     pretrain, finetune = recipes(2)
     assert pretrain["cuda_graphs"] is finetune["cuda_graphs"] is False
+
+
+def test_a_seed_that_scored_nan_decides_nothing_whatever_the_order_of_the_comparisons():
+    """A NaN score made every p-value NaN: the comparison passed as "inconclusive" and its claim's verdict hung
+    on the order of its comparisons (min() over [nan, 0.001] is nan, over [0.001, nan] 0.001)."""
+    nan = float("nan")
+    broken = stats.gap([(1, stats.cell([0.5, nan])), (-1, stats.cell([0.40, 0.41]))])
+    against = stats.order_verdict(stats.gap([(1, stats.cell([0.10, 0.11, 0.12])), (-1, stats.cell([0.30, 0.31, 0.32]))]))
+    for decision in (stats.order_verdict(broken), stats.near_verdict(broken, 0.05)):
+        assert decision == ("inconclusive (not a number)", None, None)
+        assert stats.claim_verdict([decision, against], 2) == stats.claim_verdict([against, decision], 2) \
+            == "contradicted"
+    assert stats.detectable(broken) is None and stats.decision_p(stats.order_verdict(broken)) is None
+
+    def results(values):
+        return {"rows": {name: {"paper": {}, "stats": {"mlm_acc": dataclasses.asdict(stats.cell(vs))}}
+                         for name, vs in values.items()}, "chance": {}}
+
+    from litebert.paper.report import _pair_text
+    judged = judge(Claim("a > b", (("a", "b"),), "mlm_acc"), results({"a": [0.5, nan], "b": [0.40, 0.41]}))
+    assert judged["verdict"] == "inconclusive"
+    assert _pair_text("mlm_acc", judged["pairs"][0], "order").endswith("-> inconclusive (not a number)")

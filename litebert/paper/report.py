@@ -191,7 +191,7 @@ def _pair_text(metric: str, pair: Mapping[str, Any], kind: str) -> str:
     if "ours" in pair:
         a, b = pair["ours"]
         test = ""
-        if pair.get("se") is not None:
+        if pair.get("p") is not None:  # tested: neither one seed nor a NaN
             test = (f", SE {_fmt(metric, pair['se'])}, p {pair['p']:.3g}, smallest detectable gap "
                     f"{_fmt(metric, pair['detectable'])}")
         text += (f": ours {_fmt(metric, a)} vs {_fmt(metric, b)} (gap {_fmt(metric, a - b)}{test}) "

@@ -11,7 +11,8 @@ Satterthwaite's. Two kinds of claim:
          "inconclusive".
 Beside each verdict: the smallest gap the grid could have detected (one-sided alpha, power 0.8) at the
 standard error it measured, so "inconclusive" says whether more seeds or a larger effect would decide it.
-One seed per row gives no standard error: such a comparison is "inconclusive (one seed)".
+One seed per row gives no standard error: such a comparison is "inconclusive (one seed)"; a seed that scored NaN
+makes it "inconclusive (not a number)", untested like one seed.
 
 Many comparisons: a claim of k comparisons is reproduced only when all k are (an intersection-union test, level
 alpha as it stands) and contradicted when one opposite test holds at alpha / k (Bonferroni), since "any of k" at
@@ -100,7 +101,7 @@ def gap(terms: Sequence[tuple[int, Cell | float]]) -> Gap:
 
 def detectable(g: Gap) -> float | None:
     """The smallest true gap a one-sided ALPHA test detects with probability POWER at this standard error."""
-    if g.se is None:
+    if g.se is None or not math.isfinite(g.se):
         return None
     t = _t()
     return (float(t.ppf(1 - ALPHA, g.df)) + float(t.ppf(POWER, g.df))) * g.se if g.se else 0.0
@@ -111,7 +112,7 @@ class Decision(NamedTuple):
     `p_against` for the opposite (the ordering reversed; for "near", the gap beyond the tolerance)."""
 
     verdict: str
-    p: float | None  # None for one seed
+    p: float | None  # None when untested (one seed, or a NaN)
     p_against: float | None
 
 
@@ -120,10 +121,21 @@ def _decide(p: float, p_against: float) -> Decision:
     return Decision(verdict, p, p_against)
 
 
-def order_verdict(g: Gap) -> Decision:
-    """A claim high > low: the one-sided Welch test of gap > 0, and of gap < 0 against it."""
+def _untestable(g: Gap) -> Decision | None:
+    """The verdict of a gap no test can decide: one seed (no standard error), or a score that is not a number (a
+    NaN seed), whose p-values would be NaN: every comparison with them false, it would pass as "inconclusive"
+    and make its claim's verdict hang on the order of the claim's comparisons (min() over a NaN)."""
     if g.se is None:
         return Decision("inconclusive (one seed)", None, None)
+    if not (math.isfinite(g.value) and math.isfinite(g.se)):
+        return Decision("inconclusive (not a number)", None, None)
+    return None
+
+
+def order_verdict(g: Gap) -> Decision:
+    """A claim high > low: the one-sided Welch test of gap > 0, and of gap < 0 against it."""
+    if untested := _untestable(g):
+        return untested
     if g.se == 0.0:
         return _decide(0.0 if g.value > 0 else 1.0, 0.0 if g.value < 0 else 1.0)
     p = float(_t().sf(g.value / g.se, g.df))
@@ -133,8 +145,8 @@ def order_verdict(g: Gap) -> Decision:
 def near_verdict(g: Gap, tol: float) -> Decision:
     """A claim |a - b| <= tol: TOST (p the larger of its two one-sided p-values), and against it the one-sided
     test that the gap lies beyond tol on the side it fell (the 1 - 2 ALPHA interval wholly outside)."""
-    if g.se is None:
-        return Decision("inconclusive (one seed)", None, None)
+    if untested := _untestable(g):
+        return untested
     if g.se == 0.0:
         return _decide(0.0, 1.0) if abs(g.value) < tol else _decide(1.0, 0.0)
     t = _t()
