@@ -318,6 +318,25 @@ def test_each_job_gets_its_share_of_the_cores_unless_threads_are_set(tmp_path, m
     assert lane(2).threads is None and lane(2).env() is None
 
 
+def test_a_speed_probe_gives_the_mean_time_of_its_steps_not_the_time_of_its_mean_rate(tmp_path, monkeypatch):
+    """A step three times slower among six takes 8/6 of a step's time on average; the mean of the logged rates
+    (tokens/s) said 1.125: a minutes budget then gave a row more steps than fit its time."""
+    grid = R.make_grid(R.ReproduceConfig(experiment=["same-time"], out=str(tmp_path), scale="tiny"))
+    tokens = budgets.tokens_per_step(grid)
+
+    def fake_probe(verb, args, log_path, nproc=1, progress=None, lane=R.ALONE):  # a step of 1 s, one of 3 s
+        rates = [tokens / s for s in (1, 1, 1, 1, 1, 1, 1, 3)]
+        probe = os.path.dirname(log_path)
+        with open(os.path.join(probe, "metrics.jsonl"), "w") as f:
+            f.writelines(json.dumps({"step": n + 1, "loss": 1.0, "tokens_per_s": r}) + "\n" for n, r in enumerate(rates))
+
+    monkeypatch.setattr(budgets, "run_verb", fake_probe)
+    monkeypatch.setattr(budgets, "prepare_row_data", lambda grid, row: None)
+    monkeypatch.setattr(grid.data, "vocab_size", lambda: 400)
+    monkeypatch.setattr(grid.data, "path", lambda *a, **k: str(tmp_path / "data"))
+    assert budgets.seconds_per_step(grid, grid.exp.rows[0]) == pytest.approx(8 / 6)  # steps 3-8
+
+
 def test_a_grid_warns_when_its_threads_do_not_fit_beside_the_machines_other_work(monkeypatch):
     """OpenMP threads that outnumber the free cores wait on each other (a row 8x slower, with nothing to show
     it): the grid says so before it starts."""

@@ -28,10 +28,10 @@ def seconds_per_step(grid: Grid, row: Row, probe_steps: int = 8) -> float:
     recipe = write_recipe(os.path.join(probe, "recipe.toml"), sections, f"# speed probe of {row.name!r}\n")
     run_verb("pretrain", ["--config", recipe], os.path.join(probe, "log.txt"), grid.cfg.nproc_per_node,
              lane=lane_for(grid, grid.cfg.jobs))  # the threads a row will have (then beside others)
-    rates = [r["tokens_per_s"] for r in read_metrics(os.path.join(probe, METRICS_NAME))
-             if "tokens_per_s" in r and r["step"] > 2]
+    seconds = [tokens_per_step(grid) / r["tokens_per_s"] for r in read_metrics(os.path.join(probe, METRICS_NAME))
+               if "tokens_per_s" in r and r["step"] > 2]  # one step each: the mean of times, not of rates
     shutil.rmtree(probe, ignore_errors=True)
-    return tokens_per_step(grid) / (sum(rates) / len(rates))
+    return sum(seconds) / len(seconds)
 
 
 def tokens_per_step(grid: Grid) -> int:
