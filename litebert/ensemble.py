@@ -150,7 +150,7 @@ def build_ensemble(cfg: FinetuneConfig, members: Sequence[str], *, select: bool 
     """Score the candidates on dev, select (or take all), score the ensemble on dev (calibrating it there), then
     once on `split` with that calibration, beside each selected member. Writes ensemble.json, calibration.json
     and the split's predictions into `out` when given; returns the report."""
-    members = [str(m) for m in dict.fromkeys(members)]
+    members = list(dict.fromkeys(recorded_dir(str(m)) for m in members))
     dev = read_task_split(cfg, members, cfg.eval_split)
     primary = dev.family.primary_metric(dev.task)
     candidates, single_dev, calibrated = {}, {}, {}
@@ -199,6 +199,12 @@ def build_ensemble(cfg: FinetuneConfig, members: Sequence[str], *, select: bool 
     if out is not None:
         write_report(out, report, predictions)
     return report
+
+
+def recorded_dir(member: str) -> str:
+    """How ensemble.json names a member: a local directory by its absolute path, since the file is read from
+    other working directories (litebert serve, pipeline(model=...)) than the one it was built in; a Hub id as is."""
+    return os.path.abspath(member) if os.path.exists(member) else member
 
 
 def _numbers(metrics: Mapping[str, Any]) -> dict[str, Any]:

@@ -236,3 +236,19 @@ def test_an_ensemble_directory_is_a_pipeline_model_averaging_its_members(members
                                                                {"dir": str(other), "weight": 1}]}))
     with pytest.raises(ValueError, match="members must share their labels"):
         litebert.pipeline(model=out)
+
+
+def test_an_ensemble_built_with_relative_paths_loads_from_another_directory(members, tmp_path, monkeypatch):
+    """ensemble.json recorded each member as typed, relative to the directory the CLI ran in: loaded from any
+    other (litebert serve, pipeline(model=...)) a member was 'no such directory', or a name looked up on the Hub."""
+    import litebert
+    work = tmp_path / "work"
+    shutil.copytree(members.root / "m0", work / "m0")
+    shutil.copytree(members.root / "m1", work / "m1")
+    monkeypatch.chdir(work)
+    assert litebert_main(["ensemble", "--models", "m0", "m1", "--task", "novel_authorship", "--data-dir",
+                          str(members.data), "--max-length", "32", "--no-select", "--split", "none",
+                          "--out", "ens"]) == 0
+    monkeypatch.chdir(tmp_path)
+    assert len(Ensemble.load(work / "ens").models) == 2
+    assert len(litebert.pipeline(model=str(work / "ens")).backends) == 2
