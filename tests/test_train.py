@@ -179,6 +179,20 @@ def test_metrics_png_is_drawn_at_evaluations_the_end_and_saves_at_most_every_30_
     assert drawn == [110, 140, 170, 190]  # saves at steps 1 and 4 (30 s later), the evaluation at 7, the last step
 
 
+@pytest.mark.parametrize("ahead_s, slept", [(0, True), (3600, False)])
+def test_a_new_tensorboard_file_waits_a_second_at_most_for_a_later_name(tmp_path, monkeypatch, caplog, ahead_s, slept):
+    """An event file of this second: the new one waits for the next second. One dated an hour ahead (written by a
+    clock ahead of this one): no hour's sleep at the resume, a warning instead."""
+    naps = []
+    monkeypatch.setattr(metrics_log.time, "sleep", naps.append)
+    now = int(metrics_log.time.time())
+    (tmp_path / f"events.out.tfevents.{now + ahead_s}.otherhost.123.0").write_bytes(b"")
+    with caplog.at_level("WARNING", logger="litebert"):
+        metrics_log.wait_for_a_later_event_file_name(tmp_path)
+    assert bool(naps) == slept and all(0 < nap <= 2 for nap in naps)
+    assert any("ahead of this clock" in r.getMessage() for r in caplog.records) == (not slept)
+
+
 def test_same_seed_same_losses_and_run_files(tmp_path):
     evals = []
 

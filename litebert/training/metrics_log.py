@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import math
 import os
 import time
@@ -21,9 +22,12 @@ from typing import Any
 
 from litebert.files import save_figure, write_text_atomically
 
+log = logging.getLogger("litebert")
+
 METRICS_NAME, PLOT_NAME, REFERENCES_NAME = "metrics.jsonl", "metrics.png", "references.json"
 PLOT_INTERVAL_S = 30.0  # between drawings of metrics.png at saves (evaluations and the last step always draw)
 TENSORBOARD_DIR = "tensorboard"
+MAX_EVENT_NAME_WAIT_S = 2.0  # the longest a new TensorBoard event file waits for a later name (see below)
 
 
 def tensorboard_installed() -> bool:
@@ -196,9 +200,14 @@ def wait_for_a_later_event_file_name(directory: Path) -> None:
     """TensorBoard reads a run's event files in name order, and a name is the second it was made in, then a
     per-process counter that sorts as text (counter 10 before 9). A file made in the same second as an earlier
     one could be read first, and then a resume's purge drops the wrong steps (a flaky test showed it). So a new
-    file waits for the next second when one from this second exists (resumes only: at most a second)."""
+    file waits for the next second when one from this second exists (resumes only: at most a second).
+    A file dated further ahead was made by a clock ahead of this one (another machine, a clock set back): no
+    wait of this length is worth it (an hour ahead would be an hour's sleep), so it is named in a warning."""
     stamps = [int(p.name.split(".")[3]) for p in directory.glob("events.out.tfevents.*")
               if len(p.name.split(".")) > 3 and p.name.split(".")[3].isdigit()]
-    if stamps and max(stamps) >= int(time.time()):
-        time.sleep(max(stamps) + 1 - time.time())
-
+    wait = max(stamps, default=-math.inf) + 1 - time.time()
+    if wait > MAX_EVENT_NAME_WAIT_S:
+        log.warning("%s holds TensorBoard events dated %.0f s ahead of this clock: TensorBoard may read this "
+                    "run's new events before them", directory, wait - 1)
+    elif wait > 0:
+        time.sleep(wait)
