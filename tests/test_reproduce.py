@@ -1170,3 +1170,22 @@ def test_a_seed_that_scored_nan_decides_nothing_whatever_the_order_of_the_compar
     judged = judge(Claim("a > b", (("a", "b"),), "mlm_acc"), results({"a": [0.5, nan], "b": [0.40, 0.41]}))
     assert judged["verdict"] == "inconclusive"
     assert _pair_text("mlm_acc", judged["pairs"][0], "order").endswith("-> inconclusive (not a number)")
+
+
+def test_a_contradicted_comparison_prints_the_p_that_contradicts_it():
+    """A contradicted pair's line printed the p of the paper's ordering (about 1) beside "contradicted"; the p that
+    decided is the opposite ordering's."""
+    from litebert.paper.report import _pair_text
+
+    def results(values):
+        return {"rows": {name: {"paper": {}, "stats": {"mlm_acc": dataclasses.asdict(stats.cell(vs))}}
+                         for name, vs in values.items()}, "chance": {}}
+
+    pair = judge(Claim("a > b", (("a", "b"),), "mlm_acc"),
+                 results({"a": [0.10, 0.11, 0.12], "b": [0.30, 0.31, 0.32]}))["pairs"][0]
+    assert pair["verdict"] == "contradicted" and pair["p"] > 0.99 and pair["p_against"] < 0.001
+    line = _pair_text("mlm_acc", pair, "order")
+    assert f"p against {pair['p_against']:.3g}," in line and f"p {pair['p']:.3g}" not in line
+    reproduced = judge(Claim("b > a", (("b", "a"),), "mlm_acc"),
+                       results({"a": [0.10, 0.11, 0.12], "b": [0.30, 0.31, 0.32]}))["pairs"][0]
+    assert f", p {reproduced['p']:.3g}," in _pair_text("mlm_acc", reproduced, "order")

@@ -192,8 +192,10 @@ def _pair_text(metric: str, pair: Mapping[str, Any], kind: str) -> str:
         a, b = pair["ours"]
         test = ""
         if pair.get("p") is not None:  # tested: neither one seed nor a NaN
-            test = (f", SE {_fmt(metric, pair['se'])}, p {pair['p']:.3g}, smallest detectable gap "
-                    f"{_fmt(metric, pair['detectable'])}")
+            # the p that decided: a contradicted pair's own (the opposite ordering's), not the paper's way (~1)
+            against = pair["verdict"] == "contradicted" and pair.get("p_against") is not None
+            p = f"p against {pair['p_against']:.3g}" if against else f"p {pair['p']:.3g}"
+            test = f", SE {_fmt(metric, pair['se'])}, {p}, smallest detectable gap {_fmt(metric, pair['detectable'])}"
         text += (f": ours {_fmt(metric, a)} vs {_fmt(metric, b)} (gap {_fmt(metric, a - b)}{test}) "
                  f"-> {pair['verdict']}")
     else:
