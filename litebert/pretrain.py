@@ -59,7 +59,7 @@ class PretrainConfig:
     objective: str = field(default="auto", metadata={
         "help": "auto (from the data: sop, nsp or mlm alone) or mlm (ignore sentence labels)",
         "choices": ("auto", "mlm")})
-    held_out: int = field(default=1000, metadata={"range": "[0, inf)",
+    held_out: int = field(default=1000, metadata={"range": "[1, inf)",
         "help": "examples at the end of the data (its last documents) kept out of training for evaluation"})
     held_out_from: str | None = field(default=None, metadata={
         "help": "count --held-out in this other prepared directory (the same corpus at another sequence length, "

@@ -104,7 +104,7 @@ BAD_FLAGS = [  # (argv, what the one line must say); each refused before any fil
     (["predict", "--top-k", "0"], "--top-k must be in [1, inf), got 0"),
     (["export", "--verify-samples", "0"], "--verify-samples must be in [1, inf), got 0"),
     (["export", "--min-agreement", "1.5"], "--min-agreement must be in [0, 1], got 1.5"),
-    (["pretrain", "--held-out", "-1"], "--held-out must be in [0, inf), got -1"),
+    (["pretrain", "--held-out", "-1"], "--held-out must be in [1, inf), got -1"),
     (["prepare", "--masked-lm-prob", "2"], "--masked-lm-prob must be in (0, 1], got 2.0"),
     (["prepare", "--max-seq-length", "2"], "--max-seq-length must be in [4, 65536], got 2"),
     (["tokenizer", "--vocab-size", "3"], "--vocab-size must be in [6, inf), got 3"),
