@@ -296,6 +296,17 @@ def test_a_resume_whose_every_checkpoint_is_damaged_is_refused_and_keeps_the_run
         assert (out / "metrics.jsonl").read_text() == logged
 
 
+@pytest.mark.parametrize("marker", ["[]", "5", '{"files": [1]}', '{"files": {"model.safetensors": 3}}',
+                                    '{"files": {"model.safetensors": {"size": 1}}}'])
+def test_a_marker_that_is_json_but_no_file_list_is_damage_not_a_traceback(tmp_path, marker):
+    """A marker that parses as JSON but is not the object the save wrote (a flipped byte can keep it JSON) is a
+    damaged checkpoint, as a truncated one is: verify_checkpoint names it, and a resume moves on past it."""
+    train(make_toy(), toy_batches(8, 8), toy_config(tmp_path, max_steps=2))
+    path = tmp_path / "run" / "step_2"
+    (path / ckpt.MARKER).write_text(marker)
+    assert ckpt.MARKER in ckpt.verify_checkpoint(path)
+
+
 def test_verify_checkpoint_reads_checkpoints_without_a_file_list(tmp_path):
     """Checkpoints written before the marker listed its files are checked by reading them."""
     import json

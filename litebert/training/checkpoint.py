@@ -32,7 +32,14 @@ import torch
 from torch import nn
 
 from litebert.errors import CheckpointError
-from litebert.files import remove_dead_stages, sha256_file, sha256_named_files, write_dir_atomically, write_json
+from litebert.files import (
+    read_json_object,
+    remove_dead_stages,
+    sha256_file,
+    sha256_named_files,
+    write_dir_atomically,
+    write_json,
+)
 from litebert.text.transformers_files import SPIECE_FILE, match_model_max_length
 from litebert.training import prerelease
 from litebert.weights import read_state_dict
@@ -136,11 +143,14 @@ def verify_checkpoint(checkpoint_dir: str | os.PathLike) -> str | None:
     listed its files are checked by reading them: train_state.pt loads, model.safetensors parses."""
     path = Path(checkpoint_dir)
     try:
-        files = json.loads((path / MARKER).read_text()).get("files")
+        files = read_json_object(path / MARKER).get("files")
     except (OSError, ValueError) as e:
         return f"{MARKER}: unreadable ({e})"
     if files is None:
         return prerelease.verify_by_reading(path, [load_train_state, lambda p: read_state_dict(os.fspath(p))])
+    if not (isinstance(files, dict) and all(isinstance(e, dict) and {"size", "sha256"} <= set(e)
+                                            for e in files.values())):
+        return f"{MARKER}: its list of files is damaged"
     for name, expected in files.items():
         file = path / name
         if not file.is_file():
