@@ -124,18 +124,25 @@ def load_pair(directory: str, class_name: str, attn_implementation: str = "sdpa"
     return ours.to(DEVICE), theirs.to(DEVICE)
 
 
-def pretraining_batch(config: AlbertConfig, B: int, T: int, seed: int, mask_prob: float = 0.15) -> dict:
-    """Full-length sequence pairs (as pretraining packs them) with 15% of positions labelled and an SOP label."""
+def pretraining_batch(config: AlbertConfig, B: int, T: int, seed: int, mask_prob: float = 0.15,
+                      short_rows: float = 0.0) -> dict:
+    """Full-length sequence pairs (as pretraining packs them) with 15% of positions labelled and an SOP label.
+    `short_rows`: that share of the rows cut to a length drawn from [2, T] and padded, as ALBERT's data makes 10%
+    of its sequences (short_seq_prob 0.1) and documents' ends add more: what real pretraining batches hold."""
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(5, config.vocab_size, (B, T), generator=g)
     ids[:, 0] = 2  # [CLS]
     token_type_ids = (torch.arange(T) >= T // 2).long().expand(B, T).contiguous()
+    mask = torch.ones(B, T, dtype=torch.long)
+    if short_rows:  # (drawn only then: the full-length batch stays the one earlier figures were measured on)
+        cut = torch.rand(B, generator=g) < short_rows
+        mask = (torch.arange(T)[None] < torch.where(cut, torch.randint(2, T + 1, (B,), generator=g), T)[:, None]).long()
     labels = torch.full((B, T), -100)
-    chosen = torch.rand(B, T, generator=g) < mask_prob
+    chosen = (torch.rand(B, T, generator=g) < mask_prob) & (mask == 1)
     chosen[:, 0] = False
     labels[chosen] = ids[chosen]
-    ids = ids.masked_fill(chosen, 4)  # [MASK]
-    return dict(input_ids=ids, attention_mask=torch.ones(B, T, dtype=torch.long), token_type_ids=token_type_ids,
+    ids = ids.masked_fill(chosen, 4).masked_fill(mask == 0, 0)  # [MASK]; <pad>
+    return dict(input_ids=ids, attention_mask=mask, token_type_ids=token_type_ids * mask,
                 labels=labels, sentence_order_label=torch.randint(0, 2, (B,), generator=g))
 
 

@@ -65,6 +65,10 @@ bench() {
   run train_step_large 120 $step --preset albert-large-v2 --shapes 32x512 --compile --compile-scopes layers --cuda-graphs
   run train_step_xxlarge 120 $step --preset albert-xxlarge-v2 --shapes 8x512 --compile --compile-scopes layers \
     --cuda-graphs
+  # real pretraining rows (10% cut short and padded): the padded step against `pretrain --padding-free`, eager and
+  # captured
+  run train_step_real_rows 150 $step --preset albert-base-v2 --shapes 64x512 --short-rows 0.1 --padding-free \
+    --cuda-graphs
   run train_step_tiny 60 $PY bench/train_step.py --device cuda --preset tiny --shapes 32x64 --precisions fp32 \
     --attn sdpa --cuda-graphs --repeats 30 --warmup 3
   for batch in 32 128; do
@@ -74,8 +78,8 @@ bench() {
   done
   run profile 90 $PY bench/profile_step.py --device cuda --preset albert-base-v2 --shape 64x512 --precision bf16 \
     --rows 30 --compile layers
-  for f in train_step_base train_step_large train_step_xxlarge train_step_tiny finetune_padding_32 finetune_padding_128 \
-    profile; do
+  for f in train_step_base train_step_large train_step_xxlarge train_step_real_rows train_step_tiny finetune_padding_32 \
+    finetune_padding_128 profile; do
     grep '^{' "$OUT/$f.log"; done
 }
 paper() {

@@ -48,7 +48,7 @@ from common import (
 from gemm import BACKEND_OF, gflops, paths
 
 from litebert.config import AlbertConfig
-from litebert.model import compile_layers
+from litebert.model import compile_layers, packed_positions
 from litebert.runtime import cpu
 from litebert.runtime.precision import autocast, choose_precision
 from litebert.training.graphs import WARMUP_CALLS, micro_step
@@ -146,6 +146,22 @@ def mfu_fields(result: dict, times: dict, flops: int, probe_flops: int) -> None:
         result[side]["mfu"] = float(f"{flops / statistics.median(seconds) / 1e9 / peak:.3g}")
 
 
+PADDING_FREE_SIDES = ("litebert_padding_free", "litebert_padding_free_graphed")
+
+
+def padding_free_sides(ours, batch: dict, precision: str, cuda_graphs: bool) -> dict:
+    """litebert's step as `pretrain --padding-free` runs it, on copies of the same weights: eager (the encoder on
+    the real tokens, a host sync a step for their count), and captured (the count from `packed_positions`, made on
+    the host as pretraining's batches make it)."""
+    free = copy.deepcopy(ours)
+    free.albert.padding_free = True
+    sides = {"litebert_padding_free": make_step(free, batch, precision)}
+    if cuda_graphs:
+        packed = {**batch, "packed_positions": packed_positions(batch["attention_mask"].cpu()).to(common.DEVICE)}
+        sides["litebert_padding_free_graphed"] = make_step(copy.deepcopy(ours), packed, precision, cuda_graphs=True)
+    return sides
+
+
 def main() -> None:
     parser = base_parser(__doc__)
     parser.add_argument("--shapes", default="8x128,2x512", help="comma-separated BxT")
@@ -164,6 +180,12 @@ def main() -> None:
                         help="also time litebert's step with LAMB, the paper's optimizer (a side of its own, a copy of "
                              "the same weights), and report lamb_vs_adamw: its speed relative to fused AdamW's "
                              "(1 = as fast)")
+    parser.add_argument("--short-rows", type=float, default=0.0,
+                        help="share of the batch's rows cut to a random length and padded, as real pretraining data "
+                             "(ALBERT's short_seq_prob: 0.1); MFU then counts the real tokens' work")
+    parser.add_argument("--padding-free", action="store_true",
+                        help="also time litebert's step as `pretrain --padding-free` runs it (and, with --cuda-graphs, "
+                             "captured with packed positions): padding_free_vs_eager, padding_free_graphed_vs_eager")
     parser.add_argument("--attn", default="auto", choices=["auto", "eager", "sdpa"],
                         help="transformers attention implementation (auto: time both, keep the faster)")
     args = parser.parse_args()
@@ -178,9 +200,10 @@ def main() -> None:
 
     for shape in shapes:
         B, T = map(int, shape.split("x"))
-        batch = to_device(pretraining_batch(config, B, T, args.seed))
+        batch = to_device(pretraining_batch(config, B, T, args.seed, short_rows=args.short_rows))
         masked = int((batch["labels"] != -100).sum())
-        flops = 3 * forward_flops(config, B, T, mlm_positions=masked, loss_rows=masked + B)
+        real_share = float(batch["attention_mask"].float().mean())  # the work on padding earns no credit
+        flops = 3 * forward_flops(config, B, T, mlm_positions=masked, loss_rows=masked + B) * real_share
         for precision in args.precisions.split(","):
             ours, theirs = load_pair(directory, "AlbertForPreTraining", "sdpa")
             # as pretraining sets it from its data's masking: the graphed and compiled steps read that many positions
@@ -213,6 +236,8 @@ def main() -> None:
                                                                      runs, cuda_graphs=True)
                     except Exception as e:  # an experiment: report why it cannot be captured, time the rest
                         extra_notes["graphed_layers_error"] = f"{type(e).__name__}: {str(e)[:300]}"
+            if args.padding_free:
+                steps.update(padding_free_sides(ours, batch, runs, args.cuda_graphs))
             compile_s = {}
             if args.compile:  # the whole model as one graph, and each block alone (compile_layers)
                 scopes = {"model": ("litebert_compiled", torch.compile),
@@ -228,7 +253,8 @@ def main() -> None:
             times = interleaved(steps, args.warmup, repeats)
             result = {"bench": "train_step", "preset": preset, "shape": shape, "precision": precision,
                       "optimizer": "AdamW(fused)", "peer_attn": attn, "repeats": repeats,
-                      "tokens": B * T, "model_gflop_per_step": round(flops / 1e9, 2)}
+                      "tokens": B * T, "real_tokens": round(B * T * real_share),
+                      "model_gflop_per_step": round(flops / 1e9, 2)}
             for side in ("litebert", "transformers", *extra, *once, *compile_s):
                 result[side] = stats(times[side] if side in times else once[side], B * T, "tokens")
                 side_precision = side.removeprefix("litebert_") if side in extra or side in once else runs
@@ -237,10 +263,11 @@ def main() -> None:
             for side in once:
                 result[side]["timed_once"] = "no bf16 kernels on this CPU: one step, no warm-up"
             result["speedup"] = ratio(times, "litebert", "transformers")
-            for side in ("litebert_graphed", "litebert_graphed_layers"):
+            for side in ("litebert_graphed", "litebert_graphed_layers", *PADDING_FREE_SIDES):
                 if side in times:
                     result[side] = stats(times[side], B * T, "tokens")
-                    result[side].update(precision=runs, optimizer="AdamW(fused), eager after the graph")
+                    result[side].update(precision=runs, optimizer="AdamW(fused)" + (
+                        ", eager after the graph" if side.endswith("graphed") or "graphed_" in side else ""))
                     result[side.removeprefix("litebert_") + "_vs_eager"] = ratio(times, side, "litebert")
             if args.lamb:
                 result["litebert_lamb"] = stats(times["litebert_lamb"], B * T, "tokens")

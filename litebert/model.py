@@ -586,8 +586,8 @@ class AlbertSOPHead(nn.Module):
         return self.classifier(self.dropout(pooled))  # (B, 2)
 
 
-def loss_positions(labels: torch.Tensor, with_cls: bool, max_predictions: int | None = None
-                   ) -> tuple[torch.Tensor | None, torch.Tensor]:
+def loss_positions(labels: torch.Tensor, with_cls: bool, max_predictions: int | None = None,
+                   attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
     """The positions whose final hidden states the pretraining losses read, for AlbertModel's
     `output_positions`: the labelled ones, and position 0 for the SOP head's pooler.
 
@@ -601,7 +601,11 @@ def loss_positions(labels: torch.Tensor, with_cls: bool, max_predictions: int | 
     path (torch.compile, CUDA graph capture: see static_shapes) cannot have. There the width is the data's bound
     (`max_predictions`: litebert's masking labels at most max_predictions_per_seq tokens a row), checked on the
     device; without one, that path reads every position, unlabelled ones weighted 0 in masked_lm. A row over the
-    bound is an error in either path."""
+    bound is an error in either path.
+
+    With `attention_mask`, the fillers are real tokens (a row shorter than the width repeats its first position,
+    label -100): the padding-free encoder computes outputs only at real tokens, and one filler on padding would
+    send the whole batch down the padded path."""
     T, static = labels.shape[1], static_shapes()
     if static and max_predictions is None:
         return None, labels
@@ -618,8 +622,16 @@ def loss_positions(labels: torch.Tensor, with_cls: bool, max_predictions: int | 
                             f"max_predictions_per_seq ({max_predictions}) that this model reads")
     if width == T:
         return None, labels
-    positions = torch.sort((~needed).to(torch.uint8), dim=1, stable=True).indices[:, :width]  # needed first
-    return positions, labels.gather(1, positions)
+    order = (~needed).to(torch.uint8)  # needed first; with a mask, then the real tokens, then padding
+    if attention_mask is not None:
+        order *= 1 + attention_mask.eq(0).to(torch.uint8)
+    positions = torch.sort(order, dim=1, stable=True).indices[:, :width]
+    selected = labels.gather(1, positions)
+    if attention_mask is not None:  # (a label on padding stays: transformers' loss reads it too)
+        filler_on_padding = attention_mask.gather(1, positions).eq(0) & ~needed.gather(1, positions)
+        positions = torch.where(filler_on_padding, positions[:, :1], positions)
+        selected = selected.masked_fill(filler_on_padding, IGNORE_INDEX)
+    return positions, selected
 
 
 def cls_position(input_ids: torch.Tensor) -> torch.Tensor:
@@ -677,12 +689,15 @@ class AlbertForPreTraining(PretrainedMixin, nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, sentence_order_label: torch.Tensor | None = None,
-                output_hidden_states: bool = False, output_attentions: bool = False) -> PreTrainingOutput:
+                output_hidden_states: bool = False, output_attentions: bool = False,
+                packed_positions: torch.Tensor | None = None) -> PreTrainingOutput:
+        """`packed_positions`: as AlbertModel's (pretraining's padding-free batches under --cuda-graphs)."""
         positions = None
         if labels is not None and not (output_hidden_states or output_attentions):  # those need every position
-            positions, labels = loss_positions(labels, with_cls=True, max_predictions=self.max_predictions_per_seq)
+            positions, labels = loss_positions(labels, with_cls=True, max_predictions=self.max_predictions_per_seq,
+                                               attention_mask=attention_mask)
         out = self.albert(input_ids, attention_mask, token_type_ids, position_ids, positions, output_hidden_states,
-                          output_attentions)
+                          output_attentions, packed_positions)
         mlm_loss, prediction_logits = masked_lm(self.predictions, out.last_hidden_state, labels)
         sop_logits = self.sop_classifier(out.pooler_output)
         sop_loss = None if sentence_order_label is None else F.cross_entropy(sop_logits.float(), sentence_order_label.view(-1))
@@ -717,7 +732,8 @@ class AlbertForMaskedLM(PretrainedMixin, nn.Module):
                 output_attentions: bool = False) -> MaskedLMOutput:
         positions = None
         if labels is not None and not (output_hidden_states or output_attentions):  # those need every position
-            positions, labels = loss_positions(labels, with_cls=False, max_predictions=self.max_predictions_per_seq)
+            positions, labels = loss_positions(labels, with_cls=False, max_predictions=self.max_predictions_per_seq,
+                                               attention_mask=attention_mask)
         out = self.albert(input_ids, attention_mask, token_type_ids, position_ids, positions, output_hidden_states,
                           output_attentions)
         return MaskedLMOutput(*masked_lm(self.predictions, out.last_hidden_state, labels), out.hidden_states,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +46,7 @@ from litebert.training.train_config import TrainConfig
 # Independent masking streams (make_batch's `stream`): training, the held-out set (fixed for the whole run,
 # so evaluations compare like with like) and the sample the baselines are estimated from.
 TRAIN_STREAM, EVAL_STREAM, BASELINE_STREAM = 0, 1, 2
+log = logging.getLogger("litebert")
 
 
 @dataclass
@@ -67,6 +69,12 @@ class PretrainConfig:
     eval_data: list[str] = field(default_factory=list, metadata={
         "help": "more prepared directories to evaluate on (e.g. NSP pairs of held-out text, for the SOP/NSP table)"})
     eval_batch_size: int = field(default=64, metadata={"range": "[1, inf)", "help": "examples per evaluation forward"})
+    padding_free: bool = field(default=False, metadata={"help": (
+        "run the encoder on each batch's real tokens alone, as fine-tuning does: pretraining data is padded "
+        "3-10%% (short sequences, document ends), and a padded batch on CUDA also takes SDPA's masked kernel "
+        "instead of flash attention. Variable-length flash attention on CUDA in bf16/fp16 without attention "
+        "dropout; with --cuda-graphs each batch is padded to the data's length with its real tokens' places. Equal "
+        "to the padded path (tests/test_padding_free.py); its speed not yet measured on a GPU (docs/gpu.md)")})
 
     def __post_init__(self) -> None:
         if self.held_out < 1:
@@ -158,15 +166,16 @@ def data_fingerprint(dataset: PretrainDataset, train_examples: int) -> dict[str,
 class Batches:
     """Masked batches of a prepared dataset: a pure function of (indices, position)."""
 
-    def __init__(self, dataset: PretrainDataset, seed: int, task: str | None):
-        self.dataset, self.seed, self.task = dataset, seed, task
+    def __init__(self, dataset: PretrainDataset, seed: int, task: str | None, packed: bool = False):
+        self.dataset, self.seed, self.task, self.packed = dataset, seed, task, packed
         args = dataset.meta["args"]
         self.knobs = dict(vocab_size=dataset.meta["vocab_size"], mask_id=dataset.meta["special_ids"]["mask"],
                           max_seq_length=dataset.max_seq_length, masked_lm_prob=args["masked_lm_prob"],
                           max_predictions_per_seq=args["max_predictions_per_seq"], max_ngram=args["max_ngram"])
 
     def __call__(self, indices: list[int], position: int, stream: int = TRAIN_STREAM) -> dict[str, torch.Tensor]:
-        batch = make_batch(self.dataset, indices, seed=self.seed, stream=stream, position=position, **self.knobs)
+        batch = make_batch(self.dataset, indices, seed=self.seed, stream=stream, position=position,
+                           packed=self.packed and stream == TRAIN_STREAM, **self.knobs)
         if self.task is None:
             del batch["sentence_order_label"]
         return batch
@@ -241,9 +250,13 @@ def pretrain(cfg: PretrainConfig, train_cfg: TrainConfig, model_overrides: dict[
     cut = held_out_cut(cfg, dataset)
     train_indices, eval_indices = list(range(cut)), list(range(cut, len(dataset)))
     task = sentence_task(dataset, cfg.objective)
-    batches = Batches(dataset, train_cfg.seed, task)
+    # a captured step keeps its shapes: padding-free batches then carry the count of real tokens, rounded
+    batches = Batches(dataset, train_cfg.seed, task, packed=cfg.padding_free and train_cfg.cuda_graphs)
     torch.manual_seed(train_cfg.seed)
     model = build_model(cfg, model_overrides, dataset.meta["vocab_size"], dataset.max_seq_length)
+    model.albert.padding_free = cfg.padding_free and not train_cfg.compile
+    if cfg.padding_free and train_cfg.compile:  # a padding-free batch's token count changes every batch
+        log.info("--compile: padded batches, so that the compiled transformer blocks keep their shapes")
     freeze_outside_loss(model, task)
     train_data = ShuffledData(len(train_indices), _Subset(batches, train_indices))
 

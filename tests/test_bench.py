@@ -251,6 +251,20 @@ def test_the_train_step_bench_on_the_cpu_still_prints_its_json():
     assert r["litebert"]["mfu"] > 0 and "gpu" not in r["machine"] and r["litebert"]["gemm"] != "cuBLAS bf16"
 
 
+def test_train_step_times_the_padding_free_step_on_padded_rows_and_credits_only_real_tokens():
+    """--short-rows pads part of the batch as real pretraining data is; --padding-free times `pretrain
+    --padding-free` beside the padded step; MFU counts the real tokens' work (padding earns no credit)."""
+    (r,) = records("train_step.py", "--quick", "--device", "cpu", "--precisions", "fp32", "--repeats", "1",
+                   "--warmup", "0", "--short-rows", "0.5", "--padding-free")
+    assert 0 < r["real_tokens"] < r["tokens"]
+    assert r["padding_free_vs_eager"] == pytest.approx(
+        r["litebert"]["s_median"] / r["litebert_padding_free"]["s_median"], rel=0.02)
+    gflop = r["model_gflop_per_step"]
+    (full,) = records("train_step.py", "--quick", "--device", "cpu", "--precisions", "fp32", "--repeats", "1",
+                      "--warmup", "0")
+    assert gflop < full["model_gflop_per_step"]
+
+
 @pytest.mark.gpu
 def test_the_benches_on_a_gpu_name_the_card_and_divide_by_its_measured_ceiling():
     for r in records("train_step.py", "--quick", "--device", "cuda", "--precisions", "bf16,fp32"):

@@ -289,6 +289,19 @@ def test_cuda_graphs_train_as_eager_and_resume(prepared, tmp_path, precision):
     assert_close_weights(tmp_path / "eager" / "step_6", tmp_path / "graphed" / "step_6", **tol)
 
 
+@pytest.mark.parametrize("graphs", [False, True])
+def test_pretrain_padding_free_on_the_gpu_learns_as_the_padded_run(prepared, tmp_path, graphs):
+    """`pretrain --padding-free` in bf16 (varlen flash attention), eager and captured (batches padded to the data's
+    length with their real tokens' places): its losses within bf16 tolerance of the padded run's."""
+    run = lambda out, *more: litebert_main(pretrain_args(  # noqa: E731
+        prepared, out, *precision_args("bf16"), "--max-steps", "5", "--warmup-steps", "0", *more))
+    assert run(tmp_path / "padded") == 0
+    assert run(tmp_path / "free", "--padding-free", *(["--cuda-graphs"] if graphs else [])) == 0
+    padded, free = losses(tmp_path / "padded"), losses(tmp_path / "free")
+    assert sorted(free) == sorted(padded) == [1, 2, 3, 4, 5]
+    assert [free[s] for s in padded] == pytest.approx(list(padded.values()), rel=TOLERANCE["bf16"]["rtol"] * 10)
+
+
 def test_cuda_graphs_with_compiled_blocks_train_as_eager(prepared, tmp_path):
     """--cuda-graphs --compile (the fastest albert-base step on an H100, docs/gpu.md): inductor's block kernels are
     compiled in the eager warm-up and run inside the captured graph; fp32 with TF32 off, its losses within the

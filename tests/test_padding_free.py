@@ -6,6 +6,7 @@ agrees within bf16 rounding. Batches without padding, and requests that need eve
 attentions, outputs at padding), keep the padded path.
 """
 
+import contextlib
 import json
 import shutil
 import subprocess
@@ -25,7 +26,7 @@ from litebert.heads import (
     AlbertForSequenceClassification,
     AlbertForTokenClassification,
 )
-from litebert.model import AlbertForPreTraining, encoder_of
+from litebert.model import AlbertForPreTraining, encoder_of, packed_positions
 from litebert.tasks.features import Feature, collate
 from litebert.training.metrics_log import read_metrics
 
@@ -139,11 +140,32 @@ def test_unpadded_batches_and_requests_for_every_position_take_the_padded_path(u
     b = free(**batch, output_hidden_states=True, output_attentions=True)
     for x, y in zip(a.hidden_states + a.attentions, b.hidden_states + b.attentions, strict=True):
         torch.testing.assert_close(y, x, atol=0, rtol=0)
-    # Pretraining's loss positions fill short rows with padding positions: those need the padded encoder.
-    pre_padded, pre_free = twins(AlbertForPreTraining, config)
-    batch = padded_batch(AlbertForPreTraining, config)
-    torch.testing.assert_close(pre_free(**batch).loss, pre_padded(**batch).loss, atol=0, rtol=0)
     assert unpad_calls == []
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_pretraining_runs_padding_free_with_short_rows_and_equals_the_padded_path(static, unpad_calls):
+    """`pretrain --padding-free`: the last layer runs at the loss positions, and those must be real tokens. A row
+    shorter than the loss width (3 tokens against 9 positions here) used to fill it with padding and send every
+    batch down the padded path; its fillers now repeat [CLS]. Eager, and as a capture runs it (static shapes, the
+    data's bound on labels, positions packed on the host), loss, logits and gradients equal the padded path's."""
+    config = tiny()
+    padded, free = twins(AlbertForPreTraining, config)
+    batch = padded_batch(AlbertForPreTraining, config)
+    assert (batch["labels"] != -100).sum(1).max() + 1 > min(LENGTHS)
+    if static:
+        free.albert.padding_free = False  # the packed positions alone turn it on
+        for m in (padded, free):
+            m.max_predictions_per_seq = int((batch["labels"] != -100).sum(1).max())
+    with model_module.forced_static_shapes() if static else contextlib.nullcontext():
+        (a, grads_a) = run(padded, batch)
+        (b, grads_b) = run(free, {**batch, "packed_positions": packed_positions(batch["attention_mask"])}
+                           if static else batch)
+    assert unpad_calls == ([] if static else [1])
+    for x, y in zip(a.to_tuple(), b.to_tuple(), strict=True):
+        torch.testing.assert_close(y, x, **TIGHT)
+    for name in grads_a:
+        torch.testing.assert_close(grads_b[name], grads_a[name], **TIGHT, msg=name)
 
 
 def packed_twins(cls, config: AlbertConfig, lengths, static_length: int, seed: int):

@@ -21,6 +21,7 @@ from litebert.errors import ConfigError
 from litebert.model import AlbertForPreTraining
 from litebert.pretrain import PretrainConfig, pretrain
 from litebert.training.loop import train
+from litebert.training.metrics_log import read_metrics
 from litebert.training.train_config import TrainConfig
 
 TINY = dict(embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
@@ -239,3 +240,45 @@ def test_an_mlm_only_checkpoint_of_the_old_layout_resumes_bit_identical(prepared
     a = load_file(tmp_path / "whole" / "step_4" / "model.safetensors")
     b = load_file(old / "step_4" / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_pretrain_padding_free_learns_as_the_padded_run(prepared, tmp_path, monkeypatch):
+    """`pretrain --padding-free` changes where the encoder computes, not what the run learns: on the CPU in fp32
+    its losses and held-out evaluation equal the padded run's, and its batches (the corpus's short sequences and
+    document ends pad them) did run padding-free."""
+    import litebert.model as model_module
+    taken = []
+    real_unpad = model_module.unpad
+    monkeypatch.setattr(model_module, "unpad", lambda *a: taken.append(1) or real_unpad(*a))
+
+    def run(flag: str) -> list[float]:
+        out = tmp_path / flag
+        assert litebert_main(["pretrain", "--config", model_toml(tmp_path / "m.toml", hidden_dropout_prob=0.0,
+                                                                 attention_probs_dropout_prob=0.0),
+                              "--data", str(prepared / "data"), "--held-out", "64", "--max-steps", "4",
+                              "--batch-size", "8", "--eval-every", "4", "--log-every", "1", "--optimizer", "adamw",
+                              "--lr", "1e-3", "--out-dir", str(out), "--no-progress", flag]) == 0
+        records = read_metrics(out / "metrics.jsonl")
+        assert f"padding_free = {str(flag == '--padding-free').lower()}" in (out / "train_config.toml").read_text()
+        return [r["loss"] for r in records if "loss" in r] + [r["eval_mlm_loss"] for r in records
+                                                             if "eval_mlm_loss" in r]
+    padded = run("--no-padding-free")
+    assert not taken
+    free = run("--padding-free")
+    assert len(free) == 6 and len(taken) >= 4 and free == pytest.approx(padded, rel=1e-5)
+
+
+def test_packed_batches_pad_to_the_data_length_and_list_their_real_tokens(prepared):
+    """What `pretrain --padding-free --cuda-graphs` trains on: every batch padded to max_seq_length (a shape a graph
+    keeps) with its real tokens' flat positions, their count rounded up past a multiple of that length (-1)."""
+    data = PretrainDataset(str(prepared / "data"))
+    knobs = dict(vocab_size=1000, mask_id=4, max_seq_length=32)
+    plain = make_batch(data, list(range(6)), seed=1, stream=0, position=0, **knobs)
+    packed = make_batch(data, list(range(6)), seed=1, stream=0, position=0, packed=True, **knobs)
+    mask, positions = packed["attention_mask"], packed["packed_positions"]
+    assert mask.shape == (6, 32) and "packed_positions" not in plain
+    n = int(mask.sum())
+    assert positions.numel() % 32 == 0 and positions.numel() > n
+    assert positions[:n].tolist() == mask.flatten().nonzero().squeeze(1).tolist() and (positions[n:] == -1).all()
+    width = plain["input_ids"].shape[1]  # the same examples and masks, padded further
+    assert torch.equal(packed["labels"][:, :width], plain["labels"]) and (packed["labels"][:, width:] == -100).all()

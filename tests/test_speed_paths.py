@@ -175,6 +175,20 @@ def test_loss_positions_lists_the_needed_positions_first_in_order():
     assert loss_positions(everything, with_cls=True)[0] is None  # nothing to skip: the plain path
 
 
+def test_loss_positions_with_a_mask_fill_on_real_tokens_and_keep_labels_on_padding():
+    """With the attention mask the fillers are real tokens, so that the padding-free encoder can compute them: a row
+    with fewer real tokens than the width repeats its first position (label -100). A label on padding (transformers'
+    loss reads it) stays where it is, needed like any other."""
+    labels = torch.tensor([[-100, -100, -100, 7, 8],
+                           [-100, -100, -100, -100, -100],
+                           [-100, -100, -100, -100, 4]])
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0]])
+    positions, selected = loss_positions(labels, with_cls=True, attention_mask=mask)
+    assert positions.tolist() == [[0, 3, 4], [0, 1, 0], [0, 4, 1]]
+    assert selected.tolist() == [[-100, 7, 8], [-100, -100, -100], [-100, 4, -100]]
+    assert loss_positions(labels, with_cls=True)[0].tolist() == [[0, 3, 4], [0, 1, 2], [0, 4, 1]]  # no mask: as before
+
+
 @pytest.mark.parametrize("cls", [AlbertForPreTraining, AlbertForMaskedLM], ids=lambda c: c.__name__)
 @pytest.mark.parametrize("layout", [dict(), dict(num_hidden_groups=2, inner_group_num=2), dict(checkpointing=True)],
                          ids=["shared", "groups", "checkpointing"])
@@ -199,7 +213,7 @@ def test_last_layer_at_loss_positions_trains_like_the_full_layer(monkeypatch, cl
         del inputs["sentence_order_label"]
     logits_selected = a(**inputs)[1]  # (M, V) at the labelled positions, row-major
     loss_selected, grads_selected = loss_and_grads(a, inputs)
-    monkeypatch.setattr(model_module, "loss_positions", lambda labels, with_cls, max_predictions=None: (None, labels))
+    monkeypatch.setattr(model_module, "loss_positions", lambda labels, *_, **__: (None, labels))
     logits_full = b(**inputs)[1]
     loss_full, grads_full = loss_and_grads(b, inputs)
     torch.testing.assert_close(logits_selected, logits_full, atol=1e-5, rtol=1e-5)
