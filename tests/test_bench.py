@@ -16,6 +16,8 @@ import torch
 from fixtures.tokenizers import train_tiny_tokenizer
 from paths import SHARED_DATA
 
+from litebert.config import AlbertConfig
+
 pytest.importorskip("transformers")
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
@@ -116,6 +118,12 @@ def test_int8_gemm_bound_follows_from_the_times_it_prints():
     pytest.importorskip("onnxruntime")
     (r,) = records("int8_gemm.py", "--quick")
     assert set(r["gemms"]) == {"qkv", "attention_output", "ffn", "ffn_output", "embedding_projection"}
+    # counted as the classifier's forward runs them at every row: the last layer computes its attention output
+    # and FFN at the [CLS] rows only, so those run once fewer than the packed QKV (keys and values need all rows)
+    layers = AlbertConfig.from_preset("tiny").num_hidden_layers
+    assert {name: gemm["per_forward"] for name, gemm in r["gemms"].items()} == {
+        "qkv": layers, "attention_output": layers - 1, "ffn": layers - 1, "ffn_output": layers - 1,
+        "embedding_projection": 1}
     summed = {side: 0.0 for side in r["gemm_ms_per_forward"]}
     for gemm in r["gemms"].values():
         assert gemm["ort_int8_vs_fp32"] == pytest.approx(gemm["ort_fp32_ms"] / gemm["ort_int8_ms"], rel=0.01)
