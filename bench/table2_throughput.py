@@ -19,7 +19,7 @@ import os
 
 import common
 import torch
-from common import base_parser, configure, emit, interleaved, machine, pretraining_batch, stats, to_device
+from common import base_parser, configure, emit, interleaved, machine, pretraining_batch, ratio, stats, to_device
 
 from litebert.config import AlbertConfig
 from litebert.model import AlbertForPreTraining
@@ -68,13 +68,11 @@ def main() -> None:
             optimizer.zero_grad(set_to_none=True)
         steps[name] = step
     times = interleaved(steps, args.warmup, repeats)
-    reference = sorted(times["bert-large"])[len(times["bert-large"]) // 2]
     rows = {}
-    for name, seconds in times.items():
-        median = sorted(seconds)[len(seconds) // 2]
+    for name, seconds in times.items():  # the ratio of the medians printed beside it (common.ratio)
         rows[name] = {**stats(seconds, args.batch * args.length, "tokens"),
                       "parameters": sum(p.numel() for p in models[name].parameters()),
-                      "speedup_vs_bert_large": round(reference / median, 2), "paper": PAPER_SPEEDUP.get(name)}
+                      "speedup_vs_bert_large": ratio(times, name, "bert-large"), "paper": PAPER_SPEEDUP.get(name)}
     emit({"bench": "table2_throughput", "batch": args.batch, "length": args.length, "precision": args.precision,
           "quick": args.quick, "load_1min": os.getloadavg()[0], **machine(), "models": rows})
 

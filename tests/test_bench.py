@@ -229,6 +229,23 @@ def test_table2_throughput_is_relative_to_bert_large_measured_in_the_same_run():
     assert models["albert-base-v2"]["parameters"] < models["bert-large"]["parameters"]
 
 
+def test_table2_speedups_are_the_ratio_of_the_medians_printed_even_with_an_even_count_of_repeats():
+    """With an even number of repeats the median is the mean of the middle two: the speedup must be taken from
+    that median, the one printed beside it, not from the upper middle time. The steps' times are fixed here."""
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))
+    import table2_throughput
+    fixed = {"bert-large": [2.0, 4.0], "albert-base-v2": [1.0, 3.0]}  # medians 3 and 2: 1.5x (upper middles: 1.33x)
+    argv = ["table2_throughput.py", "--quick", "--presets", "bert-large,albert-base-v2", "--threads", "1"]
+    with mock.patch.object(sys, "argv", argv), mock.patch.object(table2_throughput, "interleaved",
+                                                                 lambda steps, warmup, repeats: fixed), \
+            contextlib.redirect_stdout(io.StringIO()) as out:
+        table2_throughput.main()
+    models = json.loads(out.getvalue())["models"]
+    assert models["albert-base-v2"]["s_median"] == 2.0 and models["bert-large"]["s_median"] == 3.0
+    assert models["albert-base-v2"]["speedup_vs_bert_large"] == 1.5
+
+
 @pytest.mark.parametrize("script", ["train_step.py", "inference.py", "memory.py"])
 def test_the_step_inference_and_memory_benches_take_a_cuda_device(script):
     """--device cuda (CUDA-synchronised timing, MFU against a cuBLAS burst of the same run, the card named) is
