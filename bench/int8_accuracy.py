@@ -3,7 +3,8 @@
 Every path runs through `litebert.pipeline` on the same texts: PyTorch fp32 (the reference), PyTorch int8
 (torch.ao dynamic quantization), ONNX Runtime fp32 and int8 (`litebert export --quantize int8`, with
 --int8-weights per-tensor and per-column, each written with --force so that a low agreement is measured
-rather than refused). Prints one JSON line: per path the
+rather than refused, and checked by export on the same texts, written one per line as --verify-text reads
+them). Prints one JSON line: per path the
 accuracy against the gold labels, the share of predictions equal to fp32's, the largest score difference,
 the file size, and the machine.
 
@@ -33,6 +34,15 @@ def read_rows(path: str, limit: int | None) -> tuple[list[str], list[str]]:
     return texts[:limit], labels[:limit]
 
 
+def verify_text_file(texts: list[str], path: str) -> str:
+    """`texts` as `export --verify-text` reads its inputs, one a line: the data file itself is JSONL, whose lines
+    export would tokenize whole (braces, keys and the gold label). A tab in a line would make it a sentence pair
+    and a newline two inputs, so each text's runs of whitespace become one space."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(" ".join(text.split()) + "\n" for text in texts)
+    return path
+
+
 def main() -> None:
     parser = base_parser(__doc__)
     parser.add_argument("--model", required=True, help="a fine-tuned text-classification directory")
@@ -42,8 +52,9 @@ def main() -> None:
     configure(args)
     texts, gold = read_rows(args.data, args.limit)
     with tempfile.TemporaryDirectory(prefix="int8-bench-") as tmp:
+        dev_text = verify_text_file(texts, os.path.join(tmp, "dev.txt"))
         exports = {weights: export_model(args.model, os.path.join(tmp, weights), "onnx", quantize="int8", force=True,
-                                         verify_text=args.data, int8_weights=weights)
+                                         verify_text=dev_text, verify_samples=len(texts), int8_weights=weights)
                    for weights in ("per-tensor", "per-column")}
         int8_sides = {w: f"onnx_int8_{w.replace('-', '_')}" for w in exports}
         paths = {"torch_fp32": ("torch", "fp32", args.model), "torch_int8": ("torch", "int8", args.model),

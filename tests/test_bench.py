@@ -205,6 +205,31 @@ def test_pipeline_batching_wait_policy_and_int8_accuracy_report_what_they_measur
     assert set(q["export_agreement_on_dev_text"]) == {"per-tensor", "per-column"}
 
 
+def test_int8_accuracy_has_export_check_its_int8_on_the_dev_texts_not_on_the_jsonl_lines(tmp_path):
+    """export --verify-text reads one input a line: given the JSONL data file itself, it scored the agreement it
+    reports as export_agreement_on_dev_text on lines of braces, keys and gold labels."""
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))
+    import int8_accuracy
+    texts = ["It was a dark night.", "A passage\twith a tab\nand a line break."]
+    data = tmp_path / "dev.jsonl"
+    data.write_text("".join(json.dumps({"text": t, "label": "austen"}) + "\n" for t in texts), encoding="utf-8")
+    checked_on = []
+
+    class Asked(Exception):
+        """What export was asked is all this test needs: the bench stops there."""
+
+    def export_model(model, out, fmt, verify_text, verify_samples=256, **options):
+        checked_on.append((Path(verify_text).read_text(encoding="utf-8").splitlines(), verify_samples))
+        raise Asked
+
+    argv = ["int8_accuracy.py", "--model", str(tmp_path), "--data", str(data)]
+    with mock.patch.object(sys, "argv", argv), mock.patch.object(int8_accuracy, "export_model", export_model), \
+            pytest.raises(Asked):
+        int8_accuracy.main()
+    assert checked_on == [(["It was a dark night.", "A passage with a tab and a line break."], 2)]
+
+
 def test_small_calls_reports_encoding_and_gelu_ratios_of_its_timings():
     (r,) = records("small_calls.py", "--quick")
     assert [row["texts"] for row in r["encoding"]] == [1, 32]
