@@ -6,6 +6,7 @@ import io
 import json
 import math
 import runpy
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -228,6 +229,28 @@ def test_int8_accuracy_has_export_check_its_int8_on_the_dev_texts_not_on_the_jso
             pytest.raises(Asked):
         int8_accuracy.main()
     assert checked_on == [(["It was a dark night.", "A passage with a tab and a line break."], 2)]
+
+
+def test_data_prep_peak_rss_is_prepares_not_the_tokenizer_trainings(tmp_path, capfd):
+    """Without --tokenizer the bench trains one first; a process's peak never comes down, so prepare's peak RSS
+    must come from a process that did not hold that training. Here the training holds 256 MB of ballast."""
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))
+    import data_prep
+    train_tiny_tokenizer(tmp_path)  # into tmp_path/tok
+
+    def train_tokenizer(texts, out_dir, vocab_size):
+        ballast = bytearray(b"x") * (256 << 20)  # written, so resident
+        shutil.copytree(tmp_path / "tok", out_dir)
+        return len(ballast)
+
+    argv = ["data_prep.py", "--corpus", str(SHARED_DATA / "pretrain" / "en_small.txt"), "--mb", "0.05",
+            "--workers", "1"]
+    with mock.patch.object(sys, "argv", argv), mock.patch.object(data_prep, "train_tokenizer", train_tokenizer):
+        data_prep.main()
+    (line,) = [line for line in capfd.readouterr().out.splitlines() if line.startswith("{")]
+    record = json.loads(line)
+    assert record["examples"] > 0 and 0 < record["peak_rss_mb"] < 256
 
 
 def test_small_calls_reports_encoding_and_gelu_ratios_of_its_timings():
