@@ -79,6 +79,22 @@ def test_function_to_apply_equals_transformers(models, function):
         ours("a", function_to_apply="tanh")
 
 
+@pytest.mark.parametrize("problem_type", [None, "regression"])
+def test_a_one_logit_classifier_scores_as_transformers(models, tmp_path, problem_type):
+    """transformers reads one logit through a sigmoid unless config.json says regression (then raw): a binary
+    classifier trained outside its Trainer leaves problem_type unset, and its scores were the raw logits here."""
+    directory = tmp_path / "one_logit"
+    base = AlbertForSequenceClassification.from_pretrained(models["authorship"]).config
+    torch.manual_seed(0)
+    AlbertForSequenceClassification(base.replace(num_labels=1, id2label=None, problem_type=problem_type)
+                                    ).save_pretrained(directory)
+    litebert.Tokenizer.from_pretrained(models["authorship"]).save_pretrained(str(directory))
+    ours, theirs = litebert.pipeline(model=directory), hf_pipeline("text-classification", directory)
+    assert_same(ours(texts(3)), theirs(texts(3), **CUT))
+    assert_same(ours(texts(3), top_k=None), theirs(texts(3), top_k=None, **CUT))
+    assert_same(ours(texts(2), function_to_apply="none"), theirs(texts(2), function_to_apply="none", **CUT))
+
+
 def test_fill_mask_targets_and_a_list_of_one_equal_transformers(models):
     sentences = masked_sentences(4)[:3]
     ours, theirs = litebert.pipeline("fill-mask", models["mlm"]), hf_pipeline("fill-mask", models["mlm"])

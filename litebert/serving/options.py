@@ -137,6 +137,16 @@ class AppliedFunction:
         return out
 
 
+def default_function(config: AlbertConfig) -> str | None:
+    """transformers' default function_to_apply where it differs from the family's own reading of the logits: a
+    one-logit classifier not saved as a regression (problem_type unset, as a checkpoint trained outside
+    transformers' Trainer leaves it) is a binary classifier to transformers, shown through a sigmoid; litebert's
+    family for it (regression) would show the raw logit. None: the family's reading is transformers'."""
+    if config.num_labels == 1 and config.problem_type is None:
+        return "sigmoid"
+    return None
+
+
 def check_function(value: Any) -> None:
     if value is not None and str(value).lower() not in FUNCTIONS:
         raise ConfigError(f"function_to_apply must be one of {', '.join(FUNCTIONS)}, got {value!r}")

@@ -10,7 +10,8 @@ Tasks (the default is the checkpoint's: its config.json's head, or fill-mask for
                         there are several, as transformers); targets= limits them to those tokens
   text-classification   a text, {"text", "text_pair"} or a (text, pair) tuple -> {label, score}; top_k=N or
                         None gives a list; multi-label checkpoints give every label over its dev-tuned threshold;
-                        function_to_apply "softmax", "sigmoid" or "none" (logits) as transformers
+                        function_to_apply "softmax", "sigmoid" or "none" (logits) as transformers, whose
+                        default it keeps (a sigmoid for one logit unless config.json says regression)
   token-classification  a text or a list of words -> entities with character offsets; aggregation_strategy
                         "none" (default) and "simple" as transformers (tokens), "first", "average", "max" on the
                         text's whitespace-separated words
@@ -60,6 +61,7 @@ from litebert.serving.options import (
     check_targets,
     check_truncation,
     checkpoint_precision,
+    default_function,
     device_name,
     dtype_precision,
     model_config,
@@ -338,7 +340,10 @@ def pipeline(task: str | None = None, model: str | os.PathLike | torch.nn.Module
     if name not in TASKS:
         raise ConfigError(f"unknown task {task!r}; choose from {', '.join(TASKS)}")
     spec = TASKS[name]
-    options = task_options(name, spec.options, options)
+    defaults = dict(spec.options)
+    if name == "text-classification" and (function := default_function(config)) is not None:
+        defaults["function_to_apply"] = function  # a one-logit classifier: transformers' sigmoid
+    options = task_options(name, defaults, options)
     check_batch_size(batch_size)
     family = spec.family_for(config, directory)
     if weights is not None:
