@@ -242,6 +242,35 @@ def test_strict_accounting(reference):
     assert len(report.converted) == 80 and len(report.optimizer_state) == 161
 
 
+def test_a_checkpoint_with_embedding_size_equal_to_hidden_size_converts_without_a_projection(reference):
+    """TF ALBERT makes embedding_hidden_mapping_in only when E != H (modeling.py's transformer_model); with E == H
+    the embeddings go to the first layer as they are, so the converted projection is the identity, exactly."""
+    config = tf_albert_config(os.path.join(FIXTURE, "albert_config.json"))
+    H, E = config.hidden_size, config.embedding_size
+    rng = np.random.default_rng(0)
+    tensors = {}
+    for name, value in reference["vars"].items():  # the fixture's layout with E widened to H
+        if "embedding_hidden_mapping_in" in name:
+            continue
+        if name.startswith(("bert/embeddings/", "cls/predictions/transform/")) and value.shape[-1] == E:
+            value = rng.standard_normal((*value.shape[:-1], H)).astype(np.float32)
+        tensors[name] = value
+    same = config.replace(embedding_size=H)
+    state, report = tf_to_litebert_state(tensors, AlbertForPreTraining(same))
+    assert report.identity and "converted as the identity" in report.summary()
+    assert torch.equal(state["albert.encoder.embedding_hidden_mapping_in.weight"], torch.eye(H))
+    assert not state["albert.encoder.embedding_hidden_mapping_in.bias"].any()
+    model = AlbertForPreTraining(same)
+    model.load_checkpoint_state(state)
+    ids = torch.tensor([[2, 7, 9, 3]])
+    embedded = model.albert.embeddings(ids, torch.zeros_like(ids))
+    torch.testing.assert_close(model.albert.encoder.embedding_hidden_mapping_in(embedded), embedded)
+    # E != H: a checkpoint without the projection is still refused (a weight nothing fills)
+    without = {k: v for k, v in reference["vars"].items() if "embedding_hidden_mapping_in" not in k}
+    with pytest.raises(ConversionError, match="fills 2 weights.*embedding_hidden_mapping_in"):
+        tf_to_litebert_state(without, AlbertForPreTraining(config))
+
+
 def test_other_heads(tmp_path, reference):
     report = convert_tf_checkpoint(PREFIX, None, tmp_path / "base", head="base")  # config found beside
     assert sorted(report.unused) == sorted(k for k in reference["vars"] if k.startswith("cls/") and "/adam_" not in k)

@@ -9,7 +9,9 @@ Two sources:
 Every TF variable is accounted for: it is renamed into the model, or an optimizer slot / step counter
 (skipped by design), or a weight the chosen head has no place for (reported, e.g. `cls/*` when converting
 to the bare AlbertModel). A variable that matches no rule, or a model weight that nothing fills, is an error,
-never a silent skip: a silently random-initialised layer is the classic conversion bug.
+never a silent skip: a silently random-initialised layer is the classic conversion bug. The one weight a
+checkpoint may rightly lack is embedding_hidden_mapping_in when embedding_size == hidden_size: TF ALBERT has no
+projection then, and the converted one is the identity (reported).
 """
 
 from __future__ import annotations
@@ -120,12 +122,16 @@ class ConversionReport:
     converted: dict[str, str] = field(default_factory=dict)  # TF name -> litebert name
     optimizer_state: list[str] = field(default_factory=list)  # slots, step counters: skipped by design
     unused: dict[str, str] = field(default_factory=dict)  # TF name -> litebert name the chosen head lacks
+    identity: list[str] = field(default_factory=list)  # E == H: the projection TF skips, filled as the identity
     out_dir: str | None = None
     tokenizer: str | None = None  # the SentencePiece model copied beside the weights
 
     def summary(self) -> str:
         lines = [f"{self.source}: {len(self.converted)} tensors converted, "
                  f"{len(self.optimizer_state)} optimizer/step variables skipped"]
+        if self.identity:
+            lines.append("  embedding_size == hidden_size: no embedding_hidden_mapping_in in the checkpoint (TF "
+                         "skips it), converted as the identity")
         if self.unused:
             scopes = sorted({name.rsplit("/", 1)[0] for name in self.unused})
             lines.append(f"  not used by this head ({len(self.unused)}): {', '.join(scopes)}")
@@ -180,12 +186,32 @@ def tf_to_litebert_state(tensors: Mapping[str, np.ndarray], model: torch.nn.Modu
         raise ConversionError(f"{source}: {len(dropped)} encoder weights of the checkpoint have no place in a model "
                               f"of this config, e.g. {', '.join(dropped[:2])}: num_hidden_groups / inner_group_num "
                               "of albert_config.json do not match the checkpoint")
+    report.identity = _identity_projection(model, own, state)
     missing = [k for k in own if k not in state]
     if missing:
         raise ConversionError(f"{source}: nothing in the checkpoint fills {len(missing)} weights of "
                               f"{type(model).__name__}, e.g. {', '.join(missing[:3])} "
                               "(a different head? see --head; or num_hidden_groups / inner_group_num mismatch)")
     return state, report
+
+
+def _identity_projection(model: torch.nn.Module, own: dict[str, torch.Tensor], state: dict[str, torch.Tensor]
+                         ) -> list[str]:
+    """Fill embedding_hidden_mapping_in with the identity where the checkpoint has none because E == H: TF
+    ALBERT (modeling.py's transformer_model) makes that projection only when the embedding width differs from
+    the hidden size and otherwise passes the embeddings on as they are, which an identity matrix and a zero bias
+    compute. Returns the names filled (none when the checkpoint has the projection or E != H)."""
+    config = model.config
+    names = [k for k in own if k.endswith("encoder.embedding_hidden_mapping_in.weight") and k not in state]
+    if config.embedding_size != config.hidden_size or not names:
+        return []
+    (weight,) = names
+    bias = weight.removesuffix("weight") + "bias"
+    if bias in state:  # half a projection is a damaged checkpoint, not the E == H layout
+        return []
+    state[weight] = torch.eye(config.hidden_size, dtype=own[weight].dtype)
+    state[bias] = torch.zeros(config.hidden_size, dtype=own[bias].dtype)
+    return [weight, bias]
 
 
 def tf_albert_config(path: str | os.PathLike) -> AlbertConfig:
