@@ -508,3 +508,23 @@ def test_the_load_test_runs_at_its_smoke_size_and_reports_consistent_figures():
         assert level["no_batching"]["inputs_per_model_call"] == 1.0
         assert level["speedup"] == pytest.approx(level["batching"]["requests_per_s"]
                                                  / level["no_batching"]["requests_per_s"], rel=0.01)
+
+
+def test_a_request_cancelled_while_its_batch_failed_leaves_its_batch_mates_their_answers():
+    """A failed model call answers the request that broke it; one cancelled meanwhile (a shutdown cancels the
+    handlers) took set_exception's InvalidStateError, which the worker turned into "internal error" for the
+    others. Now the cancelled one is skipped and the others still run."""
+    import asyncio
+
+    from litebert.errors import InputError
+    from litebert.serving.server import Batcher, _Job
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        batcher = Batcher(lambda inputs, batch_size, **params: [f"ok {x}" for x in inputs], 4, max_wait_ms=0)
+        batcher._executor = ThreadPoolExecutor(1)  # what start() makes
+        cancelled, good = _Job(["bad"], loop.create_future()), _Job(["fine"], loop.create_future())
+        cancelled.future.cancel()
+        await batcher._failed([cancelled, good], InputError(0, "cannot take this input"))  # names the cancelled one
+        return good.future.result()
+    assert asyncio.run(scenario()) == ["ok fine"]

@@ -269,11 +269,13 @@ class Batcher:
         culprit, index = found or (jobs[0], None)
         if isinstance(error, (ConfigError, DataError)) and not isinstance(error, MissingOutput):
             reason = error if index is None else f"inputs[{index}]: {error.reason}"
-            culprit.future.set_exception(RequestError(422, one_line(reason)))
+            failure: Exception = RequestError(422, one_line(reason))
         else:
             log.error("model failed on a request of %d input(s)", len(culprit.inputs), exc_info=error)
             self.served["failed_requests"] += 1
-            culprit.future.set_exception(ModelError(f"model failed: {type(error).__name__}: {one_line(error)}"))
+            failure = ModelError(f"model failed: {type(error).__name__}: {one_line(error)}")
+        if not culprit.future.done():  # cancelled meanwhile (a shutdown): no answer, and its batch-mates still run
+            culprit.future.set_exception(failure)
         if rest := [j for j in jobs if j is not culprit]:
             await self._run(rest)
 
