@@ -51,6 +51,16 @@ def _whole(directory: str) -> str:
     return directory
 
 
+def weights_digest(directory: str | os.PathLike) -> str | None:
+    """sha256 of a model directory's weights file (model.safetensors, else the legacy .bin), None without one:
+    what an export records, so that a graph beside weights trained since is noticed (litebert.serving.backends)."""
+    from litebert.files import sha256_file
+    for name in (WEIGHTS_NAME, LEGACY_WEIGHTS_NAME):
+        if os.path.isfile(os.path.join(directory, name)):
+            return sha256_file(os.path.join(directory, name))
+    return None
+
+
 def read_state_dict(directory: str) -> tuple[dict[str, torch.Tensor], str]:
     """The tensors of a model directory and the file they came from."""
     path = os.path.join(directory, WEIGHTS_NAME)

@@ -58,7 +58,7 @@ def test_torchscript_export_matches_pytorch(tmp_path, class_name):
     model_dir = save_tiny(tmp_path / "model", class_name)
     result = export_model(model_dir, tmp_path / "ts", "torchscript")
     assert result.model_class == class_name and result.verified_with == "torch.jit"
-    assert sorted(os.listdir(tmp_path / "ts")) == ["config.json", "model.pt", "spiece.model"]
+    assert sorted(os.listdir(tmp_path / "ts")) == ["config.json", "export.json", "model.pt", "spiece.model"]
     loaded = torch.jit.load(result.path)
     for padded in (True, False):
         batch = fresh_batch(model_dir, padded)
@@ -128,7 +128,7 @@ def test_cli_exports_into_the_model_directory_and_says_why_it_did_not_verify(tmp
                           "--no-verify"]) == 0
     printed = capsys.readouterr().out
     assert "not verified (skipped on request: --no-verify)" in printed and "onnxruntime" not in printed
-    assert sorted(os.listdir(model_dir)) == sorted([*before, "model.pt"])
+    assert sorted(os.listdir(model_dir)) == sorted([*before, "export.json", "model.pt"])
     assert {name: (tmp_path / "model" / name).read_bytes() for name in before} == before
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # what `import onnxruntime` sees when it is missing
     result = export_model(model_dir, tmp_path / "onnx", "onnx")

@@ -9,6 +9,7 @@ decoded from transformers' AlbertForQuestionAnswering logits over its fast token
 import io
 import json
 import re
+import shutil
 import sys
 
 import numpy as np
@@ -454,6 +455,26 @@ def test_bf16_and_onnxruntime_backends(models, tmp_path):
                 litebert.pipeline(model=models["qa"])(questions), atol=1e-4)
     with pytest.raises(ConfigError, match="no output 'last_hidden_state'"):  # a classifier's graph: logits only
         litebert.pipeline("feature-extraction", tmp_path / "onnx", backend="onnx")(texts[0])
+
+
+def test_a_graph_exported_into_its_model_directory_is_refused_once_the_weights_change(models, tmp_path):
+    """`litebert export --out MODEL_DIR` puts model.onnx beside the weights; trained again there, the directory's
+    graph still answered as the old model, silently. The export records its weights' sha256 (export.json), and the
+    onnxruntime backend refuses a graph whose weights have changed since."""
+    from litebert.interop.export import EXPORT_RECORD, export_model
+    model_dir = tmp_path / "model"
+    shutil.copytree(models["pairs"], model_dir)
+    export_model(model_dir, model_dir)
+    assert (model_dir / EXPORT_RECORD).is_file()
+    texts = [r["text"] for r in rows("novel_authorship", 2)]
+    litebert.pipeline(model=model_dir, backend="onnx")(texts)  # fresh: served
+    model = AlbertForSequenceClassification.from_pretrained(model_dir)
+    with torch.no_grad():
+        model.classifier.bias.add_(1.0)  # trained again, into the same directory
+    model.save_pretrained(model_dir)
+    with pytest.raises(ConfigError, match="exported from other weights"):
+        litebert.pipeline(model=model_dir, backend="onnx")
+    assert litebert.pipeline(model=model_dir, backend="torch")(texts)  # the torch backend reads the weights
 
 
 def test_the_torch_backend_moves_batches_to_the_models_device_and_answers_on_the_cpu(models, monkeypatch):

@@ -37,20 +37,23 @@ from torch import nn
 
 from litebert.config import AlbertConfig
 from litebert.errors import ConfigError, LitebertError
-from litebert.files import copy_file, write_files_atomically
+from litebert.files import copy_file, write_files_atomically, write_json
 from litebert.heads import model_class
 from litebert.interop import agreement as agree
 from litebert.interop import quantize as q
 from litebert.interop.quantize import share_transposed_initializers
 from litebert.runconfig import parse_verb, verb_parser
 from litebert.text.transformers_files import TOKENIZER_FILES
-from litebert.weights import resolve_model_dir
+from litebert.weights import resolve_model_dir, weights_digest
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 FORMATS = {"onnx": "model.onnx", "torchscript": "model.pt"}
 QUANTIZATIONS = ("none", "int8")
 INT8_WEIGHT_CHOICES = ("auto", *q.INT8_WEIGHTS)
 COPIED_FILES = ("config.json", *TOKENIZER_FILES)
+# Beside the graphs: the sha256 of the weights they were exported from (a graph exported into its model's own
+# directory goes stale when the model is trained again there; the onnxruntime backend then refuses it).
+EXPORT_RECORD = "export.json"
 ONNX_OPSET = 17  # SDPA and LayerNorm export as single ops from 17 on; onnxruntime >= 1.14 runs it
 # The file-format version of graphs litebert builds itself. onnx's helper writes its newest (14 with onnx 1.23),
 # which an onnxruntime older than that onnx refuses ("Unsupported model IR version: 14, max supported IR version:
@@ -174,8 +177,9 @@ def export_model(model_dir: str | os.PathLike, out_dir: str | os.PathLike, fmt: 
             if os.path.isfile(os.path.join(model_dir, name)):
                 copy_file(os.path.join(model_dir, name), os.path.join(tmp, name))
         _check_graph(result, module, staged, fmt, config, choices, atol, verify)
+        write_json(os.path.join(tmp, EXPORT_RECORD), {"weights_sha256": weights_digest(model_dir)})
 
-    owned = (FORMATS[fmt], *([q.INT8_ONNX] if fmt == "onnx" else []), *COPIED_FILES)
+    owned = (FORMATS[fmt], *([q.INT8_ONNX] if fmt == "onnx" else []), *COPIED_FILES, EXPORT_RECORD)
     write_files_atomically(out_dir, fill, owned=owned, last=("config.json",))
     if quantize == "int8":
         result.agreement_inputs = agreement_inputs

@@ -16,7 +16,8 @@ from typing import Any, Protocol
 import torch
 
 from litebert.errors import ConfigError
-from litebert.interop.export import ExportError, export_model
+from litebert.files import read_json_object
+from litebert.interop.export import EXPORT_RECORD, ExportError, export_model
 from litebert.interop.quantize import INT8_ONNX, quantize_model
 from litebert.runtime.device import resolve_device
 from litebert.runtime.precision import (
@@ -28,6 +29,7 @@ from litebert.runtime.precision import (
 )
 from litebert.tasks.families import Family
 from litebert.tasks.inference import MODEL_INPUTS
+from litebert.weights import weights_digest
 
 
 class Backend(Protocol):
@@ -123,6 +125,7 @@ class OnnxBackend:
         check_precision(cls, precision)
         path = os.path.join(directory, cls.FILES[precision])
         if os.path.isfile(path):
+            refuse_stale_export(directory, path)
             return cls(path, precision)
         tmp = tempfile.TemporaryDirectory(prefix="litebert-onnx-")
         try:
@@ -138,6 +141,21 @@ class OnnxBackend:
     def __call__(self, batch: dict[str, torch.Tensor]) -> GraphOutputs:
         outputs = self.session.run(None, {k: batch[k].numpy() for k in self.input_names})
         return GraphOutputs(zip(self.output_names, map(torch.from_numpy, outputs)))
+
+
+def refuse_stale_export(directory: str, graph: str) -> None:
+    """A graph exported into its model's own directory serves the weights of its export: when the directory's
+    weights differ from those the export recorded (trained again since), serving it would answer with the old
+    model, silently. Exports without a record (before 2026-11-28) or without weights beside them are taken."""
+    record = os.path.join(directory, EXPORT_RECORD)
+    if not os.path.isfile(record):
+        return
+    exported = read_json_object(record, ConfigError).get("weights_sha256")
+    current = weights_digest(directory)
+    if exported and current and exported != current:
+        raise ConfigError(f"{graph} was exported from other weights than those in {directory} (trained again "
+                          f"since?): export again (litebert export --model {directory} --out {directory}), or "
+                          "use --backend torch")
 
 
 BACKENDS: dict[str, type] = {"torch": TorchBackend, "pytorch": TorchBackend, "onnxruntime": OnnxBackend,
