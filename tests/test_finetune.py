@@ -280,3 +280,33 @@ def test_evaluating_a_split_without_its_task_is_refused_by_name(tmp_path, capsys
         assert litebert_main([verb, "--model", str(tmp_path), "--data-dir", str(TASKS / "novel_authorship"),
                               "--out", str(tmp_path / "out.json")]) == 2
         assert "--task is required with --data-dir" in capsys.readouterr().err
+
+
+def test_a_classifier_is_scored_by_its_label_names_and_one_without_them_is_refused_by_name(pretrained, tmp_path,
+                                                                                            capsys):
+    """Scoring maps gold labels to a model's outputs by name. A checkpoint whose config.json names no labels
+    (transformers' LABEL_0, LABEL_1) read as the task's numbered classes; one naming other classes, or none for
+    named classes, is a one-line error, not an AttributeError or a ValueError from the metric code."""
+    from litebert.heads import AlbertForSequenceClassification
+    tok = Tokenizer.from_pretrained(str(pretrained / "model"))
+
+    def classifier(name: str, **overrides) -> str:
+        AlbertForSequenceClassification.from_pretrained(pretrained / "model", **overrides).save_pretrained(
+            tmp_path / name)
+        tok.save_pretrained(str(tmp_path / name))
+        return str(tmp_path / name)
+
+    unnamed = classifier("unnamed", num_labels=2)
+    authors = classifier("authors", num_labels=4, id2label=dict(enumerate(
+        ("Charles Dickens", "H. G. Wells", "Jane Austen", "Jules Verne"))))
+    evaluate = ["evaluate", "--max-eval-examples", "8", "--max-length", "32", "--device", "cpu"]
+    assert litebert_main([*evaluate, "--model", unnamed, "--task", "bible_paraphrase", "--data-dir",
+                          str(TASKS / "bible_paraphrase"), "--out", str(tmp_path / "m.json")]) == 0
+    assert 0 <= json.loads((tmp_path / "m.json").read_text())["accuracy"] <= 1
+    capsys.readouterr()
+    assert litebert_main([*evaluate, "--model", unnamed, "--task", "novel_authorship", "--data-dir",
+                          str(TASKS / "novel_authorship")]) == 2
+    assert "names no labels (config.json's id2label is LABEL_0..LABEL_1)" in capsys.readouterr().err
+    assert litebert_main([*evaluate, "--model", authors, "--task", "bible_paraphrase", "--data-dir",
+                          str(TASKS / "bible_paraphrase")]) == 2
+    assert "not the labels of task bible_paraphrase ['0', '1'] (missing: ['0', '1'])" in capsys.readouterr().err

@@ -210,11 +210,37 @@ def read_task_split(cfg: TaskConfig, members: Sequence[str], split: str) -> Spli
     task = resolve_task(cfg)
     family = family_of(task)
     tok = load_tokenizer(cfg, first, AlbertConfig.load(first))  # first: a tokenizer too large for the model
-    labels = check_members(members, family, f"{task.name} ({task.kind})")
+    labels = model_labels_for_task(task, family, check_members(members, family, f"{task.name} ({task.kind})"),
+                                   first)
     examples = read_split(task, cfg, split, labels, cfg.max_eval_examples)
     settings = feature_settings(cfg, task, checked_max_length(cfg, task, first))
     return Split(split, task, family, labels, settings, tok.pad_id, examples,
                  family.featurize(examples, tok, labels, settings))
+
+
+def model_labels_for_task(task: Task, family: Family, model_labels: list[str] | None, directory: str
+                          ) -> list[str] | None:
+    """The class names a fine-tuned model's outputs mean, as a split of `task` is scored with them; None for a
+    family without classes of the task's (regression, multiple choice, span QA), whatever names its config has.
+
+    Scoring maps each gold label to the model's output by name, so the model must name every label the task
+    fixes: a model whose config.json names none (transformers' LABEL_0, LABEL_1, ...) is read as the task's
+    numbered classes "0".."n-1" in that order (the one reading of LABEL_i that is no guess), and otherwise
+    refused, as is one whose names are not the task's (its dev rows would fail, or all be skipped, by label)."""
+    fixed = family.labels(task, ())
+    if fixed is None:
+        return None
+    if model_labels is None:
+        count = AlbertConfig.load(directory).num_labels
+        if fixed == [str(i) for i in range(count)]:
+            return fixed
+        raise ConfigError(f"{directory} names no labels (config.json's id2label is LABEL_0..LABEL_{count - 1}): "
+                          f"which output is which class of {task.name} is unknown; write the class names, in "
+                          "output order, into its id2label")
+    if missing := [label for label in fixed if label not in model_labels]:
+        raise ConfigError(f"{directory} has labels {model_labels}, not the labels of task {task.name} {fixed} "
+                          f"(missing: {missing}): it was not fine-tuned for this task")
+    return model_labels
 
 
 def check_task_given(cfg: TaskConfig, given: set[str]) -> None:
