@@ -101,6 +101,25 @@ def test_mismatched_span_duplicate_id_bad_json(tmp_path):
         S.read_squad(broken)
 
 
+def test_an_article_or_paragraph_without_its_key_is_a_counted_bad_record(tmp_path):
+    """A misspelt "paragraphs" or "qas" key read as "no questions" dropped them without a count: the dev score
+    then said nothing of the questions it never saw."""
+    def paragraph(name, key="qas"):
+        return {"context": f"{name} is big.", key: [{"id": name, "question": "q",
+                                                       "answers": [{"text": name, "answer_start": 0}]}]}
+    path = tmp_path / "dev.json"
+    path.write_text(json.dumps({"data": [{"title": "a", "paragraphs": [paragraph("Warsaw")]},
+                                         {"title": "b", "paragraph": [paragraph("Paris")]},
+                                         {"title": "c", "paragraphs": [paragraph("Rome", key="questions")]},
+                                         {"title": "d", "paragraphs": []}]}))
+    kept = S.read_squad(path, errors="skip")
+    assert [e.id for e in kept] == ["Warsaw"] and kept.records == 3
+    assert "data[1]: an article should be" in kept.skipped[0]
+    assert "data[2].paragraphs[0]: a paragraph should be" in kept.skipped[1]
+    with pytest.raises(DataError, match=r"dev\.json: data\[1\]: an article should be \{title, paragraphs"):
+        S.read_squad(path)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # featurization
 

@@ -132,18 +132,19 @@ def _load_squad_data(path: Path):
 
 def _nested_questions(path: Path, data):
     """(where, (title, paragraph, qa)) for every question of the nested layout. A malformed article or paragraph
-    is yielded as a BadRecord in place of its questions, so `collect` counts or raises it like any bad record."""
+    is yielded as a BadRecord in place of its questions, so `collect` counts or raises it like any bad record:
+    one without its "paragraphs" or "qas" key too (a misspelt key read as no questions dropped them uncounted)."""
     if not isinstance(data, list):
         yield f"{path}: data", BadRecord(f'"data" should be a list of articles, got {type(data).__name__}')
         return
     for i, article in enumerate(data):
-        paragraphs = article.get("paragraphs", []) if isinstance(article, dict) else None
+        paragraphs = article.get("paragraphs") if isinstance(article, dict) else None
         if not isinstance(paragraphs, list):
             yield f"{path}: data[{i}]", BadRecord("an article should be {title, paragraphs: [...]}, got "
                                                   f"{_shown(article)}")
             continue
         for j, paragraph in enumerate(paragraphs):
-            qas = paragraph.get("qas", []) if isinstance(paragraph, dict) else None
+            qas = paragraph.get("qas") if isinstance(paragraph, dict) else None
             if not isinstance(qas, list):
                 yield f"{path}: data[{i}].paragraphs[{j}]", BadRecord(
                     f"a paragraph should be {{context, qas: [...]}}, got {_shown(paragraph)}")
