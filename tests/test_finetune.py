@@ -310,3 +310,9 @@ def test_a_classifier_is_scored_by_its_label_names_and_one_without_them_is_refus
     assert litebert_main([*evaluate, "--model", authors, "--task", "bible_paraphrase", "--data-dir",
                           str(TASKS / "bible_paraphrase")]) == 2
     assert "not the labels of task bible_paraphrase ['0', '1'] (missing: ['0', '1'])" in capsys.readouterr().err
+    table = tmp_path / "table"  # a table's own labels may be transformers' names: they name the outputs
+    table.mkdir()
+    (table / "dev.csv").write_text("text,label\n" + "".join(f"passage {i},LABEL_{i % 2}\n" for i in range(6)))
+    assert litebert_main([*evaluate, "--model", unnamed, "--task", "table", "--data-dir", str(table),
+                          "--text-columns", "text", "--dev-file", "dev.csv", "--out", str(tmp_path / "t.json")]) == 0
+    assert json.loads((tmp_path / "t.json").read_text())["accuracy"] in {k / 6 for k in range(7)}

@@ -226,7 +226,8 @@ def model_labels_for_task(task: Task, family: Family, model_labels: list[str] | 
     Scoring maps each gold label to the model's output by name, so the model must name every label the task
     fixes: a model whose config.json names none (transformers' LABEL_0, LABEL_1, ...) is read as the task's
     numbered classes "0".."n-1" in that order (the one reading of LABEL_i that is no guess), and otherwise
-    refused, as is one whose names are not the task's (its dev rows would fail, or all be skipped, by label)."""
+    refused, as is one whose names are not the task's (its dev rows would fail, or all be skipped, by label).
+    A task fixing no labels (a table) reads unnamed outputs as LABEL_i, as pipelines and transformers name them."""
     fixed = family.labels(task, ())
     if fixed is None:
         return None
@@ -234,6 +235,8 @@ def model_labels_for_task(task: Task, family: Family, model_labels: list[str] | 
         count = AlbertConfig.load(directory).num_labels
         if fixed == [str(i) for i in range(count)]:
             return fixed
+        if not fixed:
+            return [f"LABEL_{i}" for i in range(count)]
         raise ConfigError(f"{directory} names no labels (config.json's id2label is LABEL_0..LABEL_{count - 1}): "
                           f"which output is which class of {task.name} is unknown; write the class names, in "
                           "output order, into its id2label")
