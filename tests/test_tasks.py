@@ -420,3 +420,18 @@ def test_glue_submission_into_a_new_directory(tmp_path):
     assert path == tmp_path / "subs" / "MNLI-m.tsv" and path.read_text().startswith("index\tprediction\n0\t")
     assert T.write_glue_predictions(tmp_path / "subs", "AX", glue("AX", "test"), [0]) == tmp_path / "subs" / "AX.tsv"
     assert T.write_glue_predictions(tmp_path / "one.tsv", "AX", glue("AX", "test"), [0]).is_file()  # a file path
+
+
+def test_a_classifier_scores_the_same_whatever_order_its_outputs_name_the_classes():
+    """Binary F1 is the task's class 1 (the paraphrase): a checkpoint whose id2label lists "1" first scored the
+    F1 of class "0" instead (0.667 for predictions whose paraphrase F1 is 0.8)."""
+    import numpy as np
+
+    from litebert.tasks.families import FAMILIES
+    task = T.TASKS["bible_paraphrase"]
+    gold, predicted = ["1", "1", "1", "0"], ["1", "1", "0", "0"]
+    examples = [T.TextExample(str(i), "a", "b", label) for i, label in enumerate(gold)]
+    for labels in (["0", "1"], ["1", "0"]):
+        scores = [np.eye(2)[labels.index(p)] for p in predicted]
+        metrics, predictions, _ = FAMILIES["classification"].score(task, examples, None, scores, labels, None)
+        assert metrics == {"accuracy": 0.75, "f1": pytest.approx(0.8)} and predictions == predicted

@@ -180,10 +180,12 @@ class SequenceClassification(Family):
         return featurize_classification(examples, tok, settings.max_length, labels)
 
     def score(self, task, examples, features, scores, labels, settings, calibration=None):
-        preds = [int(s.argmax()) for s in scores]
-        gold = [None if ex.label is None else labels.index(str(ex.label)) for ex in examples]
+        """Class ids in the task's label order, not the model's: f1's positive class is the task's 1 (paraphrase)."""
+        order = [*(task.labels or ()), *(name for name in labels if name not in (task.labels or ()))]
+        preds = [order.index(labels[int(s.argmax())]) for s in scores]
+        gold = [None if ex.label is None else order.index(str(ex.label)) for ex in examples]
         metrics = M.compute_metrics(task.metrics, preds, gold) if _labelled(gold) else {}
-        return Scored(metrics, [labels[p] for p in preds], {})
+        return Scored(metrics, [order[p] for p in preds], {})
 
     def baseline(self, task, train_examples, eval_examples):
         counts: dict[str, int] = {}
