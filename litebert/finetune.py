@@ -34,7 +34,7 @@ from litebert.model import encoder_of
 from litebert.runconfig import load_toml, parse_verb, verb_parser
 from litebert.tasks.families import Family, FeatureSettings, Scored, family_of
 from litebert.tasks.features import collate
-from litebert.tasks.fine_tuned import CALIBRATION_FILE
+from litebert.tasks.fine_tuned import BEST_SCORE_NAME, CALIBRATION_FILE
 from litebert.tasks.inference import model_scores
 from litebert.tasks.loading import (
     RECIPES,
@@ -59,7 +59,6 @@ from litebert.weights import resolve_model_dir
 
 log = logging.getLogger("litebert")
 
-BEST_SCORE_NAME = "best_score.json"  # in best/, written with it: what it scored, so --resume keeps it unless beaten
 
 
 @dataclass
@@ -223,14 +222,15 @@ def examples_fingerprint(train_examples: Sequence, eval_examples: Sequence) -> d
 
 
 def _write_best(directory: str, model, tokenizer, scored: Scored, primary: str, eval_split: str,
-                card: dict[str, Any]) -> None:
+                card: dict[str, Any], settings: FeatureSettings) -> None:
     """Fill `directory` as a best/ checkpoint: the model and tokenizer (its model card with the scores), the
-    score it won with (which a resumed run must beat) and what the family calibrated on `eval_split`, so
-    evaluating it later applies the same."""
+    score it won with (which a resumed run must beat) and the feature settings it won with, and what the family
+    calibrated on `eval_split`, so evaluating it later applies the same."""
     metrics = {f"{eval_split} {k}": v for k, v in scored.metrics.items() if isinstance(v, (int, float))}
     model.save_pretrained(directory, card={**card, "metrics": metrics})
     tokenizer.save_pretrained(str(directory))
-    write_json(os.path.join(directory, BEST_SCORE_NAME), {"primary_metric": primary, "metrics": scored.metrics})
+    write_json(os.path.join(directory, BEST_SCORE_NAME), {"primary_metric": primary, "metrics": scored.metrics,
+                                                          "features": dataclasses.asdict(settings)})
     if scored.calibration:
         write_json(os.path.join(directory, CALIBRATION_FILE), {"split": eval_split, **scored.calibration})
 
@@ -285,7 +285,7 @@ def finetune(cfg: FinetuneConfig, train_cfg: TrainConfig) -> dict[str, Any]:
         improved = value > best["metric"]
         if improved:  # replaced whole or not at all: a kill mid-write keeps the previous best
             write_dir_atomically(best_dir, lambda tmp: _write_best(tmp, m, run.tokenizer, scored, primary,
-                                                                   cfg.eval_split, card))
+                                                                   cfg.eval_split, card, run.settings))
             best.update(metric=value, metrics=scored.metrics)
         return {k: v for k, v in scored.metrics.items() if isinstance(v, (int, float))}
 

@@ -138,6 +138,24 @@ def test_evaluate_and_predict_cli(pretrained, tmp_path, capsys):
     assert "is not fine-tuned for novel_authorship" in capsys.readouterr().err
 
 
+def test_evaluate_cuts_inputs_at_the_length_the_model_was_fine_tuned_with(pretrained, tmp_path, monkeypatch):
+    """`evaluate` without --max-length used the task recipe's length: a model fine-tuned (and selected) at 24
+    tokens was scored at the recipe's, another score than the run's. best/ records the length it won with."""
+    from litebert.tasks import loading
+    out = tmp_path / "run"
+    assert litebert_main(["finetune", "--model", str(pretrained / "model"), "--task", "wordnet_defmc", "--data-dir",
+                          str(TASKS / "wordnet_defmc"), "--max-train-examples", "16", "--max-eval-examples", "8",
+                          "--max-steps", "1", "--batch-size", "8", "--max-length", "24", "--out-dir", str(out),
+                          "--no-progress"]) == 0
+    used = []
+    real = loading.feature_settings
+    monkeypatch.setattr(loading, "feature_settings", lambda cfg, task, n: used.append(n) or real(cfg, task, n))
+    for extra, length in (([], 24), (["--max-length", "40"], 40)):  # a flag still wins
+        assert litebert_main(["evaluate", "--model", str(out / "best"), "--task", "wordnet_defmc", "--data-dir",
+                              str(TASKS / "wordnet_defmc"), "--max-eval-examples", "8", *extra]) == 0
+        assert used[-1] == length
+
+
 def test_bad_input_is_one_line(pretrained, tmp_path, capsys):
     assert litebert_main(["finetune", "--model", str(pretrained / "model"), "--task", "nope", "--data-dir", "x"]) == 2
     assert "unknown task 'nope'" in capsys.readouterr().err

@@ -15,6 +15,17 @@ from litebert.heads import AlbertForSequenceClassification
 from litebert.tasks.families import FAMILIES, Family
 
 CALIBRATION_FILE = "calibration.json"  # beside a fine-tuned checkpoint: what its family tuned on dev
+BEST_SCORE_NAME = "best_score.json"  # in best/, written with it: what it scored (so --resume keeps it unless
+# beaten) and the feature settings it was scored with (so evaluating it later cuts its inputs the same way)
+
+
+def fine_tuned_max_length(directory: str) -> int | None:
+    """The max_length a best/ checkpoint was fine-tuned and scored with, or None (not a best/, or written before
+    it was recorded): `evaluate` without --max-length uses it, where the recipe's could differ from the run's."""
+    path = os.path.join(directory, BEST_SCORE_NAME)
+    if not os.path.isfile(path):
+        return None
+    return read_json_object(path, CheckpointError).get("features", {}).get("max_length")
 
 
 def read_calibration(directory: str) -> dict[str, Any] | None:

@@ -20,7 +20,7 @@ from litebert.files import read_json_object
 from litebert.runtime.device import resolve_device
 from litebert.tasks.ensembles import check_members
 from litebert.tasks.families import Family, FeatureSettings, Scored, family_of
-from litebert.tasks.fine_tuned import CALIBRATION_FILE, read_calibration
+from litebert.tasks.fine_tuned import CALIBRATION_FILE, fine_tuned_max_length, read_calibration
 from litebert.tasks.inference import check_finite_scores, model_scores
 from litebert.tasks.records import Examples
 from litebert.tasks.registry import TASKS, Task, read_task
@@ -143,12 +143,14 @@ def read_split(task: Task, cfg: TaskConfig, split: str, labels: list[str] | None
                                                    examples.first_skip)
 
 
-def checked_max_length(cfg: TaskConfig, task: Task, model_dir: str) -> int:
-    """--max-length, else the recipe's, capped by what the model's position embeddings can hold."""
+def checked_max_length(cfg: TaskConfig, task: Task, model_dir: str, fine_tuned: bool = False) -> int:
+    """--max-length, else (`fine_tuned`: a model being scored) the length it was fine-tuned with, else the
+    recipe's, capped by what the model's position embeddings can hold."""
     positions = AlbertConfig.load(model_dir).max_position_embeddings
     if cfg.max_length is None:
         recipe = RECIPES.get(task.name)
-        return min(recipe.max_length if recipe else DEFAULT_MAX_LENGTH, positions)
+        recorded = fine_tuned_max_length(model_dir) if fine_tuned else None
+        return min(recorded or (recipe.max_length if recipe else DEFAULT_MAX_LENGTH), positions)
     if cfg.max_length > positions:
         raise ConfigError(f"max_length {cfg.max_length} exceeds the model's max_position_embeddings {positions}")
     return cfg.max_length
@@ -213,7 +215,7 @@ def read_task_split(cfg: TaskConfig, members: Sequence[str], split: str) -> Spli
     labels = model_labels_for_task(task, family, check_members(members, family, f"{task.name} ({task.kind})"),
                                    first)
     examples = read_split(task, cfg, split, labels, cfg.max_eval_examples)
-    settings = feature_settings(cfg, task, checked_max_length(cfg, task, first))
+    settings = feature_settings(cfg, task, checked_max_length(cfg, task, first, fine_tuned=True))
     return Split(split, task, family, labels, settings, tok.pad_id, examples,
                  family.featurize(examples, tok, labels, settings))
 
