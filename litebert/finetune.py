@@ -340,11 +340,15 @@ GRID_HELP = """grids of runs (litebert.training.sweep):
   --score-test             score the selected configuration's runs on test, once each"""
 
 
+def command_line() -> argparse.ArgumentParser:
+    return verb_parser("finetune", __doc__, {"task and model": FinetuneConfig,
+                                             "training (defaults: the task's ALBERT recipe)": TrainConfig},
+                       epilog=recipe_help() + "\n\n" + GRID_HELP)
+
+
 def parse_args(argv: list[str]) -> tuple[FinetuneConfig, TrainConfig]:
     """A single run's configs from its flags: defaults < the task's recipe < --config's TOML < flags."""
-    parser = verb_parser("finetune", __doc__, {"task and model": FinetuneConfig,
-                                                "training (defaults: the task's ALBERT recipe)": TrainConfig},
-                         epilog=recipe_help() + "\n\n" + GRID_HELP)
+    parser = command_line()
     args = parser.parse_args(argv)
 
     def recipe(configs: tuple, given: dict) -> dict[str, Any]:  # by a flag or in --config's [train] alike
@@ -366,9 +370,7 @@ def warmup_given(argv: list[str]) -> bool:
     """A warmup the user set, by --warmup-steps or in --config's [train]: what a grid over --max-steps needs."""
     if any(a.startswith("--warmup-steps") for a in argv):
         return True
-    only_config = argparse.ArgumentParser(add_help=False)
-    only_config.add_argument("--config")
-    config = only_config.parse_known_args(argv)[0].config
+    config = getattr(command_line().parse_known_args(argv)[0], "config", None)
     return bool(config) and "warmup_steps" in load_toml(config).get("train", {})
 
 

@@ -32,7 +32,7 @@ from litebert.corpus.batches import make_batch
 from litebert.corpus.dataset import PretrainDataset
 from litebert.errors import CheckpointError, ConfigError, DataError
 from litebert.files import write_json
-from litebert.model import AlbertForPreTraining
+from litebert.model import AlbertForPreTraining, packed_positions
 from litebert.runconfig import parse_verb, verb_parser
 from litebert.text.transformers_files import SPIECE_FILE
 from litebert.tokenizer import Tokenizer
@@ -174,8 +174,12 @@ class Batches:
                           max_predictions_per_seq=args["max_predictions_per_seq"], max_ngram=args["max_ngram"])
 
     def __call__(self, indices: list[int], position: int, stream: int = TRAIN_STREAM) -> dict[str, torch.Tensor]:
+        packed = self.packed and stream == TRAIN_STREAM  # the padding-free encoder's shapes from a few, as a
+        # CUDA graph needs (`--padding-free --cuda-graphs`): padded to the data's length, the real tokens listed
         batch = make_batch(self.dataset, indices, seed=self.seed, stream=stream, position=position,
-                           packed=self.packed and stream == TRAIN_STREAM, **self.knobs)
+                           pad_to_max_length=packed, **self.knobs)
+        if packed:
+            batch["packed_positions"] = packed_positions(batch["attention_mask"])
         if self.task is None:
             del batch["sentence_order_label"]
         return batch

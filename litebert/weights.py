@@ -18,6 +18,7 @@ from torch import nn
 
 from litebert.config import AlbertConfig
 from litebert.errors import CheckpointError, ConfigError, NonFiniteError
+from litebert.files import sha256_file
 from litebert.hub import fetch_from_hub, looks_like_hub_id, write_model_card
 from litebert.text.transformers_files import match_model_max_length
 
@@ -54,7 +55,6 @@ def _whole(directory: str) -> str:
 def weights_digest(directory: str | os.PathLike) -> str | None:
     """sha256 of a model directory's weights file (model.safetensors, else the legacy .bin), None without one:
     what an export records, so that a graph beside weights trained since is noticed (litebert.serving.backends)."""
-    from litebert.files import sha256_file
     for name in (WEIGHTS_NAME, LEGACY_WEIGHTS_NAME):
         if os.path.isfile(os.path.join(directory, name)):
             return sha256_file(os.path.join(directory, name))

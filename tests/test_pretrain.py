@@ -271,10 +271,10 @@ def test_pretrain_padding_free_learns_as_the_padded_run(prepared, tmp_path, monk
 def test_packed_batches_pad_to_the_data_length_and_list_their_real_tokens(prepared):
     """What `pretrain --padding-free --cuda-graphs` trains on: every batch padded to max_seq_length (a shape a graph
     keeps) with its real tokens' flat positions, their count rounded up past a multiple of that length (-1)."""
+    from litebert.pretrain import Batches
     data = PretrainDataset(str(prepared / "data"))
-    knobs = dict(vocab_size=1000, mask_id=4, max_seq_length=32)
-    plain = make_batch(data, list(range(6)), seed=1, stream=0, position=0, **knobs)
-    packed = make_batch(data, list(range(6)), seed=1, stream=0, position=0, packed=True, **knobs)
+    plain = Batches(data, seed=1, task="sop")(list(range(6)), 0)
+    packed = Batches(data, seed=1, task="sop", packed=True)(list(range(6)), 0)
     mask, positions = packed["attention_mask"], packed["packed_positions"]
     assert mask.shape == (6, 32) and "packed_positions" not in plain
     n = int(mask.sum())

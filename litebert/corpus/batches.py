@@ -18,16 +18,15 @@ from litebert.errors import DataError
 
 def make_batch(dataset: PretrainDataset, indices: list[int], seed: int, stream: int, position: int, vocab_size: int,
                mask_id: int, max_seq_length: int, masked_lm_prob: float = 0.15, max_predictions_per_seq: int = 20,
-               pad_to_max_length: bool = False, max_ngram: int = 3, packed: bool = False) -> dict:
+               pad_to_max_length: bool = False, max_ngram: int = 3) -> dict:
     """A padded, masked batch (torch int64): input_ids, attention_mask, token_type_ids, labels (-100 = not
     predicted), sentence_order_label. Row r is the example at `position` + r of its stream (training, held-out,
     ...): its dynamic masks are drawn from (seed, stream, that position) alone, whatever batch it is in; static
-    shards use their stored masks. `packed`: padded to max_seq_length, with the real tokens' `packed_positions`
-    (the padding-free encoder's shapes from a few, as a CUDA graph needs: `pretrain --padding-free --cuda-graphs`)."""
+    shards use their stored masks."""
     import torch
 
     rows = [dataset[int(i)] for i in indices]
-    width = max_seq_length if pad_to_max_length or packed else max((len(r["input_ids"]) for r in rows), default=0)
+    width = max_seq_length if pad_to_max_length else max((len(r["input_ids"]) for r in rows), default=0)
     B = len(rows)
     ids = np.full((B, width), dataset.pad_id, dtype=np.int64)
     labels = np.full((B, width), IGNORE_INDEX, dtype=np.int64)
@@ -47,9 +46,5 @@ def make_batch(dataset: PretrainDataset, indices: list[int], seed: int, stream: 
         ids[r, :T], labels[r, :T], types[r, :T], attn[r, :T] = masked, lab, row["token_type_ids"], 1
     sop = np.array([r["sentence_order_label"] for r in rows], dtype=np.int64)
     t = torch.from_numpy
-    batch = {"input_ids": t(ids), "attention_mask": t(attn), "token_type_ids": t(types), "labels": t(labels),
-             "sentence_order_label": t(sop)}
-    if packed:
-        from litebert.model import packed_positions
-        batch["packed_positions"] = packed_positions(batch["attention_mask"])
-    return batch
+    return {"input_ids": t(ids), "attention_mask": t(attn), "token_type_ids": t(types), "labels": t(labels),
+            "sentence_order_label": t(sop)}
