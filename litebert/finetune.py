@@ -79,16 +79,16 @@ class FinetuneConfig(TaskConfig):
         "help": "stop after N evaluations (--eval-every) without a better dev score; best/ keeps the best "
                 "(0: train all --max-steps)"})
     padding_free: bool = field(default=True, metadata={
-        "help": "run the encoder on each batch's real tokens alone, no work spent on padding (varlen flash "
-                "attention on CUDA in bf16/fp16; elsewhere attention re-pads, the rest stays unpadded): the same "
-                "model to rounding (QA: logits at padding become the head's bias). On because a CPU measured it "
-                "faster: 1.5x the padded step's tokens/s (tiny model, novel_authorship at 128, 52%% padding). On an "
-                "H100 (albert-base, bf16, max_length 512) it halves the GPU's work and memory and skips the padded "
-                "step's setup for each new batch length (0.75 s vs 11.7 s over 20 batches); a step at a length "
-                "seen before, launch-bound at these sizes, is 0.86x as fast at batch 32 and 1.25x at batch 128 "
-                "(bench/finetune_padding.py, docs/gpu.md). --compile turns it off (padded batches keep the compiled "
-                "blocks' shapes); with --cuda-graphs each batch is padded to --max-length and its real tokens "
-                "rounded up to a multiple of it, a few shapes that are captured once each"})
+        "help": "run the encoder on each batch's real tokens alone, no work spent on padding (varlen flash attention "
+                "on CUDA in bf16/fp16; elsewhere attention re-pads, the rest stays unpadded): the same model to "
+                "rounding (QA trains padded: its loss reads every position, padding too). On because a CPU measured "
+                "it faster: 1.5x the padded step's tokens/s (tiny model, novel_authorship at 128, 52%% padding). On "
+                "an H100 (albert-base, bf16, max_length 512) it halves the GPU's work and memory and skips the "
+                "padded step's setup for each new batch length (0.75 s vs 11.7 s over 20 batches); a step at a "
+                "length seen before, launch-bound at these sizes, is 0.86x as fast at batch 32 and 1.25x at batch "
+                "128 (bench/finetune_padding.py, docs/gpu.md). --compile turns it off (padded batches keep the "
+                "compiled blocks' shapes); with --cuda-graphs each batch is padded to --max-length and its real "
+                "tokens rounded up to a multiple of it, a few shapes that are captured once each"})
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from litebert.config import AlbertConfig
+from litebert.config import IGNORE_INDEX, AlbertConfig
 from litebert.errors import CheckpointError
 from litebert.model import (
     AlbertForMaskedLM,
@@ -102,8 +102,9 @@ class AlbertForTokenClassification(PretrainedMixin, nn.Module):
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, output_hidden_states: bool = False,
                 output_attentions: bool = False, packed_positions: torch.Tensor | None = None) -> ClassifierOutput:
+        loss_reads = None if labels is None else labels != IGNORE_INDEX  # HF's loss reads labels on padding too
         out = self.albert(input_ids, attention_mask, token_type_ids, position_ids, None, output_hidden_states,
-                          output_attentions, packed_positions)
+                          output_attentions, packed_positions, loss_reads)
         logits = self.classifier(self.dropout(out.last_hidden_state))  # (B, T, num_labels)
         loss = None
         if labels is not None:
@@ -127,11 +128,16 @@ class AlbertForQuestionAnswering(PretrainedMixin, nn.Module):
                 start_positions: torch.Tensor | None = None, end_positions: torch.Tensor | None = None,
                 output_hidden_states: bool = False, output_attentions: bool = False,
                 packed_positions: torch.Tensor | None = None) -> QuestionAnsweringOutput:
+        # The loss is a softmax over every position, padding included (as transformers' and TF ALBERT's), so
+        # training reads the padded path's states at padding: padding-free gives zeros there (logits = bias)
+        # and a different loss. Logits alone, at real tokens, are the same either way.
+        with_loss = start_positions is not None and end_positions is not None
+        loss_reads = torch.ones_like(input_ids, dtype=torch.bool) if with_loss else None
         out = self.albert(input_ids, attention_mask, token_type_ids, position_ids, None, output_hidden_states,
-                          output_attentions, packed_positions)
+                          output_attentions, None if with_loss else packed_positions, loss_reads)
         start_logits, end_logits = self.qa_outputs(out.last_hidden_state).float().unbind(-1)  # (B, T) each
         loss = None
-        if start_positions is not None and end_positions is not None:
+        if with_loss:
             # Positions outside the sequence are ignored, as in HF (they clamp to T and ignore index T).
             T = start_logits.shape[1]
             start = start_positions.view(-1).clamp(0, T)

@@ -218,16 +218,19 @@ def unpadded_from_positions(positions: torch.Tensor, attention_mask: torch.Tenso
     return Unpadded(positions.clamp(min=0), cu_seqlens, T, real, dtype, scatter=positions.masked_fill(spare, B * T))
 
 
-def unpad(attention_mask: torch.Tensor, output_positions: torch.Tensor | None, dtype: torch.dtype
-          ) -> Unpadded | None:
+def unpad(attention_mask: torch.Tensor, output_positions: torch.Tensor | None, dtype: torch.dtype,
+          loss_reads: torch.Tensor | None = None) -> Unpadded | None:
     """The batch's real tokens as an Unpadded, or None where the padded path must run (nothing is padded, or an
-    output position falls on padding). What the shapes need (how many real tokens, the longest sequence, whether
-    every output position is real) is read in one host sync: on a GPU each sync stops the CPU from queueing
-    kernels ahead, and a fine-tuning step of albert-base is short enough for that to show."""
+    output position, or a position in the (B, T) bool `loss_reads`, falls on padding: the padding-free states
+    are zeros there, the padded path's are not). What the shapes need (how many real tokens, the longest
+    sequence, whether every position read is real) is read in one host sync: on a GPU each sync stops the CPU
+    from queueing kernels ahead, and a fine-tuning step of albert-base is short enough for that to show."""
     B, T = attention_mask.shape
     real = attention_mask.ne(0)
     lengths = real.sum(1)  # (B,)
     outputs_real = real.gather(1, output_positions).all() if output_positions is not None else real.new_ones(())
+    if loss_reads is not None:
+        outputs_real = outputs_real & (real | ~loss_reads).all()
     n, longest, usable = torch.stack([lengths.sum(), lengths.max(), outputs_real.long()]).tolist()
     if n == B * T or not usable:
         return None
@@ -507,13 +510,17 @@ class AlbertModel(PretrainedMixin, nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                 output_positions: torch.Tensor | None = None, output_hidden_states: bool = False,
-                output_attentions: bool = False, packed_positions: torch.Tensor | None = None) -> BaseOutput:
+                output_attentions: bool = False, packed_positions: torch.Tensor | None = None,
+                loss_reads: torch.Tensor | None = None) -> BaseOutput:
         """`output_positions` (B, Tq): compute the final hidden states only there (a head that reads few
         positions saves most of the last layer); last_hidden_state is then (B, Tq, H), and the pooler reads
         its first column, which must be position 0 ([CLS]). output_hidden_states / output_attentions: also
         return them, as transformers does (attention probabilities are then computed explicitly, not by SDPA).
+        `loss_reads` (B, T) bool: the positions of last_hidden_state a head's loss reads; where one is padding,
+        `padding_free` stands aside (its states there are zeros, transformers' are not, and the loss would differ).
         `packed_positions` (from litebert.model.packed_positions, with `attention_mask`): run padding-free with the
-        token count the host chose, whatever `padding_free` says; output positions must then be real tokens."""
+        token count the host chose, whatever `padding_free` says; output positions and `loss_reads` must then be
+        real tokens (not checked: that would read the device)."""
         if attention_mask is not None and attention_mask.dim() != 2:  # transformers also takes (B, 1, T, T)
             raise ConfigError(f"attention_mask must be (batch, length) 1/0, got shape {tuple(attention_mask.shape)}")
         x = self.embeddings(input_ids, token_type_ids, position_ids)
@@ -526,7 +533,7 @@ class AlbertModel(PretrainedMixin, nn.Module):
                 # the pooler reads position 0: it must be a real token too (left padding: the padded path)
                 read = output_positions if output_positions is not None or self.pooler is None else \
                     attention_mask.new_zeros((attention_mask.shape[0], 1), dtype=torch.long)
-                unpadded = unpad(attention_mask, read, x.dtype)
+                unpadded = unpad(attention_mask, read, x.dtype, loss_reads)
         if unpadded is not None:
             h = self.unpadded_encoder(x, attention_mask, unpadded, output_positions)
         else:  # no padding, or states asked for at every position or at padding: the padded encoder
