@@ -14,6 +14,7 @@ The vocabulary layout is ALBERT's: <pad>=0, <unk>=1, [CLS]=2, [SEP]=3, [MASK]=4.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -32,6 +33,7 @@ from litebert.text.conventions import (
     is_word_start_piece,
     preprocess_text,
     preprocess_with_alignment,
+    vanishes,
 )
 from litebert.text.encoding import BatchEncoding
 from litebert.text.pretokenize import segmenter_for
@@ -246,7 +248,8 @@ class Tokenizer:
         when max_length is given, as transformers does without padding; with no max_length nothing is cut, and a
         row longer than model_max_length warns, as in transformers (the model would refuse it).
         Offsets (return_offsets_mapping) follow AlbertTokenizerFast, except that a quote written as `` or ''
-        spans both characters (transformers: the second).
+        spans both characters (transformers: the second), and so does a letter with the accents normalisation
+        strips after it (transformers: the letter alone; conventions.vanishes says why).
         """
         strategy, pad = encoding.truncation_strategy(truncation), encoding.padding_strategy(padding)
         if return_tensors not in ("pt", "np", None):
@@ -370,6 +373,7 @@ class Tokenizer:
         # sentencepiece reports byte offsets into `norm`; map bytes -> chars -> original chars
         byte_to_char = np.repeat(np.arange(len(norm) + 1), [len(c.encode()) for c in norm] + [1])
         src_end = src + [len(text)]
+        gone = functools.cache(functools.partial(vanishes, sp_normalize=self.sp.normalize, **self._pp))
 
         def to_original(cb: int, ce: int) -> tuple[int, int]:
             s = src_end[cb]
@@ -378,8 +382,11 @@ class Tokenizer:
             if ce <= cb:
                 return base + s, base + s
             e = src[ce - 1] + 1
+            if ce == len(norm) or src[ce] != src[ce - 1]:  # what normalises to nothing after that char is its own
+                while e < len(text) and gone(text[e]):
+                    e += 1
             # past the spaces; a bare "▁" (its space run maps to the run's first char) is empty at the next word
-            while s < len(text) and text[s].isspace():
+            while s < len(text) and (text[s].isspace() or gone(text[s])):
                 s += 1
             while e > s and text[e - 1].isspace():
                 e -= 1

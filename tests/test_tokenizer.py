@@ -370,6 +370,22 @@ def test_offsets_point_into_original_text(albert_tok, bundled_tok):
                     assert span == piece or piece in span or span in piece, (text, text[s:e], piece)
 
 
+def test_a_span_keeps_what_normalisation_drops_after_its_last_character(albert_tok, bundled_tok):
+    """ALBERT strips a combining accent and sentencepiece drops a zero-width space: nothing of them is left in
+    the normalised text, so a token's span used to end before them (the answer "Cafe" + U+0301 decoded as
+    "Cafe") and the next token's span started on them (" next" with its space). They belong to the character
+    before them, as a mark to its letter."""
+    for tok in (albert_tok, bundled_tok):
+        for text, first, rest in [("Cafe\u0301 society", "Cafe\u0301", "society"),
+                                  ("Cafe\u0301\u0301, then", "Cafe\u0301\u0301", ", then"),
+                                  ("word\u200b next", "word\u200b", "next"), ("a \u0301b", "a", "b")]:
+            ids, spans = tok.encode_with_offsets(text)
+            cut = next(k for k, (s, _) in enumerate(spans) if s >= len(first))  # the tokens of `first`, then `rest`
+            assert text[spans[0][0]:spans[cut - 1][1]] == first, (text, spans)
+            assert text[spans[cut][0]:spans[-1][1]] == rest, (text, spans)
+            assert all(s >= len(first) for s, _ in spans[cut:]) and tok.encode(text, add_special_tokens=False) == ids
+
+
 def test_batch_call_pads_and_truncates(bundled_tok):
     out = bundled_tok(["Anne.", "Captain Wentworth came in at last."], ["Yes.", "No."], max_length=8)
     assert set(out) == {"input_ids", "attention_mask", "token_type_ids"}

@@ -72,6 +72,18 @@ def preprocess_with_alignment(text: str, lower=True, keep_accents=False, remove_
     return out, src
 
 
+def vanishes(ch: str, sp_normalize, lower=True, keep_accents=False, remove_space=True) -> bool:
+    """Whether ALBERT's normalisation leaves nothing of `ch` (not whitespace): a combining mark it strips, or a
+    zero-width space or control character that sentencepiece's normaliser (`sp_normalize`) drops.
+
+    Offsets give such a character to the one before it, as a mark belongs to its letter: a span ending there
+    ends after it (an answer "Cafe" + U+0301 keeps its accent), and the next token's span does not start on it.
+    """
+    if ch.isspace() or ch.isascii() and ch.isprintable():
+        return False
+    return not sp_normalize(preprocess_text(ch, lower, keep_accents, remove_space))
+
+
 def is_word_start_piece(piece: str) -> bool:
     """Whether a piece begins a new word for whole-word masking (the original `_is_start_piece_sp`).
 
