@@ -55,6 +55,25 @@ def test_segmentation_only_inserts_spaces_at_morpheme_boundaries(name):
     assert segmenter.record["name"] == name and segmenter.record["version"] and segmenter.record["model_version"]
 
 
+@pytest.mark.parametrize("name", SEGMENTED)
+def test_decomposed_text_is_segmented_as_composed_and_a_mark_stays_with_its_letter(name):
+    """Both analysers took decomposed Hangul (NFD, as macOS writes it) for one unknown word and left it whole,
+    and cut a combining accent off its letter: the same text then gave other ids by its normal form."""
+    from litebert.text.pretokenize import make_segmenter
+
+    segmenter = make_segmenter(name)
+    for text in TEXTS + ["Cafe\u0301 학교에서", "👨\u200d👩\u200d👧 가족이"]:
+        decomposed = unicodedata.normalize("NFD", text)
+        assert segmenter.segment(decomposed) == unicodedata.normalize("NFD", segmenter.segment(text)), text
+    assert segmenter.segment("Cafe\u0301 학교에서") == "Cafe\u0301 학교 에서"
+
+
+def test_decomposed_text_gets_the_ids_of_composed_text(tokenizers):
+    _, morph, _ = tokenizers
+    for text in TEXTS:
+        assert morph.encode(unicodedata.normalize("NFD", text)) == morph.encode(text), text
+
+
 def test_a_missing_segmenter_package_names_its_extra(monkeypatch):
     from litebert.errors import ConfigError
     from litebert.text.pretokenize import MecabSegmenter

@@ -21,10 +21,13 @@ kiwi takes seconds, and segments faster.
 from __future__ import annotations
 
 import importlib
+import unicodedata
 import warnings
 from functools import cache
 
 from litebert.errors import ConfigError
+
+ZWJ = "\u200d"  # joins emoji into one (a family): never cut beside it
 
 
 class Segmenter:
@@ -39,8 +42,14 @@ class Segmenter:
 
     def segment_aligned(self, text: str) -> tuple[str, list[int]]:
         """(segmented text, for each of its characters the index of the raw character it stands for; an inserted
-        space stands for the character after it)."""
-        cuts = self.boundaries(text) if text.strip() else set()
+        space stands for the character after it).
+
+        The analyser reads the text composed (NFC), and a cut falls only where a unit of `composed_units` starts:
+        decomposed Hangul (NFD, as macOS writes it) is one unknown word to both analysers, and they cut a
+        combining accent off its letter, where sentencepiece's NFKC would have composed them.
+        """
+        composed, unit_start = composed_units(text)
+        cuts = {unit_start[p] for p in self.boundaries(composed) if p < len(composed)} - {-1} if text.strip() else set()
         out: list[str] = []
         source: list[int] = []
         for i, ch in enumerate(text):
@@ -53,6 +62,24 @@ class Segmenter:
 
     def segment(self, text: str) -> str:
         return self.segment_aligned(text)[0]
+
+
+def composed_units(text: str) -> tuple[str, list[int]]:
+    """(NFC of `text`, for each of its characters the raw index of the unit it starts, -1 inside a unit). A unit
+    is what normalisation may compose into one character: a character with the marks after it, a Hangul leading
+    jamo with its vowel and final jamo, and emoji joined by U+200D."""
+    composed: list[str] = []
+    unit_start: list[int] = []
+    start = 0
+    for i in range(1, len(text) + 1):
+        if i < len(text) and (unicodedata.category(text[i])[0] == "M" or "\u1160" <= text[i] <= "\u11ff"
+                              or "\ud7b0" <= text[i] <= "\ud7ff" or ZWJ in (text[i], text[i - 1])):
+            continue  # inside the unit that started at `start`
+        unit = unicodedata.normalize("NFC", text[start:i])
+        composed.append(unit)
+        unit_start += [start] + [-1] * (len(unit) - 1)
+        start = i
+    return "".join(composed), unit_start
 
 
 class KiwiSegmenter(Segmenter):
