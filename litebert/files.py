@@ -367,6 +367,11 @@ def _same_bytes(a: Path, b: Path) -> bool:
 def read_json_object(path: str | os.PathLike, error: type[Exception] = ValueError) -> dict[str, Any]:
     """The JSON object in a file; a missing file is FileNotFoundError, a damaged (non-JSON, non-UTF-8) or
     non-object one is `error` with a one-line message naming it."""
+    return read_json_as(path, dict, error)
+
+
+def read_json_as(path: str | os.PathLike, kind: type, error: type[Exception] = ValueError) -> Any:
+    """The JSON value of type `kind` (dict: an object, list: an array) in a file, with read_json_object's errors."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no such file: {path}")
     try:
@@ -374,8 +379,8 @@ def read_json_object(path: str | os.PathLike, error: type[Exception] = ValueErro
             data = json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise error(f"{path}: not valid JSON, damaged or truncated ({e})") from None
-    if not isinstance(data, dict):
-        raise error(f"{path}: expected a JSON object, got {type(data).__name__}")
+    if not isinstance(data, kind):
+        raise error(f"{path}: expected a JSON {'array' if kind is list else 'object'}, got {type(data).__name__}")
     return data
 
 

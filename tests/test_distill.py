@@ -148,6 +148,27 @@ def test_unsupported_modules_are_refused_by_name(teacher, tmp_path):
         load_sentence_model(odd)
 
 
+@pytest.mark.parametrize("damage, message", [
+    (lambda d: (d / "modules.json").write_text('[{"idx": 0,'), "modules.json: not valid JSON"),
+    (lambda d: (d / "modules.json").write_text('{"0": "x"}'), "modules.json: expected a JSON array"),
+    (lambda d: (d / "modules.json").write_text('["x"]'), "modules.json: expected a list of modules"),
+    (lambda d: (d / "2_Dense" / "config.json").write_text('{"out_features": 16}'), "needs in_features"),
+    (lambda d: (d / "2_Dense" / "config.json").write_text(json.dumps(
+        {"in_features": 24, "out_features": 8, "activation_function": "torch.nn.modules.activation.Tanh"})),
+     r"model.safetensors holds .* where .*config.json describes"),
+])
+def test_a_damaged_sentence_transformers_directory_is_a_one_line_error(teacher, tmp_path, damage, message):
+    """modules.json and a Dense module's files are read as the other model files are: a damaged one was a
+    JSONDecodeError, AttributeError, KeyError or RuntimeError traceback from deep in the reader."""
+    from litebert.errors import CheckpointError
+
+    broken = tmp_path / "broken"
+    shutil.copytree(teacher, broken)
+    damage(broken)
+    with pytest.raises(CheckpointError, match=message):
+        load_sentence_model(broken)
+
+
 def test_distillation_items_monolingual_and_parallel(text_file, tmp_path):
     texts = monolingual_texts([str(text_file)], span=3, seed=1, limit=None)
     assert texts == monolingual_texts([str(text_file)], span=3, seed=1, limit=None)  # seeded

@@ -23,7 +23,6 @@ types (a CNN, an LSTM, max pooling) are refused by name rather than approximated
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from collections.abc import Callable, Iterator, Sequence
 
@@ -33,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from litebert.errors import CheckpointError, ConfigError
-from litebert.files import read_json_object, write_json
+from litebert.files import read_json_as, read_json_object, write_json
 from litebert.model import AlbertModel
 from litebert.sentence import embed, sentence_settings
 from litebert.tokenizer import Tokenizer
@@ -52,8 +51,10 @@ def read_modules(directory: str) -> list[dict]:
     path = os.path.join(directory, MODULES)
     if not os.path.isfile(path):
         return []
-    with open(path, encoding="utf-8") as f:
-        entries = json.load(f)
+    entries = read_json_as(path, list, CheckpointError)
+    if not all(isinstance(e, dict) and isinstance(e.get("idx", 0), int) and isinstance(e.get("path", ""), str)
+               for e in entries):
+        raise CheckpointError(f"{path}: expected a list of modules, each {{\"idx\": int, \"path\": str, \"type\": str}}")
     modules = []
     for entry in sorted(entries, key=lambda e: e.get("idx", 0)):
         kind = str(entry.get("type", "")).rsplit(".", 1)[-1]
@@ -94,13 +95,20 @@ class Dense(nn.Module):
     def load(cls, directory: str) -> "Dense":
         from safetensors.torch import load_file
 
-        config = read_json_object(os.path.join(directory, "config.json"), CheckpointError)
+        path = os.path.join(directory, "config.json")
+        config = read_json_object(path, CheckpointError)
+        if not all(isinstance(config.get(k), int) and config[k] > 0 for k in ("in_features", "out_features")):
+            raise CheckpointError(f"{path}: a Dense module's config needs in_features and out_features (positive ints)")
         dense = cls(config["in_features"], config["out_features"], config.get("bias", True),
                     config.get("activation_function", "torch.nn.modules.activation.Tanh"))
         weights = os.path.join(directory, "model.safetensors")
         if not os.path.isfile(weights):
             raise CheckpointError(f"{directory}: no model.safetensors for its Dense module")
-        dense.load_state_dict(load_file(weights))
+        state = load_file(weights)
+        found, expected = ({k: tuple(v.shape) for k, v in d.items()} for d in (state, dense.state_dict()))
+        if found != expected:
+            raise CheckpointError(f"{weights} holds {found}, where {path} describes {expected}")
+        dense.load_state_dict(state)
         return dense
 
     def save(self, directory: str) -> None:
@@ -118,7 +126,7 @@ class Dense(nn.Module):
 def add_dense(directory: str, dense: Dense, name: str = "2_Dense") -> None:
     """Append a Dense module to a saved directory's modules.json (after its Pooling) and write its files."""
     dense.save(os.path.join(directory, name))
-    entries = json.loads(open(os.path.join(directory, MODULES), encoding="utf-8").read())
+    entries = read_json_as(os.path.join(directory, MODULES), list, CheckpointError)
     entries = [e for e in entries if e.get("path") != name]
     entries.append({"idx": len(entries), "name": str(len(entries)), "path": name, "type": DENSE_TYPE})
     write_json(os.path.join(directory, MODULES), entries)
