@@ -100,15 +100,20 @@ def paired_cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (_unit(a) * _unit(b)).sum(-1)
 
 
-def recall_at_1(queries: np.ndarray, candidates: np.ndarray) -> float:
-    """Fraction of queries i whose most cosine-similar candidate is candidate i."""
+def recall_at_1(queries: np.ndarray, candidates: np.ndarray, texts: Sequence | None = None) -> float:
+    """Fraction of queries i whose most cosine-similar candidate is candidate i, or, where `texts` names each
+    candidate's text, a copy of it: a sentence2 that two pairs share is both queries' right answer (its
+    copies' vectors are equal, and argmax would pick the first copy for both)."""
     similarity = _unit(queries) @ _unit(candidates).T  # (N, N)
-    return float((similarity.argmax(1) == np.arange(len(queries))).mean())
+    names = np.arange(len(queries)) if texts is None else np.asarray(texts)
+    return float((names[similarity.argmax(1)] == names).mean())
 
 
-def pair_metrics(a: np.ndarray, b: np.ndarray, labels: Sequence[float] | None) -> dict[str, float]:
+def pair_metrics(a: np.ndarray, b: np.ndarray, labels: Sequence[float] | None, b_texts: Sequence | None = None
+                 ) -> dict[str, float]:
     """evaluate_pairs' metrics from the two sides' vectors: Spearman and Pearson of cosine vs gold (as
-    sentence-transformers' EmbeddingSimilarityEvaluator reports them) when labelled, and recall@1."""
+    sentence-transformers' EmbeddingSimilarityEvaluator reports them) when labelled, and recall@1 (`b_texts`:
+    the second sides' texts, or ids for them, so that copies of one are one answer)."""
 
     metrics = {}
     positive = np.ones(len(a), dtype=bool)
@@ -123,7 +128,8 @@ def pair_metrics(a: np.ndarray, b: np.ndarray, labels: Sequence[float] | None) -
             metrics["pearson"] = pearson(cosines, labels)
         positive = labels > 0
     if positive.sum() > 1:
-        metrics["recall_at_1"] = recall_at_1(a[positive], b[positive])
+        metrics["recall_at_1"] = recall_at_1(a[positive], b[positive],
+                                             None if b_texts is None else np.asarray(b_texts)[positive])
     return metrics
 
 
@@ -135,7 +141,8 @@ def pair_scores(encode, pairs: list[tuple[str, str]], labels: list[float] | None
     texts = list(dict.fromkeys(t for pair in pairs for t in pair))
     row = {t: i for i, t in enumerate(texts)}
     vectors = encode(texts)
-    metrics = pair_metrics(vectors[[row[p[0]] for p in pairs]], vectors[[row[p[1]] for p in pairs]], labels)
+    b_rows = [row[p[1]] for p in pairs]
+    metrics = pair_metrics(vectors[[row[p[0]] for p in pairs]], vectors[b_rows], labels, b_rows)
     if not recall:
         metrics.pop("recall_at_1", None)
     return metrics
