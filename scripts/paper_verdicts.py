@@ -22,9 +22,10 @@ from litebert.paper.stats import ALPHA, Decision, decision_p, false_discovery_q
 
 def judged_claims(results: dict, folder: str, unfinished: str | None = None) -> list[dict]:
     """Every claim of one grid judged on its seeds, on its metric and (for a downstream claim) on held-out MLM
-    accuracy as a proxy; each named by its table, its folder when that is not the experiment's name (a second
-    grid of the same table: transitions24/, dropout_suite/), the rows it took from other grids, and how many of
-    its runs finished when it is unfinished."""
+    accuracy as a proxy (none where the paper's own MLM accuracy orders the rows the other way: report.judge);
+    each named by its table, its folder when that is not the experiment's name (a second grid of the same
+    table: transitions24/, dropout_suite/), the rows it took from other grids, and how many of its runs
+    finished when it is unfinished."""
     exp = EXPERIMENTS[results["experiment"]]
     table = exp.table if folder == exp.name else f"{exp.table} ({folder}/)"
     table += f" (unfinished: {unfinished})" if unfinished else ""

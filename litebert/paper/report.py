@@ -148,8 +148,22 @@ def judge(claim: Claim, results: Mapping[str, Any], metric: str | None = None) -
     if claim.tol:
         out["tol"] = claim.tol
     if metric == "avg":  # the paper's tables score downstream; held-out MLM accuracy is what every row has
-        out["proxy"] = judge(dataclasses.replace(claim, metric="mlm_acc"), results)
+        proxy = judge(dataclasses.replace(claim, metric="mlm_acc"), results)
+        if against := _paper_orders_against(proxy):
+            out["no_proxy"] = f"the paper's own MLM accuracy orders these rows the other way ({against})"
+        else:
+            out["proxy"] = proxy
     return out
+
+
+def _paper_orders_against(judged: Mapping[str, Any]) -> str:
+    """The comparisons of an "order" claim whose paper numbers go the other way ("SOP 54.0 vs NSP 54.5"), or "".
+    A proxy the paper's own table contradicts (Table 5 prints MLM accuracy None > NSP > SOP beside the downstream
+    average SOP > NSP, None) would count a result against the paper as one for it, and the other way round."""
+    if judged["kind"] != "order":
+        return ""
+    return ", ".join(f"{pair['high']} {pair['paper'][0]:.1f} vs {pair['low']} {pair['paper'][1]:.1f}"
+                     for pair in judged["pairs"] if "paper" in pair and pair["paper"][0] <= pair["paper"][1])
 
 
 def _fmt(metric: str, value: float) -> str:
@@ -350,24 +364,26 @@ def report(grid: Grid, results: Mapping[str, Any], state: Mapping[str, Any], plo
         for name, entry in results["rows"].items():
             lines.append(f"| {name} | " + " | ".join(str(entry['paper'].get(c, '')) for c in exp.columns) + " |")
         lines.append("")
-    # claims
-    lines += ["## The paper's comparisons", ""]
-    for c in results["claims"]:
-        lines.append(f"- **{c['claim']}** ({c['metric']}): **{c['verdict']}**")
-        for pair in c["pairs"]:
-            lines.append(f"  - {_pair_text(c['metric'], pair, c['kind'])}")
-        proxy = c.get("proxy")
-        if proxy:
-            lines.append(f"  - proxy, held-out MLM accuracy (not what the paper's table measures): "
-                         f"**{proxy['verdict']}**")
-            for pair in proxy["pairs"]:
-                lines.append(f"    - {_pair_text('mlm_acc', pair, proxy['kind'])}")
-    lines.append("")
+    lines += ["## The paper's comparisons", ""] + [line for c in results["claims"] for line in _claim_lines(c)] + [""]
     if plots:
         lines += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
     if missing:
         lines += [f"**Not yet run:** {', '.join(missing)}. Rerunning the command above runs them.", ""]
     return "\n".join(lines)
+
+
+def _claim_lines(c: Mapping[str, Any]) -> list[str]:
+    """A judged claim in the report: its verdict, each comparison, and its proxy on held-out MLM accuracy (or
+    why it has none)."""
+    lines = [f"- **{c['claim']}** ({c['metric']}): **{c['verdict']}**"]
+    lines += [f"  - {_pair_text(c['metric'], pair, c['kind'])}" for pair in c["pairs"]]
+    if c.get("no_proxy"):
+        lines.append(f"  - no proxy on held-out MLM accuracy: {c['no_proxy']}")
+    if proxy := c.get("proxy"):
+        lines.append(f"  - proxy, held-out MLM accuracy (not what the paper's table measures): "
+                     f"**{proxy['verdict']}**")
+        lines += [f"    - {_pair_text('mlm_acc', pair, proxy['kind'])}" for pair in proxy["pairs"]]
+    return lines
 
 
 def _sharing_name(model: Mapping[str, Any]) -> str:
