@@ -35,6 +35,10 @@ def test_transitions_follow_every_application_of_a_shared_layer(tmp_path):
     assert r["l2"] == expected
     assert all(-1 <= c <= 1 for c in r["cosine"])
     assert not albert._forward_hooks and not albert.encoder.embedding_hidden_mapping_in._forward_hooks
+    # A model set to run padding-free (as fine-tuning leaves it) kept its blocks' states as (real tokens, H) rows,
+    # which the (batch, length) mask could not index: the same figures, not an IndexError.
+    albert.padding_free = True
+    assert layer_transitions(model, ids, mask) == r and albert.padding_free
     assert plot_transitions({"tiny": r}, str(tmp_path / "t.png")) and (tmp_path / "t.png").stat().st_size > 1000
 
 

@@ -1,8 +1,9 @@
 """Layer-to-layer transitions: the paper's Figure 1 (L2 distance and cosine similarity between the input and
 output embeddings of each layer application), showing that sharing smooths the path from layer to layer.
 
-The hidden states are collected with forward hooks, so the model's forward stays free of output flags: a shared
-layer fires its hook once per application, in order.
+The states are the model's own hidden states (output_hidden_states: the projected embeddings, then each block
+application's output, a shared block once per application), which also keep the batch padded, whatever the
+model's padding_free says, so that the attention mask picks its real tokens.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from torch import nn
 from litebert.corpus.documents import iter_documents, resolve_inputs
 from litebert.errors import ConfigError, DataError
 from litebert.files import check_replaceable, save_figure, write_json
-from litebert.model import AlbertLayer, AlbertModel, encoder_of
+from litebert.model import AlbertModel, encoder_of
 from litebert.runconfig import parse_verb, verb_parser
 from litebert.tokenizer import Tokenizer
 
@@ -30,17 +31,11 @@ def layer_transitions(model: nn.Module, input_ids: torch.Tensor, attention_mask:
     """For each of the L (x inner_group_num) block applications: mean L2 distance and mean cosine similarity
     between its input and output token embeddings, over non-padding tokens."""
     albert = encoder_of(model)
-    states: list[torch.Tensor] = []
-    hooks = [albert.encoder.embedding_hidden_mapping_in.register_forward_hook(lambda m, i, o: states.append(o))]
-    hooks += [m.register_forward_hook(lambda m, i, o: states.append(o))
-              for m in {id(m): m for m in albert.modules() if isinstance(m, AlbertLayer)}.values()]
     was_training = albert.training
     albert.eval()
     try:
-        albert(input_ids, attention_mask)
+        states = albert(input_ids, attention_mask, output_hidden_states=True).hidden_states
     finally:
-        for h in hooks:
-            h.remove()
         albert.train(was_training)
     keep = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
     l2, cosine = [], []
