@@ -330,6 +330,34 @@ def test_measurement_reports_rates_for_both_backends():
     assert all(result.gflops[k][d] > 0 for k in gemm.BACKENDS for d in ("forward", "backward"))
 
 
+@pytest.mark.parametrize("context", ["bf16 autocast", "bf16 matmul precision"])
+def test_measurement_times_fp32_kernels_whatever_the_callers_context(monkeypatch, context):
+    """The first backend() may run inside a bf16 run's autocast, or after set_float32_matmul_precision("medium"):
+    the kernels timed must still be the fp32 ones the cache stands for, and the caller's context comes back."""
+    seen = []
+    real = gemm._forward
+
+    def recording(kernel, x, w, b):
+        out = real(kernel, x, w, b)
+        seen.append((kernel, out.dtype, gemm._onednn_is_strict_fp32()))
+        return out
+    monkeypatch.setattr(gemm, "_forward", recording)
+    precision_before = torch.get_float32_matmul_precision()
+    try:
+        if context == "bf16 autocast":
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                gemm.measure_backends(shapes=((64, 32, 48),), repeats=1)
+                assert torch.is_autocast_enabled("cpu")
+        else:
+            torch.set_float32_matmul_precision("medium")
+            gemm.measure_backends(shapes=((64, 32, 48),), repeats=1)
+            assert not gemm._onednn_is_strict_fp32()
+    finally:
+        torch.set_float32_matmul_precision(precision_before)
+    assert {k for k, *_ in seen} == set(gemm.BACKENDS)
+    assert all(dtype == torch.float32 and strict for _, dtype, strict in seen), seen
+
+
 # -- --precision auto -------------------------------------------------------------------------------------------
 
 def test_auto_precision_is_fp32_without_bf16_kernels(monkeypatch):

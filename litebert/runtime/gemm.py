@@ -195,10 +195,31 @@ def _measured_under_load(entry: dict) -> bool:
 MEASURE_SHAPES = ((256, 768, 3072), (256, 3072, 768), (512, 128, 512))
 
 
+@contextlib.contextmanager
+def _strict_fp32_math():
+    """fp32 math as `linear` uses oneDNN: CPU autocast off and oneDNN's fp32 math mode at full precision, put
+    back after. The first `backend()` call may come from inside a bf16 run's autocast or a process that set
+    torch.set_float32_matmul_precision("medium"): timed there, F.linear (or both kernels) runs in bf16, and
+    the cached fp32 choice of this machine would be the ranking of bf16 kernels."""
+    matmul = torch.backends.mkldnn.matmul
+    try:
+        before, restore = matmul.fp32_precision, lambda: setattr(matmul, "fp32_precision", before)
+        matmul.fp32_precision = "none"
+    except (AttributeError, RuntimeError):  # a torch without oneDNN's fp32_precision: the global switch
+        before, restore = torch.get_float32_matmul_precision(), lambda: torch.set_float32_matmul_precision(before)
+        torch.set_float32_matmul_precision("highest")
+    try:
+        with torch.autocast("cpu", enabled=False):
+            yield
+    finally:
+        restore()
+
+
 def measure_backends(shapes=MEASURE_SHAPES, repeats: int = 4) -> GemmChoice:
     """Times each backend's forward GEMM and backward pair (dx, dW) on `shapes`, interleaved (min over
     repeats, the least disturbed by other processes), and picks per direction; oneDNN must win by
-    ONEDNN_MARGIN. Returns the choice with the GFLOP/s it measured."""
+    ONEDNN_MARGIN. Always in strict fp32 (`_strict_fp32_math`), whatever the caller's context. Returns the
+    choice with the GFLOP/s it measured."""
     g = torch.Generator().manual_seed(0)
     cases = []
     for M, K, N in shapes:
@@ -208,7 +229,7 @@ def measure_backends(shapes=MEASURE_SHAPES, repeats: int = 4) -> GemmChoice:
             "backward": lambda k, x, w, b, dy: (_grad_input(k, dy, w), _grad_weight(k, dy, x))}
     flops = {"forward": sum(c[-1] for c in cases), "backward": 2 * sum(c[-1] for c in cases)}
     seconds = {(k, d): [] for k in BACKENDS for d in work}
-    with torch.no_grad():
+    with torch.no_grad(), _strict_fp32_math():
         for r in range(repeats + 1):  # the first round warms up (oneDNN creates its primitives)
             for kernel in (BACKENDS if r % 2 else BACKENDS[::-1]):
                 for direction, fn in work.items():
