@@ -11,6 +11,7 @@ from test_finetune import tiny_model_dir
 
 import litebert.training.sweep as sweep
 from litebert.cli import main as litebert_main
+from litebert.errors import ConfigError
 from litebert.finetune import FinetuneConfig, finetune
 from litebert.tasks.loading import evaluate_checkpoint
 from litebert.training.sweep import diverged, summarize, sweepable_fields, trivial_score
@@ -32,6 +33,28 @@ def test_the_command_line_names_its_grid():
     assert sweep.run_name({"lr": 1e-05, "batch_size": 8, "dropout": None, "seed": 2}) == \
         "lr=1e-05_batch_size=8_dropout=none_seed=2"
 
+
+def test_flags_written_with_an_equals_sign_sweep_as_their_spaced_form():
+    """argparse reads `--lr=1e-5` as `--lr 1e-5`: so does the grid, and a first value like -1 stays the flag's."""
+    grid = split_argv(["--seeds=1", "2", "--lr=1e-5", "2e-5", "--warmup-steps=-1", "0", "--max-steps=9"])
+    assert grid.seeds == ["1", "2"] and grid.axes == {"lr": ["1e-5", "2e-5"], "warmup_steps": ["-1", "0"]}
+    assert grid.base == ["--lr=1e-5", "--warmup-steps=-1", "--max-steps=9"]
+    assert split_argv(["--seed=3", "--lr=1e-5"]) is None
+    with pytest.raises(ConfigError, match="--seeds needs at least one seed"):
+        split_argv(["--seeds", "--lr", "1e-5", "2e-5"])
+
+
+@pytest.mark.parametrize("argv", [["--lr", "1e-5", "2e-5", "--lr", "3e-5"],
+                                  ["--lr", "1e-5", "2e-5", "--lr=3e-5", "4e-5"],
+                                  ["--lr", "3e-5", "--seeds", "1", "--lr", "1e-5", "2e-5"]])
+def test_a_swept_flag_given_twice_is_refused_not_half_dropped(argv):
+    with pytest.raises(ConfigError, match="--lr is given more than once"):
+        split_argv(argv)
+
+
+def test_score_test_takes_no_value():
+    with pytest.raises(ConfigError, match="--score-test takes no value"):
+        split_argv(["--seeds", "1", "2", "--score-test", "false"])
 
 def test_a_grid_is_every_seed_of_every_combination_each_in_its_own_directory():
     cfg = FinetuneConfig(model="m", data_dir="d")

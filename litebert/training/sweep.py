@@ -77,30 +77,39 @@ class GridArgs:
 
 def split_argv(argv: Sequence[str], fields: Mapping[str, type]) -> GridArgs | None:
     """The grid a command line asks for, or None for a single run: --seeds, or a sweepable flag (one of
-    `fields`) with several values (`--lr 1e-5 2e-5`)."""
+    `fields`) with several values (`--lr 1e-5 2e-5`, or `--lr=1e-5 2e-5` as argparse spells a flag too)."""
     base, axes, seeds, score_test, grid = [], {}, [], False, False
+    given: list[str] = []  # every flag's field name, in order
     i = 0
     while i < len(argv):
         token = argv[i]
         j = i + 1
         while j < len(argv) and not argv[j].startswith("--"):
             j += 1
-        values = list(argv[i + 1:j])
-        name = token[2:].replace("-", "_") if token.startswith("--") and "=" not in token else None
+        flag, eq, inline = token.partition("=") if token.startswith("--") else (token, "", "")
+        values = [inline] * bool(eq) + list(argv[i + 1:j])
+        name = flag[2:].replace("-", "_") if flag.startswith("--") else None
+        given.append(name)
         if name in ("seeds", "seed") and (name == "seeds" or len(values) > 1):
             seeds, grid = seeds + values, True
         elif name == "score_test":
+            if values:  # `--score-test false` would score test all the same
+                raise ConfigError(f"--score-test takes no value (got {' '.join(values)})")
             score_test, grid = True, True
         elif name in fields and len(values) > 1:
             axes[name], grid = values, True
-            base += [token, values[0]]
+            base += [f"{flag}={values[0]}"] if eq else [flag, values[0]]
         else:
             base += argv[i:j]
         i = j
     if not grid:
         return None
-    if "--seeds" in argv and not seeds:
+    if "seeds" in given and not seeds:
         raise ConfigError("--seeds needs at least one seed")
+    for name in axes:
+        if given.count(name) > 1:  # argparse keeps a flag's last value; a grid would keep one of its lists
+            raise ConfigError(f"--{name.replace('_', '-')} is given more than once: give all the values it sweeps "
+                              "after one flag")
     for name, values in [("seeds", seeds), *axes.items()]:
         twice = sorted({v for v in values if values.count(v) > 1})
         if twice:  # one run counted twice in the spread over seeds
