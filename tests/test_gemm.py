@@ -434,3 +434,27 @@ def test_training_with_precision_auto_records_the_choice(monkeypatch, tmp_path, 
     train(model, batch_fn, dataclasses.replace(cfg, max_steps=2, resume=True))
     assert load_toml(tmp_path / "run" / "train_config.toml")["precision"] == record
     assert f"precision auto -> {record['chosen']}, as chosen when this run started" in capsys.readouterr().out
+
+
+def test_auto_precision_over_ranks_records_one_micro_batchs_seconds_and_rate(monkeypatch):
+    """Ranks agree on the timings by a collective; what is recorded stays one micro-batch's seconds on one rank,
+    and its tokens per second (a sum over two ranks recorded twice the seconds, half the rate)."""
+    from litebert.training import loop
+    from litebert.training.distributed import Dist
+    monkeypatch.setattr(precision, "bf16_supported", lambda device="cpu": True)
+    monkeypatch.setattr(loop, "all_reduce_sum", lambda t: t * 2)  # two ranks that measured the same
+    local = {}
+
+    def spying(run, device, combine):
+        def recording(medians):
+            local.update(zip(("fp32", "bf16"), medians))
+            return combine(medians)
+        return choose_precision(run, device, combine=recording, repeats=1)
+    monkeypatch.setattr(loop, "choose_precision", spying)
+    model = AlbertForMaskedLM(tiny())
+    ids = torch.randint(5, 101, (4, 8), generator=torch.Generator().manual_seed(0))
+    two_ranks = Dist(rank=0, world_size=2, local_rank=0, device=torch.device("cpu"), owns_group=False)
+    picked = loop._auto_precision(model, lambda *a: {"input_ids": ids, "labels": ids}, two_ranks, 0)
+    for p in ("fp32", "bf16"):
+        assert picked.seconds[p] == pytest.approx(local[p], abs=1e-5)
+        assert picked.rates[p] == pytest.approx(ids.numel() / picked.seconds[p], rel=1e-3)

@@ -80,7 +80,8 @@ def choose_precision(run: Callable[[str], object], device: torch.device | str = 
     (a training step's forward and backward at the run's batch shape, or an inference forward); `work` is what
     one call does (e.g. tokens) for the rates. Without bf16 kernels on `device`: fp32, nothing measured.
     Otherwise each is warmed up once and timed `repeats` times, interleaved; the lower median wins (a tie
-    within 2% goes to fp32, the exact one). `combine` (e.g. a sum over ranks) makes all processes agree."""
+    within 2% goes to fp32, the exact one). `combine` (a mean over ranks: still one call's seconds) makes all
+    processes agree."""
     device = torch.device(device)
     if not bf16_supported(device):
         has = f"ISA: {' '.join(isa()) or '?'}" if device.type == "cpu" else device_name(device)

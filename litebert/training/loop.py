@@ -390,8 +390,9 @@ def _start(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, env
 
 def _auto_precision(model: nn.Module, batch_fn: BatchFn, env: Dist, step: int) -> PrecisionChoice:
     """--precision auto: this run's next micro-batch, forward and backward in fp32 and in bf16, timed (gradients
-    discarded, RNG streams untouched; timings summed over ranks so all agree). Nothing runs on a device
-    without bf16 kernels: fp32. See litebert.runtime.precision.choose_precision."""
+    discarded, RNG streams untouched; timings averaged over ranks so all agree, and still one micro-batch's
+    seconds for the recorded rates). Nothing runs on a device without bf16 kernels: fp32. See
+    litebert.runtime.precision.choose_precision."""
     batch: dict[str, torch.Tensor] = {}
 
     def run(precision: str) -> None:
@@ -401,12 +402,12 @@ def _auto_precision(model: nn.Module, batch_fn: BatchFn, env: Dist, step: int) -
             loss = model(**batch).loss
         loss.backward()
 
-    def summed_over_ranks(seconds: list[float]) -> list[float]:
-        return all_reduce_sum(torch.tensor(seconds, device=env.device)).tolist()
+    def mean_over_ranks(seconds: list[float]) -> list[float]:
+        return (all_reduce_sum(torch.tensor(seconds, dtype=torch.float64, device=env.device)) / env.world_size).tolist()
 
     model.train()
     with preserved_rng():
-        choice = choose_precision(run, env.device, combine=summed_over_ranks)
+        choice = choose_precision(run, env.device, combine=mean_over_ranks)
     model.zero_grad(set_to_none=True)
     if batch:
         choice = dataclasses.replace(choice, unit="tokens", rates={  # seconds are per micro-batch
