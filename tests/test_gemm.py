@@ -212,6 +212,23 @@ def test_hooked_and_swapped_modules_are_called_as_themselves(onednn_calls):
     assert seen and seen[0] is out and not onednn_calls  # the hook saw it: the module's own call
 
 
+
+@pytest.mark.parametrize("hook", ["full backward", "backward pre", "global backward"])
+def test_backward_hooks_run_as_in_the_modules_own_call(hook, onednn_calls):
+    """A backward hook (gradient attribution, gradient logging) must fire as it does in `layer(x)`."""
+    fired = []
+    layer = torch.nn.Linear(8, 4)
+    handle = {"full backward": lambda: layer.register_full_backward_hook(lambda m, gi, go: fired.append(go)),
+              "backward pre": lambda: layer.register_full_backward_pre_hook(lambda m, go: fired.append(go)),
+              "global backward": lambda: torch.nn.modules.module.register_module_full_backward_hook(
+                  lambda m, gi, go: fired.append(go))}[hook]()
+    try:
+        with gemm.forced_backend("onednn"):
+            gemm.dense(layer, torch.randn(3, 8, requires_grad=True)).sum().backward()
+    finally:
+        handle.remove()
+    assert fired and not onednn_calls
+
 # -- forcing and recording the choice -----------------------------------------------------------------------------
 
 def fake_measurement(monkeypatch, forward="onednn", backward="mkl"):

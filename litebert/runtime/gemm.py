@@ -313,16 +313,23 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return _Linear.apply(x, weight, bias, choice.forward, choice.backward)
 
 
+def _hooked(module: torch.nn.Module) -> bool:
+    """Whether a hook would run in `module(x)`: its own or a global one, forward or backward. Only Module.__call__
+    runs them: a module called through `linear` would skip them without a word."""
+    hooks = torch.nn.modules.module
+    return bool(module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+                or module._backward_pre_hooks or hooks._global_forward_hooks or hooks._global_forward_pre_hooks
+                or hooks._global_backward_hooks or hooks._global_backward_pre_hooks)
+
+
 def dense(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     """`module(x)` for the model's nn.Linear layers, through `linear`. A module that is not a plain nn.Linear
     (e.g. swapped for a quantized one) or that has hooks (e.g. paper.analysis reads the E->H projection's
-    output) is called as itself, so it behaves exactly as before, and so is every module under torch.compile."""
-    if (torch.compiler.is_compiling() or type(module) is not torch.nn.Linear or module._forward_hooks or module._forward_pre_hooks
-            or torch.nn.modules.module._global_forward_hooks or torch.nn.modules.module._global_forward_pre_hooks):
+    output; an attribution library's backward hooks) is called as itself, so it behaves exactly as before, and
+    so is every module under torch.compile."""
+    if torch.compiler.is_compiling() or type(module) is not torch.nn.Linear or _hooked(module):
         return module(x)
     return linear(x, module.weight, module.bias)
-
-
 
 
 __all__ = ["BACKENDS", "GemmChoice", "backend", "cache_key", "cache_path", "dense", "eager_fp32_on_cpu",
