@@ -195,6 +195,16 @@ def test_plain_f_linear_under_autocast_and_for_other_dtypes(onednn_calls):
         assert onednn_calls
 
 
+def test_a_gemm_off_the_cpu_never_measures_the_cpus_backends(monkeypatch):
+    """A GPU run's first linear() timed the CPU's GEMMs (~0.5 s, every rank of a node at once) and wrote the
+    cache, for kernels it never calls: off the CPU (here the meta device stands in for CUDA) it is F.linear."""
+    def no_measuring():
+        raise AssertionError("measured the CPU's GEMMs for a tensor off the CPU")
+    monkeypatch.setattr(gemm, "backend", no_measuring)
+    x, w = torch.empty(4, 8, device="meta"), torch.empty(6, 8, device="meta")
+    assert gemm.linear(x, w).shape == (4, 6) and gemm.linear(x, w).device.type == "meta"
+
+
 def test_a_measured_onednn_choice_leaves_tiny_gemms_to_f_linear(monkeypatch, onednn_calls):
     monkeypatch.setattr(gemm, "backend", lambda: gemm.GemmChoice("onednn", "onednn", "cache", {}, gemm.ONEDNN_MIN_MACS))
     gemm.linear(torch.randn(4, 8), torch.randn(6, 8))  # 192 multiply-adds: oneDNN's fixed cost would dominate

@@ -302,8 +302,10 @@ def _plain_only(x: torch.Tensor, weight: torch.Tensor, min_macs: int) -> bool:
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """F.linear through this machine's fastest fp32 GEMM (see the module docstring); the same result to fp32
     rounding, and the same gradients."""
-    if torch.compiler.is_compiling():  # first: backend() reads process state (threads, env) that dynamo cannot
-        return F.linear(x, weight, bias)  # trace, a graph break per call and a recompile per weight shape
+    # first: backend() reads process state (threads, env) that dynamo cannot trace (a graph break per call and a
+    # recompile per weight shape), and it times the CPU's GEMMs, which a GPU run never calls
+    if torch.compiler.is_compiling() or not x.is_cpu:
+        return F.linear(x, weight, bias)
     choice = backend()
     if (choice.forward == "mkl" and choice.backward == "mkl") or _plain_only(x, weight, choice.min_macs):
         return F.linear(x, weight, bias)
