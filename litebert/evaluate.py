@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,6 +92,8 @@ def cli_evaluate(argv: list[str]) -> int:
                         "(use litebert predict)")
     if examples.skipped:  # a score over a subset says so beside it
         metrics = {**metrics, "scored_on": examples.scored_on(ev.split)}
+    # a metric with no value (Pearson of constant predictions) is null: NaN is not JSON, and strict readers refuse it
+    metrics = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in metrics.items()}
     if ev.out:
         write_json(ev.out, metrics, indent=1)
     print(json.dumps(metrics, indent=1))

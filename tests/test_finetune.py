@@ -16,6 +16,7 @@ from paths import SHARED_DATA
 from litebert.cli import main as litebert_main
 from litebert.config import AlbertConfig
 from litebert.finetune import FinetuneConfig, feature_settings, finetune, load_model, read_split, resolve_task
+from litebert.heads import AlbertForSequenceClassification
 from litebert.model import AlbertForPreTraining
 from litebert.tasks.families import family_of
 from litebert.tasks.inference import feature_length, model_scores
@@ -154,6 +155,26 @@ def test_evaluate_cuts_inputs_at_the_length_the_model_was_fine_tuned_with(pretra
         assert litebert_main(["evaluate", "--model", str(out / "best"), "--task", "wordnet_defmc", "--data-dir",
                               str(TASKS / "wordnet_defmc"), "--max-eval-examples", "8", *extra]) == 0
         assert used[-1] == length
+
+
+def test_evaluate_writes_an_undefined_correlation_as_null_not_nan(pretrained, tmp_path, capsys):
+    """A regression model that predicts one value has no Pearson or Spearman: evaluate printed NaN, which is not
+    JSON (strict readers, jq, browsers refuse it); it is null now, in the file and on stdout."""
+    model = AlbertForSequenceClassification.from_pretrained(pretrained / "model", num_labels=1,
+                                                            problem_type="regression")
+    with torch.no_grad():
+        model.classifier.weight.zero_()  # the same prediction for every pair
+    model.save_pretrained(tmp_path / "flat")
+    Tokenizer.from_pretrained(pretrained / "model").save_pretrained(str(tmp_path / "flat"))
+    capsys.readouterr()
+    assert litebert_main(["evaluate", "--model", str(tmp_path / "flat"), "--task", "table", "--text-columns",
+                          "sentence1", "sentence2", "--regression", "--data-dir", str(regression_task(tmp_path / "s")),
+                          "--out", str(tmp_path / "m.json")]) == 0
+
+    def strict(text: str) -> dict:
+        return json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in evaluate's JSON"))
+    for metrics in (strict(capsys.readouterr().out), strict((tmp_path / "m.json").read_text())):
+        assert metrics["pearson"] is None and metrics["spearman"] is None
 
 
 def test_bad_input_is_one_line(pretrained, tmp_path, capsys):
