@@ -143,7 +143,7 @@ class Tokenizer:
 
     def _encode_plain(self, texts: list[str]) -> list[list[int]]:
         """Ids for many texts, no [CLS]/[SEP] added; special tokens typed in the text map to their ids."""
-        return [[i for _, ids in parts for i in ids] for parts in self._encode_parts(texts)]
+        return [encoding.part_ids(parts) for parts in self._encode_parts(texts)]
 
     def _encode_parts(self, texts: list[str]) -> list[list[tuple[bool, list[int]]]]:
         """Per text, its parts: (True, [id]) for a special token typed in it, (False, ids) for the text between
@@ -327,7 +327,7 @@ class Tokenizer:
                 raise ConfigError(f"expected text (str), got {type(word).__name__}"
                                   + (" (lists of words need is_split_into_words=True)" if not split_into_words else ""))
             parts, spans = self._parts_with_offsets(word) if offsets else (self._encode_parts([word])[0], None)
-            ids = [i for _, part in parts for i in part]
+            ids = encoding.part_ids(parts)
             if spans is not None:  # a bare "▁" has an empty span here; transformers gives it the next character
                 spans = [(s, s + 1) if s == e and self.pieces[i] == SPIECE_UNDERLINE else (s, e)
                          for i, (s, e) in zip(ids, spans)]
@@ -341,7 +341,7 @@ class Tokenizer:
         Spans exclude surrounding whitespace; a bare "▁" piece gets an empty span at the next word.
         """
         parts, spans = self._parts_with_offsets(text)
-        return [i for _, ids in parts for i in ids], spans
+        return encoding.part_ids(parts), spans
 
     def _parts_with_offsets(self, text: str) -> tuple[list[tuple[bool, list[int]]], list[tuple[int, int]]]:
         """`_encode_parts` of one text, with the spans of `encode_with_offsets`."""

@@ -54,7 +54,8 @@ def read_modules(directory: str) -> list[dict]:
     entries = read_json_as(path, list, CheckpointError)
     if not all(isinstance(e, dict) and isinstance(e.get("idx", 0), int) and isinstance(e.get("path", ""), str)
                for e in entries):
-        raise CheckpointError(f"{path}: expected a list of modules, each {{\"idx\": int, \"path\": str, \"type\": str}}")
+        raise CheckpointError(f"{path}: expected a list of modules, each "
+                              f"{{\"idx\": int, \"path\": str, \"type\": str}}")
     modules = []
     for entry in sorted(entries, key=lambda e: e.get("idx", 0)):
         kind = str(entry.get("type", "")).rsplit(".", 1)[-1]

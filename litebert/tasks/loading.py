@@ -211,17 +211,18 @@ def read_task_split(cfg: TaskConfig, members: Sequence[str], split: str) -> Spli
     cfg = dataclasses.replace(cfg, model=first)
     task = resolve_task(cfg)
     family = family_of(task)
-    tok = load_tokenizer(cfg, first, AlbertConfig.load(first))  # first: a tokenizer too large for the model
+    config = AlbertConfig.load(first)
+    tok = load_tokenizer(cfg, first, config)  # first: a tokenizer too large for the model
     labels = model_labels_for_task(task, family, check_members(members, family, f"{task.name} ({task.kind})"),
-                                   first)
+                                   first, config.num_labels)
     examples = read_split(task, cfg, split, labels, cfg.max_eval_examples)
     settings = feature_settings(cfg, task, checked_max_length(cfg, task, first, fine_tuned=True))
     return Split(split, task, family, labels, settings, tok.pad_id, examples,
                  family.featurize(examples, tok, labels, settings))
 
 
-def model_labels_for_task(task: Task, family: Family, model_labels: list[str] | None, directory: str
-                          ) -> list[str] | None:
+def model_labels_for_task(task: Task, family: Family, model_labels: list[str] | None, directory: str,
+                          num_labels: int) -> list[str] | None:
     """The class names a fine-tuned model's outputs mean, as a split of `task` is scored with them; None for a
     family without classes of the task's (regression, multiple choice, span QA), whatever names its config has.
 
@@ -234,12 +235,11 @@ def model_labels_for_task(task: Task, family: Family, model_labels: list[str] | 
     if fixed is None:
         return None
     if model_labels is None:
-        count = AlbertConfig.load(directory).num_labels
-        if fixed == [str(i) for i in range(count)]:
+        if fixed == [str(i) for i in range(num_labels)]:
             return fixed
         if not fixed:
-            return [f"LABEL_{i}" for i in range(count)]
-        raise ConfigError(f"{directory} names no labels (config.json's id2label is LABEL_0..LABEL_{count - 1}): "
+            return [f"LABEL_{i}" for i in range(num_labels)]
+        raise ConfigError(f"{directory} names no labels (config.json's id2label is LABEL_0..LABEL_{num_labels - 1}): "
                           f"which output is which class of {task.name} is unknown; write the class names, in "
                           "output order, into its id2label")
     if missing := [label for label in fixed if label not in model_labels]:

@@ -40,6 +40,11 @@ def id_list(ids) -> list[int]:
     return [int(ids)] if isinstance(ids, int) else [int(i) for i in ids]
 
 
+def part_ids(parts: list[tuple[bool, list[int]]]) -> list[int]:
+    """The ids of one text from its parts (`word_numbers`' input), in order."""
+    return [i for _, ids in parts for i in ids]
+
+
 def word_numbers(parts: list[tuple[bool, list[int]]], pieces: list[str]) -> list[int]:
     """The word of each token of one text, as transformers' word_ids(), from its parts as the tokenizer cut it:
     (typed, ids) for a special token written in the text (its own word) or a stretch of text between them. In a
