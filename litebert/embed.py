@@ -27,6 +27,8 @@ loading an AlbertModel, and it lets a run resume into the wrapper unchanged.
     litebert embed --model DIR --evaluate test.jsonl [--compare TEACHER_DIR PLAIN_ENCODER_DIR ...]
     litebert embed --model DIR --evaluate gensim:lee       (human judgments from the gensim wheel: litebert/sentences/sts.py)
     litebert embed --model DIR --distill TEACHER --distill-text corpus.txt --out-dir out/distill (litebert/sentences/distill.py)
+    litebert embed --model DIR --silver CROSS_ENCODER --silver-text corpus.txt --out silver.jsonl
+                                                           (silver pairs to train on: litebert/sentences/silver.py)
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from litebert.runtime.device import resolve_device
 from litebert.sentence import OBJECTIVES, POOLING, SentenceEncoder, embed
 from litebert.sentences.directories import load_sentence_model, read_modules
 from litebert.sentences.distill import DistillConfig, train_distilled
+from litebert.sentences.silver import SilverConfig, make_silver
 from litebert.sentences.sts import (
     is_benchmark,
     pair_scores,  # each distinct text embedded once (Lee: 50 documents, 2,450 sides)
@@ -187,7 +190,8 @@ class EmbedFiles:
     """What `litebert embed` reads and writes when it is not training (one mode per call)."""
 
     input: str = field(default="", metadata={"help": "embed: a text file, one sentence per line"})
-    out: str = field(default="", metadata={"help": "embed: where to write the (N, H) float32 .npy array"})
+    out: str = field(default="", metadata={"help": (
+        "embed: where to write the (N, H) float32 .npy array; --silver: the JSONL of labelled pairs")})
     evaluate: str = field(default="", metadata={"help": (
         "score --model on a pairs file (recall@1, Spearman, Pearson), or on gensim:lee, gensim:wordsim353 or "
         "gensim:simlex999 (human judgments read from the gensim wheel; litebert.sentences.sts)")})
@@ -209,14 +213,22 @@ def _is_embeddings(path) -> bool:
 def cli(argv: list[str]) -> int:
     parser = verb_parser("embed", __doc__, {"files": EmbedFiles, "model, data and pooling": SentenceConfig,
                                             "distillation (with --distill; litebert/sentences/distill.py)": DistillConfig,
-                                            "training (with --train or --distill)": TrainConfig})
-    files, cfg, distill_cfg, train_cfg = parse_verb(parser, argv)
+                                            "silver pairs (with --silver; litebert/sentences/silver.py)": SilverConfig,
+                                            "training (with --train or --distill; --seed and --device also "
+                                            "embed, evaluate and --silver)": TrainConfig})
+    files, cfg, distill_cfg, silver_cfg, train_cfg = parse_verb(parser, argv)
     if not cfg.model:
         raise ConfigError("--model is required: an ALBERT model directory with its tokenizer (see --help)")
     modes = [name for name, value in (("input", files.input), ("evaluate", files.evaluate), ("train", cfg.train),
-                                      ("distill", distill_cfg.distill)) if value]
+                                      ("distill", distill_cfg.distill), ("silver", silver_cfg.silver)) if value]
     if len(modes) != 1:
-        raise ConfigError("give exactly one of --input (embed), --evaluate PAIRS, --train PAIRS or --distill TEACHER")
+        raise ConfigError("give exactly one of --input (embed), --evaluate PAIRS, --train PAIRS, --distill TEACHER "
+                          "or --silver CROSS_ENCODER")
+    if silver_cfg.silver:
+        made = make_silver(silver_cfg, cfg.model, files.out, train_cfg.seed, resolve_device(train_cfg.device))
+        print(f"wrote {made['out']}: {made['pairs']} pairs, mean score {made['mean_score']:.3f} ({made['clipped']} "
+              f"clipped to {made['score_range'][0]:g}-{made['score_range'][1]:g})")
+        return 0
     if distill_cfg.distill:
         print(json.dumps(train_distilled(cfg, distill_cfg, train_cfg), indent=2))
         return 0

@@ -310,7 +310,6 @@ def test_silver_pairs_are_sampled_labelled_by_a_regression_cross_encoder_and_tra
     from litebert.embed import read_pairs, train_sentence_encoder
     from litebert.finetune import FinetuneConfig, finetune
     from litebert.sentences.silver import label_pairs, sample_pairs, write_pairs
-    from litebert.sentences.silver import main as silver_main
 
     lines = corpus_lines(80)
     gold = tmp_path / "gold"
@@ -342,8 +341,9 @@ def test_silver_pairs_are_sampled_labelled_by_a_regression_cross_encoder_and_tra
         label_pairs(str(student), pairs)  # no regression head: refused by name (a 2-label head by default)
 
     silver = tmp_path / "silver.jsonl"
-    assert silver_main(["--cross-encoder", cross, "--bi-encoder", str(student), "--text", str(text_file),
-                        "--pairs", "20", "--out", str(silver), "--max-length", "48"]) == 0
+    assert litebert_main(["embed", "--model", str(student), "--silver", cross, "--silver-text", str(text_file),
+                          "--silver-pairs", "20", "--out", str(silver), "--silver-max-length", "48",
+                          "--device", "cpu"]) == 0
     read, labels = read_pairs(str(silver), SentenceConfig())
     assert len(read) == 20 and all(0.0 <= x <= 1.0 for x in labels)
     both = tmp_path / "both.jsonl"
@@ -419,17 +419,26 @@ def test_silver_scores_keep_the_gold_scale_and_a_wrong_range_is_refused():
         clip_to_gold_range(sts, 0, 1)
 
 
-def test_silver_refuses_to_write_over_its_own_text(student, text_file, tmp_path):
-    from litebert.sentences.silver import main as silver_main
+def test_silver_refuses_to_write_over_its_own_text_and_bad_options_in_one_line(student, text_file, tmp_path,
+                                                                             capsys):
     copy = tmp_path / "corpus.txt"
     shutil.copyfile(text_file, copy)
-    for out in (copy, tmp_path / "other.txt"):
-        if out != copy:
-            out.write_text("a text a user wrote\n")
-        with pytest.raises(ValueError, match="--text files it would be made from|is not a silver pairs file"):
-            silver_main(["--cross-encoder", str(student), "--bi-encoder", str(student), "--text", str(copy),
-                         "--out", str(out)])
+    (tmp_path / "other.txt").write_text("a text a user wrote\n")
+    silver = ["embed", "--model", str(student), "--silver", str(student), "--silver-text", str(copy)]
+    for extra, message in (
+            (["--out", str(copy)], "is one of the --silver-text files it would be made from"),
+            (["--out", str(tmp_path / "other.txt")], "is not a silver pairs file"),
+            ([], "--silver needs --out FILE.jsonl"),
+            (["--out", str(tmp_path / "s.jsonl"), "--score-range", "5", "0"], "--score-range takes LOW HIGH"),
+            (["--out", str(tmp_path / "s.jsonl"), "--score-range", "0"], "--score-range takes LOW HIGH")):
+        assert litebert_main(silver + extra) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err
+    assert litebert_main(["embed", "--model", str(student), "--silver", str(student), "--out",
+                          str(tmp_path / "s.jsonl")]) == 2
+    assert "--silver needs --silver-text FILE" in capsys.readouterr().err
     assert copy.read_text() == text_file.read_text()
+    assert (tmp_path / "other.txt").read_text() == "a text a user wrote\n" and not (tmp_path / "s.jsonl").exists()
 
 
 def test_the_teacher_cache_is_keyed_by_the_teachers_files_not_its_path(teacher, tmp_path):

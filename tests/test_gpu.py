@@ -197,6 +197,22 @@ def test_embed_on_the_gpu_equals_the_cpu(pretrained, tmp_path):
     np.testing.assert_allclose(np.load(tmp_path / f"{DEVICE}.npy"), np.load(tmp_path / "cpu.npy"), atol=1e-4)
 
 
+def test_distillation_encodes_its_teacher_on_the_gpu(pretrained, tmp_path):
+    """The teacher's vectors (a corpus' worth, before training starts) are computed on the run's device: they
+    were on the CPU whatever --device said."""
+    from litebert.sentences.distill import DistillConfig, teacher_vectors
+    texts = ["It is a truth universally acknowledged.", "The sea was calm.", "Call me Ishmael."] * 8
+    cfg = DistillConfig(distill=str(pretrained))
+    on = {device: teacher_vectors(str(pretrained), texts, cfg, str(tmp_path), write=False, progress=False,
+                                  device=device) for device in (DEVICE, "cpu")}
+    np.testing.assert_allclose(on[DEVICE], on["cpu"], atol=1e-4)
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(texts) + "\n")
+    assert litebert_main(["embed", "--model", str(pretrained), "--distill", str(pretrained), "--distill-text",
+                          str(corpus), "--device", DEVICE, "--max-steps", "2", "--batch-size", "4",
+                          "--out-dir", str(tmp_path / "distill"), "--no-progress"]) == 0
+
+
 def test_serve_on_the_gpu_answers_as_the_cpu_pipeline(finetuned):
     httpx = pytest.importorskip("httpx")
     pytest.importorskip("uvicorn")

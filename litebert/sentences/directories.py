@@ -204,10 +204,11 @@ def is_litebert_dir(directory: str) -> bool:
         os.path.isfile(os.path.join(directory, "config.json"))
 
 
-def load_sentence_model(path: str | os.PathLike, pooling: str | None = None,
-                        max_length: int | None = None) -> SentenceModel:
+def load_sentence_model(path: str | os.PathLike, pooling: str | None = None, max_length: int | None = None,
+                        device: torch.device | str = "cpu") -> SentenceModel:
     """The sentence pipeline of a litebert, sentence-transformers or plain encoder directory (module docstring).
-    `pooling` and `max_length` override what the directory says."""
+    `pooling` and `max_length` override what the directory says; the encoder runs on `device` (a teacher on the
+    GPU encodes a corpus many times faster than on the CPU), the modules after pooling on the CPU."""
     directory = os.fspath(path)
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"no such directory: {directory}")
@@ -239,5 +240,5 @@ def load_sentence_model(path: str | os.PathLike, pooling: str | None = None,
                                  bool(settings.get("do_lower_case")))
         length = max_length or settings.get("max_seq_length") or 128
     length = min(length, encoder.config.max_position_embeddings)
-    return SentenceModel(encoder, tokenizer, pooling or found_pooling or "mean", length, post, normalize,
+    return SentenceModel(encoder.to(device), tokenizer, pooling or found_pooling or "mean", length, post, normalize,
                          name=directory)

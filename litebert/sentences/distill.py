@@ -50,7 +50,7 @@ from litebert.sentences.sts import is_benchmark, pair_scores, read_benchmark, re
 from litebert.tokenizer import Tokenizer
 from litebert.training import sweep
 from litebert.training.data import ShuffledData
-from litebert.training.distributed import is_main_process
+from litebert.training.distributed import is_main_process, process_device
 from litebert.training.loop import train
 
 CACHE = "teacher_vectors"
@@ -176,9 +176,9 @@ def distill_items(cfg: DistillConfig, pairs_reader, seed: int) -> tuple[list[str
 
 
 def teacher_vectors(teacher: str, texts: list[str], cfg: DistillConfig, out_dir: str, write: bool,
-                    progress: bool = True) -> np.ndarray:
+                    progress: bool = True, device: torch.device | str = "cpu") -> np.ndarray:
     """The teacher's (N, D) float32 vectors of `texts`, read from OUT_DIR's cache when it was made from the same
-    texts by the same teacher at the same length, else computed (and cached when `write`)."""
+    texts by the same teacher at the same length, else computed on `device` (and cached when `write`)."""
     from tqdm.auto import tqdm
 
 
@@ -192,7 +192,7 @@ def teacher_vectors(teacher: str, texts: list[str], cfg: DistillConfig, out_dir:
                 cached = np.load(npy)  # allow_pickle is False by default: nothing is unpickled
                 if cached.ndim == 2 and len(cached) == len(texts):
                     return cached
-    model = load_sentence_model(teacher, max_length=cfg.teacher_max_length)
+    model = load_sentence_model(teacher, max_length=cfg.teacher_max_length, device=device)
     chunk = 16 * cfg.teacher_batch_size
     parts = []
     with tqdm(total=len(texts), desc="teacher", disable=None if progress else True, dynamic_ncols=True) as bar:
@@ -247,8 +247,9 @@ def train_distilled(sentence_cfg, cfg: DistillConfig, train_cfg) -> dict:
     if len(items) < train_cfg.batch_size:
         raise DataError(f"{len(items)} distillation texts, fewer than batch_size {train_cfg.batch_size}")
     os.makedirs(train_cfg.out_dir, exist_ok=True)
+    device = process_device(train_cfg.device)  # the teacher encodes where the student trains
     targets = teacher_vectors(cfg.distill, texts, cfg, train_cfg.out_dir, write=main,
-                              progress=train_cfg.progress and main)
+                              progress=train_cfg.progress and main, device=device)
     tokenizer = Tokenizer.from_pretrained(sentence_cfg.model)
     model = DistillStudent.from_pretrained(sentence_cfg.model, targets.shape[1], pooling=sentence_cfg.pooling,
                                            max_length=sentence_cfg.max_length)
@@ -272,7 +273,7 @@ def train_distilled(sentence_cfg, cfg: DistillConfig, train_cfg) -> dict:
 
         if main:
 
-            teacher = load_sentence_model(cfg.distill, max_length=cfg.teacher_max_length)
+            teacher = load_sentence_model(cfg.distill, max_length=cfg.teacher_max_length, device=device)
             teacher_scores = pair_scores(lambda t: teacher.encode(t, cfg.teacher_batch_size), eval_pairs,
                                          eval_labels, recall)
 

@@ -6,8 +6,8 @@ encodes each side alone, learns only from many. The recipe, in three commands:
 
     litebert finetune --task table --regression --data-dir GOLD_DIR --text-columns sentence1 sentence2 \\
         --model ALBERT_DIR --out-dir out/cross                             # 1. the cross-encoder, on gold scores
-    python -m litebert.sentences.silver --cross-encoder out/cross/best --bi-encoder BI_DIR --text corpus.txt \\
-        --pairs 3000 --out silver.jsonl                                    # 2. sample pairs and label them
+    litebert embed --model BI_DIR --silver out/cross/best --silver-text corpus.txt --silver-pairs 3000 \\
+        --out silver.jsonl                                                 # 2. sample pairs and label them
     cat GOLD_DIR/train.jsonl silver.jsonl > both.jsonl
     litebert embed --model ALBERT_DIR --train both.jsonl --objective cosine --out-dir out/bi   # 3. the bi-encoder
 
@@ -21,10 +21,10 @@ alike. scripts/sentence_distill.py measures the recipe (docs/sentence.md).
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -32,13 +32,40 @@ import torch
 from litebert.errors import ConfigError
 from litebert.files import atomic_open, check_replaceable, same_path
 from litebert.heads import AlbertForSequenceClassification
+from litebert.runconfig import check_declared
 from litebert.sentences.directories import load_sentence_model
 from litebert.sentences.distill import monolingual_texts
 from litebert.tokenizer import Tokenizer
 
 
+@dataclass
+class SilverConfig:
+    """What `litebert embed --silver CROSS_ENCODER` samples and labels (--model is the bi-encoder that samples,
+    --out the JSONL it writes, --seed and --device the training group's)."""
+
+    silver: str = field(default="", metadata={
+        "help": "label sampled pairs with this cross-encoder (a regression model of `litebert finetune "
+                "--regression` on gold pairs) and write them to --out; --model picks the nearest neighbours",
+        "metavar": "CROSS_ENCODER"})
+    silver_text: list[str] = field(default_factory=list, metadata={
+        "help": "unlabelled text to pair (text/JSONL/.gz files or globs, one sentence per text)", "metavar": "FILE"})
+    silver_pairs: int = field(default=3000, metadata={"range": "[1, inf)", "help": "pairs to write"})
+    max_silver_texts: int = field(default=20000, metadata={"range": "[3, inf)",
+        "help": "a seeded sample of this many sentences to pair"})
+    silver_max_length: int = field(default=128, metadata={"range": "[4, inf)",
+        "help": "tokens per pair for the cross-encoder"})
+    score_range: list[float] = field(default_factory=lambda: [0.0, 1.0], metadata={
+        "help": "the gold scores' range, which the cross-encoder learned (0 5 for STS): scores are clipped to it",
+        "metavar": "BOUND"})
+
+    def __post_init__(self) -> None:
+        check_declared(self)
+        if len(self.score_range) != 2 or not self.score_range[0] < self.score_range[1]:
+            raise ConfigError(f"--score-range takes LOW HIGH with LOW < HIGH, not {self.score_range}")
+
+
 def sample_pairs(texts: Sequence[str], bi_encoder: str, n: int, seed: int, pool: int = 5000,
-                 batch_size: int = 64) -> list[tuple[str, str]]:
+                 batch_size: int = 64, device: torch.device | str = "cpu") -> list[tuple[str, str]]:
     """n distinct pairs from `texts` (a pair and its reverse are one): up to n // 2 nearest-neighbour pairs by
     `bi_encoder` among a seeded pool, each sentence of the pool asked once, and random pairs for the rest."""
 
@@ -47,7 +74,7 @@ def sample_pairs(texts: Sequence[str], bi_encoder: str, n: int, seed: int, pool:
         raise ConfigError(f"{n} distinct silver pairs need more distinct texts than {len(texts)}")
     rng = random.Random(seed)
     pool_texts = rng.sample(texts, min(pool, len(texts)))
-    vectors = load_sentence_model(bi_encoder).encode(pool_texts, batch_size)
+    vectors = load_sentence_model(bi_encoder, device=device).encode(pool_texts, batch_size)
     vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
     queries = rng.sample(range(len(pool_texts)), min(n // 2, len(pool_texts)))
     similarity = vectors[queries] @ vectors.T  # (n/2, P)
@@ -69,11 +96,11 @@ def sample_pairs(texts: Sequence[str], bi_encoder: str, n: int, seed: int, pool:
 
 @torch.no_grad()
 def label_pairs(cross_encoder: str, pairs: Sequence[tuple[str, str]], max_length: int = 128,
-                batch_size: int = 64) -> list[float]:
+                batch_size: int = 64, device: torch.device | str = "cpu") -> list[float]:
     """The cross-encoder's score (a regression head: `litebert finetune --regression`) of each pair, on the scale
     of the gold scores it was fine-tuned on."""
 
-    model = AlbertForSequenceClassification.from_pretrained(cross_encoder).eval()
+    model = AlbertForSequenceClassification.from_pretrained(cross_encoder).eval().to(device)
     if model.config.num_labels != 1:
         raise ConfigError(f"{cross_encoder} has {model.config.num_labels} outputs; a cross-encoder for silver "
                           "pairs is a regression model (litebert finetune --regression)")
@@ -82,8 +109,8 @@ def label_pairs(cross_encoder: str, pairs: Sequence[tuple[str, str]], max_length
     for start in range(0, len(pairs), batch_size):
         chunk = pairs[start:start + batch_size]
         batch = tokenizer([p[0] for p in chunk], [p[1] for p in chunk], max_length=max_length)
-        logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits  # (B, 1)
-        scores.extend(logits[:, 0].tolist())
+        logits = model(*(batch[k].to(device) for k in ("input_ids", "attention_mask", "token_type_ids"))).logits
+        scores.extend(logits[:, 0].float().tolist())  # (B, 1) -> B scores
     return scores
 
 
@@ -116,33 +143,23 @@ def _is_pairs_file(path: str) -> bool:
     return isinstance(first, dict) and set(first) == {"sentence1", "sentence2", "label"}
 
 
-def main(argv: list[str] | None = None) -> int:
-
-    p = argparse.ArgumentParser(prog="python -m litebert.sentences.silver", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--cross-encoder", required=True, help="a regression model of `litebert finetune --regression`")
-    p.add_argument("--bi-encoder", required=True, help="the sentence model that picks nearest neighbours")
-    p.add_argument("--text", nargs="+", required=True, help="unlabelled text files (sentences are paired)")
-    p.add_argument("--pairs", type=int, default=3000)
-    p.add_argument("--max-texts", type=int, default=20000, help="a seeded sample of the sentences")
-    p.add_argument("--max-length", type=int, default=128)
-    p.add_argument("--score-range", type=float, nargs=2, default=(0.0, 1.0), metavar=("LOW", "HIGH"),
-                   help="the gold scores' range, which the cross-encoder learned (default 0 1; 0 5 for STS)")
-    p.add_argument("--seed", type=int, default=7)
-    p.add_argument("--out", required=True, help="JSONL of {sentence1, sentence2, label}")
-    a = p.parse_args(argv)
-    if any(same_path(t, a.out) for t in a.text):
-        raise ConfigError(f"--out {a.out} is one of the --text files it would be made from: choose another --out")
-    check_replaceable(a.out, _is_pairs_file, "a silver pairs file (JSONL of sentence1, sentence2, label)",
+def make_silver(cfg: SilverConfig, bi_encoder: str, out: str, seed: int, device: torch.device | str = "cpu"
+                ) -> dict:
+    """Sample cfg.silver_pairs pairs of cfg.silver_text with `bi_encoder`, label them with the cross-encoder and
+    write them to `out`; returns what was written (the line `litebert embed --silver` prints)."""
+    if not cfg.silver_text:
+        raise ConfigError("--silver needs --silver-text FILE: the unlabelled sentences to pair")
+    if not out:
+        raise ConfigError("--silver needs --out FILE.jsonl: where the labelled pairs go")
+    if any(same_path(t, out) for t in cfg.silver_text):
+        raise ConfigError(f"--out {out} is one of the --silver-text files it would be made from: choose another --out")
+    check_replaceable(out, _is_pairs_file, "a silver pairs file (JSONL of sentence1, sentence2, label)",
                       hint="choose another --out")
-    texts = monolingual_texts(a.text, span=1, seed=a.seed, limit=a.max_texts)
-    pairs = sample_pairs(texts, a.bi_encoder, a.pairs, a.seed)
-    scores, clipped = clip_to_gold_range(label_pairs(a.cross_encoder, pairs, a.max_length), *a.score_range)
-    write_pairs(a.out, pairs, scores)
-    print(f"wrote {a.out}: {len(pairs)} pairs, mean score {np.mean(scores):.3f} ({clipped} clipped to "
-          f"{a.score_range[0]:g}-{a.score_range[1]:g})")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    texts = monolingual_texts(cfg.silver_text, span=1, seed=seed, limit=cfg.max_silver_texts)
+    pairs = sample_pairs(texts, bi_encoder, cfg.silver_pairs, seed, device=device)
+    low, high = cfg.score_range
+    scores, clipped = clip_to_gold_range(label_pairs(cfg.silver, pairs, cfg.silver_max_length, device=device),
+                                         low, high)
+    write_pairs(out, pairs, scores)
+    return {"out": out, "pairs": len(pairs), "mean_score": float(np.mean(scores)), "clipped": clipped,
+            "score_range": [low, high]}

@@ -56,6 +56,11 @@ def is_main_process() -> bool:
     return rank_and_size()[0] == 0
 
 
+def process_device(device: str) -> torch.device:
+    """`device` ("auto", "cuda", ...) as this process's: under torchrun "cuda" is the GPU of its LOCAL_RANK."""
+    return resolve_device(device, int(os.environ.get("LOCAL_RANK", "0")))
+
+
 def setup_distributed(device: str = "auto", timeout_minutes: float = 60.0) -> Dist:
     """Join the process group that torchrun describes (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT), or use
     one the caller already initialised; single process otherwise. NCCL on GPU, gloo on CPU.
@@ -64,7 +69,7 @@ def setup_distributed(device: str = "auto", timeout_minutes: float = 60.0) -> Di
     checkpoint the other ranks wait in a barrier, and NCCL's default of 10 minutes is shorter than an
     evaluation of albert-base on a large held-out set."""
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    dev = resolve_device(device, local_rank)
+    dev = process_device(device)
     if dev.type == "cuda":
         torch.cuda.set_device(dev)  # also makes it the device whose RNG state checkpoints save
     owns_group = not _group_exists() and world_size() > 1
