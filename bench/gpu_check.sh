@@ -12,6 +12,9 @@
 #                                    # sharing); reports under $OUT/paper/ for docs/paper/   (~1 + ~8 min each)
 #   bash bench/gpu_check.sh suite    # the whole fast suite there, device "auto" picking CUDA  (~6-8 min, 16 cores)
 #   bash bench/gpu_check.sh all      # bench, then tests
+#   BUDGET=540 bash bench/gpu_check.sh next   # one device call's worth, what is not yet measured first: the
+#                                    # gpu tests, real (padded) pretraining rows padded and padding-free, then the
+#                                    # gpu scale's sharing grid with CUDA graphs (issue 32's 8 minutes)
 # Nothing is downloaded. What the image lacks (the serve extra: starlette, uvicorn, httptools) can travel as wheels
 # in .gpu/whl, and the developers' shared data as .gpu/shared_data (../shared/tools/gpu/prepare.sh makes both;
 # the image tests also read tasks/wordnet_qa and pretrain/ko_small.txt, which it does not copy: cp them there);
@@ -42,7 +45,12 @@ tests/test_export.py::test_per_column_int8_weights_compute_exactly_what_their_ro
 tests/test_export.py::test_int8_export_fuses_layernorm_and_gelu_keeping_their_formulas
 tests/test_bench.py::test_int8_gemm_bound_follows_from_the_times_it_prints
 tests/test_adaptation.py::test_korean_through_the_whole_path"
-run() { local name=$1 limit=$2; shift 2; local t0=$SECONDS
+# BUDGET=S (seconds from the start of this script): a step gets at most what is left of it, and a step with
+# under 30 s left is skipped, so that a session's device time ends with the logs written, not with a kill.
+BUDGET=${BUDGET:-100000}
+run() { local name=$1 limit=$2; shift 2; local t0=$SECONDS left=$((BUDGET - SECONDS))
+  if [ "$left" -lt 30 ]; then echo "STEP $name skipped: ${left}s of BUDGET left"; return; fi
+  [ "$limit" -gt "$left" ] && limit=$left
   timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
   echo "STEP $name rc=$rc $((SECONDS - t0))s"; grep -E "(FAILED|ERROR) |passed|failed|skipped|^E  " "$OUT/$name.log" | head -25; }
 GPU_TESTS=$(grep -l "mark.gpu" tests/test_*.py | tr '\n' ' ')  # the files that hold tests marked gpu
@@ -107,7 +115,12 @@ case "${1:-tests}" in
   suite) run suite 540 $PY -m pytest -q -n "${WORKERS:-14}" --dist loadfile -m "not slow" -p no:cacheprovider --tb=short \
     -rs tests ;;
   paper) shift; paper "$@" ;;
+  next)
+    tests
+    run train_step_real_rows 150 $step --preset albert-base-v2 --shapes 64x512 --short-rows 0.1 --padding-free \
+      --cuda-graphs; grep -s "^{" "$OUT/train_step_real_rows.log"
+    paper sharing ;;
   compile)
-    run compile 240 $step --compile --preset albert-base-v2 --shapes 64x512; grep "^{" "$OUT/compile.log" ;;
-  *) echo "usage: bash bench/gpu_check.sh tests|bench|compile|suite|all|paper [EXPERIMENT ...]"; exit 2 ;;
+    run compile 240 $step --compile --preset albert-base-v2 --shapes 64x512; grep -s "^{" "$OUT/compile.log" ;;
+  *) echo "usage: bash bench/gpu_check.sh tests|bench|compile|suite|all|next|paper [EXPERIMENT ...]"; exit 2 ;;
 esac
