@@ -29,14 +29,12 @@ _HUB_ID = re.compile(r"(?!\.)[\w.-]+(/[\w.-]+)?")
 def looks_like_hub_id(name: str) -> bool:
     """A Hub id is "name" or "namespace/name" (word characters, "-", "."). Anything else that does not exist here
     was meant as a local path, and a Hub attempt (retries, warnings, then an error about the Hub) would only
-    confuse: ./x, ../x, /abs/x, ~/x, a/b/c, a name with spaces or a backslash, and a "namespace/name" whose
-    namespace is a directory here (out/rnu for out/run: a typo below a directory that exists)."""
+    confuse: ./x, ../x, /abs/x, ~/x, a/b/c, a name with spaces or a backslash. A "namespace/name" whose namespace
+    is a directory here is still a Hub id (albert/albert-base-v2 beside a clone of google-research/albert): a
+    typo below a directory (out/rnu for out/run) costs one bounded lookup, and its error names the directory."""
     if name.startswith(("./", "../", "/", "~")) or "\\" in name:
         return False
-    if not _HUB_ID.fullmatch(name):
-        return False
-    namespace, _, rest = name.partition("/")
-    return not (rest and os.path.exists(namespace))
+    return _HUB_ID.fullmatch(name) is not None
 
 
 HUB_TIMEOUT_S = 3.0  # how long the one lookup of a name on the Hub may take before it counts as unreachable
@@ -70,6 +68,9 @@ def fetch_from_hub(repo_id: str, fetch) -> str:
         except Exception:
             pass
         missing += ", and the Hugging Face cache holds no copy"
+    namespace, _, rest = repo_id.partition("/")
+    if rest and os.path.isdir(namespace):
+        missing += f"; {namespace}/ is a directory here: a typo in a path below it?"
     raise FileNotFoundError(f"no such directory: {repo_id} ({missing})")
 
 

@@ -773,24 +773,52 @@ def test_a_truncated_corpus_is_one_line_at_tokenizer_and_prepare(root, tok_dir, 
 # ================================================================================================ messages
 
 def test_a_mistyped_local_path_never_goes_to_the_hub(tmp_path, monkeypatch):
-    """./x, ../x, /x, ~/x, a/b/c, and 'dir/typo' where dir exists here: 'no such directory', at once."""
+    """./x, ../x, /x, ~/x, a/b/c: 'no such directory', at once."""
     from litebert import hub
     from litebert.tokenizer import Tokenizer
     from litebert.weights import resolve_model_dir
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "out").mkdir()
 
     def no_hub(*args, **kwargs):
         raise AssertionError("the Hub was tried")
 
     monkeypatch.setattr(hub, "fetch_from_hub", no_hub)
-    for name in ["out/rnu", "./model", "../model", "/no/such/model", "~/model", "a/b/c", "out\\x"]:
+    for name in ["./model", "../model", "/no/such/model", "~/model", "a/b/c", "out\\x"]:
         assert not hub.looks_like_hub_id(name), name
         with pytest.raises(FileNotFoundError, match="no such directory"):
             resolve_model_dir(name)
         with pytest.raises(FileNotFoundError, match="no such directory"):
             Tokenizer.from_pretrained(name)
     assert hub.looks_like_hub_id("albert/albert-base-v2") and hub.looks_like_hub_id("albert-base-v2")
+
+
+def test_a_hub_id_whose_namespace_is_a_directory_here_is_still_asked_and_a_typo_says_so(tmp_path, monkeypatch):
+    """albert/albert-base-v2 (the Hub's own name) was refused as a mistyped path wherever ./albert existed, as
+    beside a clone of google-research/albert. Now it is asked for; out/rnu, when the Hub has no such model,
+    fails in one line that names out/ as the likelier typo."""
+    pytest.importorskip("huggingface_hub")
+    from litebert import hub
+    from litebert.weights import resolve_model_dir
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "albert").mkdir()
+    (tmp_path / "out").mkdir()
+    asked = []
+
+    def lookup(module, repo_id):
+        asked.append(repo_id)
+        return "the Hub has no model of that name either"
+
+    monkeypatch.setattr(hub, "_hub_lookup", lookup)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
+    assert hub.looks_like_hub_id("albert/albert-base-v2") and hub.looks_like_hub_id("out/rnu")
+    with pytest.raises(FileNotFoundError) as error:
+        resolve_model_dir("out/rnu")
+    assert asked == ["out/rnu"]
+    assert str(error.value) == ("no such directory: out/rnu (the Hub has no model of that name either; out/ is a "
+                                "directory here: a typo in a path below it?)")
+    with pytest.raises(FileNotFoundError, match="the Hub has no model"):
+        resolve_model_dir("albert/albert-base-v2")
+    assert asked[-1] == "albert/albert-base-v2"
 
 
 def test_sentencepiece_internals_become_words(root, capsys):
