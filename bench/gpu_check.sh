@@ -13,8 +13,9 @@
 #   bash bench/gpu_check.sh suite    # the whole fast suite there, device "auto" picking CUDA  (~6-8 min, 16 cores)
 #   bash bench/gpu_check.sh all      # bench, then tests
 #   BUDGET=540 bash bench/gpu_check.sh next   # one device call's worth, what is not yet measured first: the
-#                                    # gpu tests, real (padded) pretraining rows padded and padding-free, then the
-#                                    # gpu scale's sharing grid with CUDA graphs (issue 32's 8 minutes)
+#                                    # gpu tests, real pretraining runs with and without data workers, real
+#                                    # (padded) rows padded and padding-free, then the gpu scale's sharing grid
+#                                    # with CUDA graphs (issue 32's 8 minutes)
 # Nothing is downloaded. What the image lacks (the serve extra: starlette, uvicorn, httptools) can travel as wheels
 # in .gpu/whl, and the developers' shared data as .gpu/shared_data (../shared/tools/gpu/prepare.sh makes both;
 # the image tests also read tasks/wordnet_qa and pretrain/ko_small.txt, which it does not copy: cp them there);
@@ -84,11 +85,21 @@ bench() {
       --cuda-graphs --batch-size $batch --tokenizer "$TOKENIZER" \
       --task "${TASK_DIR:-${LITEBERT_SHARED_DATA:-../shared/data}/tasks/novel_authorship}"
   done
+  pretrain_loop
   run profile 90 $PY bench/profile_step.py --device cuda --preset albert-base-v2 --shape 64x512 --precision bf16 \
     --rows 30 --compile layers
   for f in train_step_base train_step_large train_step_xxlarge train_step_real_rows train_step_tiny finetune_padding_32 \
     finetune_padding_128 profile; do
     grep '^{' "$OUT/$f.log"; done
+}
+pretrain_loop() {
+  # real pretraining runs, batches built in step against two worker processes (data_workers), on the gpu scale's
+  # model at batch 256 x 128, eager and graphed; and albert-base 64 x 128 graphed (prepare.sh's data128)
+  local data=${PRETRAIN_DATA:-.gpu/work/data128} loop="$PY bench/pretrain_loop.py --device cuda --precision bf16"
+  run pretrain_loop_gpu_scale 120 $loop --data "$data" --gpu-scale --steps 60
+  run pretrain_loop_gpu_scale_graphs 120 $loop --data "$data" --gpu-scale --steps 60 --cuda-graphs
+  run pretrain_loop_base 150 $loop --data "$data" --preset albert-base-v2 --batch-size 64 --steps 40 --cuda-graphs
+  for f in pretrain_loop_gpu_scale pretrain_loop_gpu_scale_graphs pretrain_loop_base; do grep -s '^{' "$OUT/$f.log"; done
 }
 paper() {
   # Table 2: every BERT and ALBERT preset's pretraining step, bf16, interleaved, relative to BERT-large
@@ -117,6 +128,7 @@ case "${1:-tests}" in
   paper) shift; paper "$@" ;;
   next)
     tests
+    pretrain_loop
     run train_step_real_rows 150 $step --preset albert-base-v2 --shapes 64x512 --short-rows 0.1 --padding-free \
       --cuda-graphs; grep -s "^{" "$OUT/train_step_real_rows.log"
     paper sharing ;;

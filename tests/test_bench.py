@@ -359,3 +359,15 @@ def test_train_step_times_both_compile_scopes_beside_eager():
         assert r[side]["compile_s"] > 0 and r[side]["s_median"] > 0
         scope = side.removeprefix("litebert_")
         assert r[f"{scope}_vs_eager"] == pytest.approx(r["litebert"]["s_median"] / r[side]["s_median"], rel=0.02)
+
+
+@pytest.mark.slow
+def test_pretrain_loop_times_real_runs_with_and_without_data_workers(tmp_path):
+    from fixtures.runs import prepare_tiny_pretraining
+    prepared = prepare_tiny_pretraining(tmp_path, {})
+    (r,) = records("pretrain_loop.py", "--quick", "--data", str(prepared / "data"), "--threads", "1",
+                   "--workers", "0", "1")
+    inline, ahead = r["sides"]["data_workers=0"], r["sides"]["data_workers=1"]
+    assert inline["speedup"] == 1.0 and inline["tokens_per_s"] > 0 and ahead["tokens_per_s"] > 0
+    assert ahead["speedup"] == pytest.approx(ahead["tokens_per_s"] / inline["tokens_per_s"], abs=2e-3)
+    assert r["runs_per_side"] == 2 and "cpu" in r and r["model"] == "tiny"

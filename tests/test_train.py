@@ -426,3 +426,52 @@ def test_cuda_graphs_where_they_cannot_run_is_a_one_line_error_before_anything_i
         train(make_toy(), toy_batches(8, 8), toy_config(tmp_path, max_steps=2, cuda_graphs=True, compile=True,
                                                         compile_scope="model"))
     assert not (tmp_path / "run").exists()
+
+
+# -- batches asked ahead (data.prefetched: on by default on a GPU) ----------------------------------------------
+
+def test_batches_built_ahead_by_workers_train_exactly_as_built_in_step(tmp_path):
+    """Worker processes build the micro-batches that follow (accumulation 2 here), in the loop's order; a kill and
+    a resume start them again at the resumed step. Losses and weights are bit-equal to the synchronous run's."""
+    inline, ahead = make_toy(), make_toy()
+    a = train(inline, toy_batches(8, 4), toy_config(tmp_path / "a", micro_batch_size=4, save_every=5))
+    b = train(ahead, toy_batches(8, 4), toy_config(tmp_path / "b", micro_batch_size=4, save_every=5,
+                                                   data_workers=2))
+    assert a.losses == b.losses
+    for pa, pb in zip(inline.parameters(), ahead.parameters()):
+        assert torch.equal(pa, pb)
+
+    def killed_at_step_7(model):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):  # after step 7, whose batches the workers had built beyond
+        train(make_toy(), toy_batches(8, 4), toy_config(tmp_path / "c", micro_batch_size=4, save_every=5,
+                                                        eval_every=7, data_workers=2), killed_at_step_7)
+    resumed = train(make_toy(), toy_batches(8, 4), toy_config(tmp_path / "c", micro_batch_size=4, save_every=5,
+                                                              resume=True, data_workers=1))
+    assert resumed.losses == {k: v for k, v in a.losses.items() if k > 5}
+
+
+def test_a_batch_a_worker_cannot_build_is_its_own_one_line_error(tmp_path):
+    from litebert.errors import DataError
+    from litebert.training.data import PrefetchedBatches, prefetched
+
+    def batch_fn(step, micro, rank, world_size):
+        if step == 3:
+            raise DataError(f"shard_00001.npy: example {step * 8} is damaged")
+        return toy_batches(8, 8)(step, micro, rank, world_size)
+
+    with pytest.raises(DataError, match=r"^shard_00001.npy: example 24 is damaged$"):
+        train(make_toy(), batch_fn, toy_config(tmp_path, data_workers=2))
+    assert sorted(p.name for p in (tmp_path / "run").glob("step_*")) == []  # nothing saved past the damage
+
+    class Stateful:
+        def __call__(self, *args):
+            return {}
+
+        def state_dict(self):
+            return {}
+
+    assert prefetched(Stateful(), 2, 1, 10, False).__class__ is Stateful  # asking ahead would move its state
+    assert isinstance(prefetched(batch_fn, 2, 1, 10, False), PrefetchedBatches)
+    assert prefetched(batch_fn, 0, 1, 10, False) is batch_fn

@@ -7,17 +7,21 @@
     ShuffledData(num_examples, collate)
         the common case, a dataset of known size: the loop makes it a batch_fn (`shuffled_batches`) from the
         run's batch size, micro-batch size and seed, so verbs do not size micro-batches themselves.
+On a GPU the loop asks for batches ahead (`PrefetchedBatches`): building one (masking, tokenizing) is host work
+that would otherwise leave the device idle between steps.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import multiprocessing
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch.utils.data import DataLoader, Dataset
 
-from litebert.errors import ConfigError
+from litebert.errors import ConfigError, LitebertError
 
 BatchFn = Callable[[int, int, int, int], Mapping[str, torch.Tensor]]
 Collate = Callable[[list[int], int], Mapping[str, torch.Tensor]]
@@ -80,3 +84,77 @@ def count_tokens(batch: Mapping[str, torch.Tensor]) -> int:
     if "input_ids" in batch:
         return batch["input_ids"].numel()
     return len(next(iter(batch.values())))
+
+
+class PrefetchedBatches:
+    """A stateless batch_fn asked ahead: `workers` processes build the micro-batches that follow the one asked
+    for, in the order the loop asks (step by step, micro-batch by micro-batch), pinned for an asynchronous copy
+    when `pin_memory`. A batch is a pure function of its arguments, so this changes when it is built, never what
+    it holds: a resume or any worker count trains on the same batches. Measured on a 2-core CPU, masking one
+    256 x 128 pretraining batch takes 25 ms, longer than the gpu scale's whole step on an H100; the synchronous
+    loop left the GPU idle for it every step.
+
+    An ask out of order (the first, or after a resume) starts the workers again from there. Workers are forked
+    (a batch_fn is usually a closure, which spawn could not send); close() stops them."""
+
+    def __init__(self, batch_fn: BatchFn, workers: int, accumulation: int, max_steps: int, pin_memory: bool):
+        self.batch_fn, self.workers, self.accumulation, self.max_steps = batch_fn, workers, accumulation, max_steps
+        self.pin_memory = pin_memory
+        self._batches: Iterator | None = None
+        self._expected: tuple[int, int, int] | None = None  # (micro-batch index, rank, world size) asked next
+
+    def __call__(self, step: int, micro: int, rank: int, world_size: int) -> Mapping[str, torch.Tensor]:
+        index, total = step * self.accumulation + micro, self.max_steps * self.accumulation
+        if index >= total:  # past the steps the run was started for: nothing to prefetch
+            return self.batch_fn(step, micro, rank, world_size)
+        if self._batches is None or self._expected != (index, rank, world_size):
+            self.close()
+            loader = DataLoader(_MicroBatches(self.batch_fn, index, total, self.accumulation, rank, world_size),
+                                batch_size=None, num_workers=self.workers, pin_memory=self.pin_memory,
+                                prefetch_factor=2, multiprocessing_context="fork",
+                                generator=torch.Generator())  # its seed draw must not move the run's RNG (dropout)
+            self._batches = iter(loader)
+        item = next(self._batches)
+        self._expected = (index + 1, rank, world_size)
+        if isinstance(item, _Failed):
+            raise item.error
+        return item
+
+    def close(self) -> None:
+        """Stop the workers (the loader's iterator shuts them down when it is dropped)."""
+        self._batches, self._expected = None, None
+
+
+def prefetched(batch_fn: BatchFn, workers: int, accumulation: int, max_steps: int, pin_memory: bool) -> BatchFn:
+    """`batch_fn` asked ahead by `workers` processes, or itself: with no workers, where processes cannot be
+    forked, or when it has state of its own (state_dict: asking ahead would move it past the checkpoint)."""
+    if workers == 0 or hasattr(batch_fn, "state_dict") or "fork" not in multiprocessing.get_all_start_methods():
+        return batch_fn
+    return PrefetchedBatches(batch_fn, workers, accumulation, max_steps, pin_memory)
+
+
+@dataclass(frozen=True)
+class _Failed:
+    """A user-fixable error raised while a worker built a batch, sent back to be raised as itself: through the
+    loader it would arrive as a new exception whose message is the worker's whole traceback."""
+
+    error: LitebertError
+
+
+class _MicroBatches(Dataset):
+    """Micro-batches [first, total) of a run in the loop's order: item i is micro-batch (first + i) % accumulation
+    of step (first + i) // accumulation."""
+
+    def __init__(self, batch_fn: BatchFn, first: int, total: int, accumulation: int, rank: int, world_size: int):
+        self.batch_fn, self.first, self.total, self.accumulation = batch_fn, first, total, accumulation
+        self.rank, self.world_size = rank, world_size
+
+    def __len__(self) -> int:
+        return self.total - self.first
+
+    def __getitem__(self, i: int) -> Mapping[str, torch.Tensor] | _Failed:
+        step, micro = divmod(self.first + i, self.accumulation)
+        try:
+            return self.batch_fn(step, micro, self.rank, self.world_size)
+        except LitebertError as e:
+            return _Failed(e)

@@ -48,7 +48,7 @@ from litebert.runconfig import dump_toml
 from litebert.runtime.gemm import backend as gemm_backend
 from litebert.runtime.precision import PrecisionChoice, autocast, choose_precision, device_name, fp32_kernels
 from litebert.training import checkpoint as ckpt
-from litebert.training.data import BatchFn, ShuffledData, as_batch_fn, count_tokens
+from litebert.training.data import BatchFn, PrefetchedBatches, ShuffledData, as_batch_fn, count_tokens, prefetched
 from litebert.training.distributed import (
     Dist,
     all_reduce_sum,
@@ -163,6 +163,8 @@ def train(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, eval
         # DDP holds the process group: released first, the group is freed (its threads joined) here. Whatever a
         # reference cycle still holds (a Run reached from itself, an exception's traceback) is collected now: one
         # left to interpreter shutdown aborts the process ("terminate called without an active exception").
+        if run is not None and isinstance(run.batch_fn, PrefetchedBatches):
+            run.batch_fn.close()  # its worker processes
         run = None
         gc.collect()
         teardown_distributed(env)
@@ -306,7 +308,7 @@ class Run:
     forward: Callable[..., Any]  # net, or net compiled whole (--compile-scope model): what a step calls
     optimizer: torch.optim.Optimizer
     schedule: Any
-    batch_fn: BatchFn
+    batch_fn: BatchFn  # the micro-batches of a step (asked ahead by worker processes on a GPU: data.prefetched)
     accumulation: int
     state: TrainState
     metrics: MetricsLog
@@ -384,7 +386,9 @@ def _start(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, env
         compile_layers(model)
     elif cfg.compile:
         forward = torch.compile(net)
-    return Run(cfg, env, model, net, forward, optimizer, schedule, batch_fn,
+    workers = cfg.data_workers if cfg.data_workers is not None else 2 if env.device.type == "cuda" else 0
+    step_batches = prefetched(batch_fn, workers, accum, cfg.max_steps, pin_memory=env.device.type == "cuda")
+    return Run(cfg, env, model, net, forward, optimizer, schedule, step_batches,
                accum, state, metrics, tokenizer, resumed_from, precision=precision)
 
 

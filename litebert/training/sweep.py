@@ -169,7 +169,8 @@ def grid_runs(cfg: Any, train_cfg: TrainConfig, axes: Mapping[str, Sequence[Any]
 # Options that do not change what a run learns or how it is scored: a run made with others is still this run.
 NOT_DECIDING = frozenset({"out_dir", "resume", "progress", "log_every", "keep_last", "save_every", "device",
                           "dist_timeout_minutes", "compile", "compile_scope", "tf32", "gradient_checkpointing",
-                          "find_unused_parameters", "overwrite", "eval_batch_size", "padding_free", "cuda_graphs"})
+                          "find_unused_parameters", "overwrite", "eval_batch_size", "padding_free", "cuda_graphs",
+                          "data_workers"})
 
 
 def settings_differ(out_dir: str, cfg: Any, train_cfg: TrainConfig, section: str = "finetune",
