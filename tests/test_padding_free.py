@@ -332,3 +332,24 @@ def test_a_loss_that_reads_padding_keeps_the_padded_path_and_its_loss(cls, unpad
         unlabelled["labels"] = batch["labels"].masked_fill(batch["attention_mask"] == 0, -100)
     free(**unlabelled)
     assert unpad_calls == [1]
+
+
+def test_finetune_cuda_graphs_with_compiled_blocks_collates_padded_batches(tmp_path, monkeypatch):
+    """`--cuda-graphs --compile` turns padding-free off for the compiled blocks' shapes, but the collate still added
+    packed_positions, which run the padding-free encoder (and every compiled block eagerly) by themselves. Without
+    --compile the batches are packed. The train step is stubbed (a CUDA graph needs a GPU)."""
+    import litebert.finetune as finetune_module
+
+    handed = []
+
+    def stop_at_train(model, data, *args, **kwargs):
+        handed.append((encoder_of(model).padding_free, "packed_positions" in data.collate([0, 1], 0)))
+        raise KeyboardInterrupt
+    monkeypatch.setattr(finetune_module, "train", stop_at_train)
+    model = tiny_model_dir(tmp_path)
+    for extra in ([], ["--compile"]):
+        assert litebert_main(["finetune", "--model", str(model), "--task", "novel_authorship", "--data-dir",
+                              str(SHARED_DATA / "tasks" / "novel_authorship"), "--max-train-examples", "32",
+                              "--max-eval-examples", "8", "--max-length", "32", "--device", "cpu", "--cuda-graphs",
+                              "--out-dir", str(tmp_path / f"run{len(extra)}"), "--no-progress", *extra]) != 0
+    assert handed == [(True, True), (False, False)]
