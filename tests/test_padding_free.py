@@ -353,3 +353,22 @@ def test_finetune_cuda_graphs_with_compiled_blocks_collates_padded_batches(tmp_p
                               "--max-eval-examples", "8", "--max-length", "32", "--device", "cpu", "--cuda-graphs",
                               "--out-dir", str(tmp_path / f"run{len(extra)}"), "--no-progress", *extra]) != 0
     assert handed == [(True, True), (False, False)]
+
+
+def test_cuda_graphs_collate_leaves_question_answering_batches_at_their_own_length():
+    """QA trains on the padded path: its loss is a softmax over every position, padding included. `finetune
+    --cuda-graphs` (padding-free, the default) collated QA batches out to --max-length for packed positions the
+    head then drops, so the extra padding joined the softmax: another loss than the same run without --cuda-graphs
+    or with --no-padding-free (4.15 against 3.39 here)."""
+    from litebert.tasks.squad import QAFeature
+
+    torch.manual_seed(0)
+    model = AlbertForQuestionAnswering(tiny(num_labels=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+    encoder_of(model).padding_free = True
+    g = torch.Generator().manual_seed(0)
+    features = [QAFeature(torch.randint(5, 97, (n,), generator=g).tolist(), [0] * n, 2, 4, i, [None] * n, [True] * n)
+                for i, n in enumerate([30, 12])]
+    own, static = collate(features, pad_id=0), collate(features, pad_id=0, static_length=64)
+    assert static.keys() == own.keys() and all(torch.equal(static[k], own[k]) for k in own)
+    with torch.no_grad():
+        torch.testing.assert_close(model(**static).loss, model(**own).loss, atol=0, rtol=0)
