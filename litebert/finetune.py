@@ -262,7 +262,7 @@ def finetune(cfg: FinetuneConfig, train_cfg: TrainConfig) -> dict[str, Any]:
     run = prepare(cfg)
     torch.manual_seed(train_cfg.seed)
     model = load_model(cfg, run.family, run.labels, run.model_dir)
-    encoder_of(model).padding_free = cfg.padding_free and not train_cfg.compile
+    padding_free = encoder_of(model).padding_free = cfg.padding_free and not train_cfg.compile
     if cfg.padding_free and train_cfg.compile:  # a padding-free batch's token count changes every batch
         log.info("--compile: padded batches, so that the compiled transformer blocks keep their shapes")
     primary = run.family.primary_metric(run.task)
@@ -290,7 +290,8 @@ def finetune(cfg: FinetuneConfig, train_cfg: TrainConfig) -> dict[str, Any]:
         return {k: v for k, v in scored.metrics.items() if isinstance(v, (int, float))}
 
     pad_id, features = run.tokenizer.pad_id, run.train_features
-    static_length = run.settings.max_length if cfg.padding_free and train_cfg.cuda_graphs else 0  # graph shapes
+    # graph shapes; its packed positions alone turn the padding-free encoder on, so never with --compile
+    static_length = run.settings.max_length if padding_free and train_cfg.cuda_graphs else 0
     data = ShuffledData(len(features), lambda idx, _position: collate([features[i] for i in idx], pad_id,
                                                                        static_length))
     stopping = EarlyStopping(primary, cfg.early_stopping_patience) if cfg.early_stopping_patience else None

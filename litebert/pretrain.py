@@ -254,13 +254,15 @@ def pretrain(cfg: PretrainConfig, train_cfg: TrainConfig, model_overrides: dict[
     cut = held_out_cut(cfg, dataset)
     train_indices, eval_indices = list(range(cut)), list(range(cut, len(dataset)))
     task = sentence_task(dataset, cfg.objective)
-    # a captured step keeps its shapes: padding-free batches then carry the count of real tokens, rounded
-    batches = Batches(dataset, train_cfg.seed, task, packed=cfg.padding_free and train_cfg.cuda_graphs)
-    torch.manual_seed(train_cfg.seed)
-    model = build_model(cfg, model_overrides, dataset.meta["vocab_size"], dataset.max_seq_length)
-    model.albert.padding_free = cfg.padding_free and not train_cfg.compile
+    padding_free = cfg.padding_free and not train_cfg.compile
     if cfg.padding_free and train_cfg.compile:  # a padding-free batch's token count changes every batch
         log.info("--compile: padded batches, so that the compiled transformer blocks keep their shapes")
+    # a captured step keeps its shapes: padding-free batches then carry the count of real tokens, rounded (packed
+    # positions alone turn the padding-free encoder on, so never with --compile)
+    batches = Batches(dataset, train_cfg.seed, task, packed=padding_free and train_cfg.cuda_graphs)
+    torch.manual_seed(train_cfg.seed)
+    model = build_model(cfg, model_overrides, dataset.meta["vocab_size"], dataset.max_seq_length)
+    model.albert.padding_free = padding_free
     freeze_outside_loss(model, task)
     train_data = ShuffledData(len(train_indices), _Subset(batches, train_indices))
 

@@ -332,3 +332,43 @@ def test_a_loss_that_reads_padding_keeps_the_padded_path_and_its_loss(cls, unpad
         unlabelled["labels"] = batch["labels"].masked_fill(batch["attention_mask"] == 0, -100)
     free(**unlabelled)
     assert unpad_calls == [1]
+
+
+def test_finetune_cuda_graphs_with_compiled_blocks_collates_padded_batches(tmp_path, monkeypatch):
+    """`--cuda-graphs --compile` turns padding-free off for the compiled blocks' shapes, but the collate still added
+    packed_positions, which run the padding-free encoder (and every compiled block eagerly) by themselves. Without
+    --compile the batches are packed. The train step is stubbed (a CUDA graph needs a GPU)."""
+    import litebert.finetune as finetune_module
+
+    handed = []
+
+    def stop_at_train(model, data, *args, **kwargs):
+        handed.append((encoder_of(model).padding_free, "packed_positions" in data.collate([0, 1], 0)))
+        raise KeyboardInterrupt
+    monkeypatch.setattr(finetune_module, "train", stop_at_train)
+    model = tiny_model_dir(tmp_path)
+    for extra in ([], ["--compile"]):
+        assert litebert_main(["finetune", "--model", str(model), "--task", "novel_authorship", "--data-dir",
+                              str(SHARED_DATA / "tasks" / "novel_authorship"), "--max-train-examples", "32",
+                              "--max-eval-examples", "8", "--max-length", "32", "--device", "cpu", "--cuda-graphs",
+                              "--out-dir", str(tmp_path / f"run{len(extra)}"), "--no-progress", *extra]) != 0
+    assert handed == [(True, True), (False, False)]
+
+
+def test_cuda_graphs_collate_leaves_question_answering_batches_at_their_own_length():
+    """QA trains on the padded path: its loss is a softmax over every position, padding included. `finetune
+    --cuda-graphs` (padding-free, the default) collated QA batches out to --max-length for packed positions the
+    head then drops, so the extra padding joined the softmax: another loss than the same run without --cuda-graphs
+    or with --no-padding-free (4.15 against 3.39 here)."""
+    from litebert.tasks.squad import QAFeature
+
+    torch.manual_seed(0)
+    model = AlbertForQuestionAnswering(tiny(num_labels=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+    encoder_of(model).padding_free = True
+    g = torch.Generator().manual_seed(0)
+    features = [QAFeature(torch.randint(5, 97, (n,), generator=g).tolist(), [0] * n, 2, 4, i, [None] * n, [True] * n)
+                for i, n in enumerate([30, 12])]
+    own, static = collate(features, pad_id=0), collate(features, pad_id=0, static_length=64)
+    assert static.keys() == own.keys() and all(torch.equal(static[k], own[k]) for k in own)
+    with torch.no_grad():
+        torch.testing.assert_close(model(**static).loss, model(**own).loss, atol=0, rtol=0)

@@ -282,3 +282,28 @@ def test_packed_batches_pad_to_the_data_length_and_list_their_real_tokens(prepar
     assert positions[:n].tolist() == mask.flatten().nonzero().squeeze(1).tolist() and (positions[n:] == -1).all()
     width = plain["input_ids"].shape[1]  # the same examples and masks, padded further
     assert torch.equal(packed["labels"][:, :width], plain["labels"]) and (packed["labels"][:, width:] == -100).all()
+
+
+@pytest.mark.parametrize("compile_blocks", [False, True])
+def test_compiled_blocks_under_cuda_graphs_get_padded_batches(prepared, tmp_path, monkeypatch, compile_blocks):
+    """`--padding-free --cuda-graphs --compile` says it trains on padded batches (so the compiled blocks keep their
+    shapes) and leaves the model's padding_free off, but the batches still carried packed_positions, which turn the
+    padding-free encoder on by themselves and run every compiled block eagerly: --compile did nothing. The train
+    step is stubbed (a CUDA graph needs a GPU): only what it is handed is read."""
+    import litebert.pretrain as pretrain_module
+
+    handed = {}
+
+    class Handed(Exception):
+        pass
+
+    def stop_at_train(model, data, *args, **kwargs):
+        handed.update(padding_free=model.albert.padding_free, batch=data.collate([0, 1], 0))
+        raise Handed
+    monkeypatch.setattr(pretrain_module, "train", stop_at_train)
+    cfg = TrainConfig(batch_size=2, max_steps=1, cuda_graphs=True, compile=compile_blocks, device="cpu",
+                      out_dir=str(tmp_path / "run"), progress=False)
+    with pytest.raises(Handed):
+        pretrain(PretrainConfig(data=str(prepared / "data"), held_out=64, padding_free=True), cfg, TINY)
+    assert handed["padding_free"] is not compile_blocks
+    assert ("packed_positions" in handed["batch"]) is not compile_blocks

@@ -173,9 +173,13 @@ def collate(features: Sequence, pad_id: int = 0, static_length: int = 0) -> dict
 
     `static_length`: pad to that length, and for (B, T) inputs add `packed_positions`, the real tokens' places
     with their count rounded up (litebert.model.packed_positions): the padding-free encoder's shapes then come
-    from a few, as a CUDA graph needs (`finetune --cuda-graphs`)."""
+    from a few, as a CUDA graph needs (`finetune --cuda-graphs`). Not for answer spans: QA's loss is a softmax over
+    every position, padding included (it trains padded, litebert.heads), so more padding would change the loss."""
     if not features:
         raise ValueError("collate needs at least one feature")
+    spans = all(getattr(f, "start_position", None) is not None for f in features)
+    if spans:
+        static_length = 0
     ids = [f.input_ids for f in features]
     ones = [[[1] * len(r) for r in row] if isinstance(row[0], list) else [1] * len(row) for row in ids]
     batch = {"input_ids": pad(ids, pad_id, width=static_length), "attention_mask": pad(ones, 0, width=static_length),
@@ -193,7 +197,7 @@ def collate(features: Sequence, pad_id: int = 0, static_length: int = 0) -> dict
             batch["labels"] = torch.tensor(labels, dtype=dtype)
     elif any(x is not None for x in labels):
         raise ValueError("a batch mixes labelled and unlabelled features")
-    if all(getattr(f, "start_position", None) is not None for f in features):
+    if spans:
         batch["start_positions"] = torch.tensor([f.start_position for f in features], dtype=torch.long)
         batch["end_positions"] = torch.tensor([f.end_position for f in features], dtype=torch.long)
     return batch

@@ -65,9 +65,10 @@ class TrainConfig:
         "CUDA, one process: capture each batch shape's forward and backward once as a CUDA graph and replay it, "
         "for small models whose step is spent launching kernels (the demo's 0.8M model on an H200: 4.1x the steps/s, "
         "docs/gpu.md). Static shapes, as --compile-scope model: the MLM loss reads the data's max_predictions_per_seq "
-        "positions a row; fine-tuning pads each batch to --max-length and runs padding-free on its real tokens, "
-        "their count rounded up to a multiple of that length. With --compile (blocks) the compiled kernels run "
-        "inside the graph: albert-base 64x512 bf16 on an H100 1.16x eager's steps/s, the graph alone 1.06x"))
+        "positions a row; padding-free fine-tuning pads each batch to --max-length and runs on its real tokens, "
+        "their count rounded up to a multiple of that length (QA batches keep their length: its loss reads padding). "
+        "With --compile (blocks) the compiled kernels run inside the graph: albert-base 64x512 bf16 on an H100 "
+        "1.16x eager's steps/s, the graph alone 1.06x"))
     find_unused_parameters: bool = field(default=False, metadata=_help(
         "DDP only: allow trainable parameters outside the loss in a model of your own (litebert's verbs freeze "
         "what their objective leaves out, so they never need it)"))
