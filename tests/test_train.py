@@ -475,3 +475,25 @@ def test_a_batch_a_worker_cannot_build_is_its_own_one_line_error(tmp_path):
     assert prefetched(Stateful(), 2, 1, 10, False).__class__ is Stateful  # asking ahead would move its state
     assert isinstance(prefetched(batch_fn, 2, 1, 10, False), PrefetchedBatches)
     assert prefetched(batch_fn, 0, 1, 10, False) is batch_fn
+
+
+def test_cuda_graphs_say_once_when_new_batch_shapes_go_uncaptured(monkeypatch, caplog):
+    """Past MAX_GRAPHS captured shapes every new shape ran eagerly, silently: a run with widths varying by batch
+    lost the graphs' speed on most steps with no word of it."""
+    from litebert.training import graphs
+    monkeypatch.setattr(graphs, "MAX_GRAPHS", 2)
+    monkeypatch.setattr(graphs.GraphedMicroStep, "_on_side_stream", lambda self, batch, scale: torch.zeros(()))
+    class Replayed:
+        def replay(self):
+            pass
+
+    monkeypatch.setattr(graphs.GraphedMicroStep, "_capture", lambda self, key, batch, scale: self.graphs.__setitem__(
+        key, (Replayed(), {k: v.clone() for k, v in batch.items()}, torch.zeros(()))))
+    step = graphs.GraphedMicroStep(forward=None, autocast=None)
+    with caplog.at_level("WARNING", logger="litebert"):
+        for width in (4, 5, 6, 7):
+            for _ in range(graphs.WARMUP_CALLS + 2):
+                step({"input_ids": torch.zeros(2, width, dtype=torch.long)}, 1.0)
+    warnings = [r.getMessage() for r in caplog.records if "cuda-graphs" in r.getMessage()]
+    assert len(warnings) == 1 and "input_ids (2, 6)" in warnings[0] and "2 batch shapes" in warnings[0]
+    assert len(step.graphs) == 2

@@ -17,6 +17,7 @@ What capture needs, and where it is provided:
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -26,6 +27,8 @@ from typing import Any
 import torch
 
 from litebert.model import forced_static_shapes
+
+log = logging.getLogger("litebert")
 
 WARMUP_CALLS = 2  # eager micro-steps of a batch shape before it is captured
 MAX_GRAPHS = 8  # batch shapes kept captured; further shapes run eagerly (fine-tuning under --cuda-graphs pads to
@@ -56,12 +59,19 @@ class GraphedMicroStep:
         self.graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, dict[str, torch.Tensor], torch.Tensor]] = {}
         self.calls: Counter = Counter()
         self.pool = None  # one memory pool shared by every graph (they never run at the same time)
+        self.warned = False  # that MAX_GRAPHS shapes are captured and more run uncaptured
 
     def __call__(self, batch: dict[str, torch.Tensor], scale: float) -> torch.Tensor:
         key = (scale, *((name, tuple(t.shape), t.dtype) for name, t in sorted(batch.items())))
         if key not in self.graphs:
             self.calls[key] += 1
             if self.calls[key] <= WARMUP_CALLS or len(self.graphs) >= MAX_GRAPHS:
+                if len(self.graphs) >= MAX_GRAPHS and self.calls[key] == WARMUP_CALLS + 1 and not self.warned:
+                    self.warned = True  # once: the run goes on, at eager speed for these shapes
+                    log.warning("--cuda-graphs: %d batch shapes are captured, the most kept; this batch's shape "
+                                "(%s) and any later new one run uncaptured. Batches of fewer shapes (padded to "
+                                "--max-length, equal-length data) keep every step captured", MAX_GRAPHS,
+                                ", ".join(f"{name} {tuple(t.shape)}" for name, t in sorted(batch.items())))
                 return self._on_side_stream(batch, scale)
             self._capture(key, batch, scale)
         graph, inputs, loss = self.graphs[key]
