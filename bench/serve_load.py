@@ -1,10 +1,12 @@
 """Load test of `litebert serve` on loopback: dynamic batching against the same server with batching off.
 
-For each mode the script starts `litebert serve --port 0` as a subprocess on 127.0.0.1, and at each concurrency
-(default 1, 8, 32) runs a closed loop: that many clients, each on its own keep-alive connection, sending one short
-text per request and the next as soon as the answer is in. A level stops after --requests answers or --seconds,
-whichever comes first (so the whole run is bounded: 2 modes x levels x --seconds, plus model loading); then the
-server gets SIGTERM and must exit by itself. Reported per level and mode: requests/s, p50/p99 latency (ms), and the
+The script starts both servers (`litebert serve --port 0`, subprocesses on 127.0.0.1) side by side, and at each
+concurrency (default 1, 8, 32) runs a closed loop against one mode and then the other, the order flipped from level
+to level (interleaved, as every bench here: load from elsewhere on a shared machine lands on both modes alike; an
+idle server takes no CPU from the one under load): that many clients, each on its own keep-alive connection,
+sending one short text per request and the next as soon as the answer is in. A level stops after --requests answers
+or --seconds, whichever comes first (so the whole run is bounded: 2 modes x levels x --seconds, plus model
+loading); then each server gets SIGTERM and must exit by itself. Reported per level and mode: requests/s, p50/p99 latency (ms), and the
 mean inputs per model call (from the server's /health counters); `speedup` is batching's requests/s over the
 baseline's. One JSON line on stdout; progress on stderr.
 
@@ -205,19 +207,25 @@ def level_record(latencies: list[float], errors: int, seconds: float, inputs: in
             "inputs_per_model_call": round(inputs / max(model_calls, 1), 2)}
 
 
-async def measure_mode(port: int, levels: list[int], texts: list[str], args: argparse.Namespace) -> dict:
-    await load(port, max(levels), texts, args.warmup, args.seconds)  # first calls: allocations, thread start-up
-    results = {}
-    for c in levels:
-        before = (await get_json(port, "/health"))["served"]
-        run = await load(port, c, texts, args.requests, args.seconds)
-        after = (await get_json(port, "/health"))["served"]
-        lat = run["latencies"]
-        calls = after["model_calls"] - before["model_calls"]
-        results[c] = level_record(lat, run["errors"], run["seconds"], after["inputs"] - before["inputs"], calls)
-        print(f"  concurrency {c:3d}: {results[c]['requests_per_s']:8.1f} req/s  p50 {results[c]['p50_ms']:7.1f} ms"
-              f"  p99 {results[c]['p99_ms']:7.1f} ms  {results[c]['inputs_per_model_call']:5.1f} inputs/call",
-              file=sys.stderr)
+async def measure_level(port: int, concurrency: int, texts: list[str], args: argparse.Namespace) -> dict:
+    before = (await get_json(port, "/health"))["served"]
+    run = await load(port, concurrency, texts, args.requests, args.seconds)
+    after = (await get_json(port, "/health"))["served"]
+    calls = after["model_calls"] - before["model_calls"]
+    return level_record(run["latencies"], run["errors"], run["seconds"], after["inputs"] - before["inputs"], calls)
+
+
+async def measure_modes(ports: dict[str, int], levels: list[int], texts: list[str], args: argparse.Namespace
+                        ) -> dict[str, dict[int, dict]]:
+    """Every mode at every level, the modes' order flipped from level to level."""
+    for port in ports.values():
+        await load(port, max(levels), texts, args.warmup, args.seconds)  # first calls: allocations, thread start-up
+    results: dict[str, dict[int, dict]] = {name: {} for name in ports}
+    for i, c in enumerate(levels):
+        for name in (list(ports) if i % 2 == 0 else list(ports)[::-1]):
+            r = results[name][c] = await measure_level(ports[name], c, texts, args)
+            print(f"  {name:11s} concurrency {c:3d}: {r['requests_per_s']:8.1f} req/s  p50 {r['p50_ms']:7.1f} ms"
+                  f"  p99 {r['p99_ms']:7.1f} ms  {r['inputs_per_model_call']:5.1f} inputs/call", file=sys.stderr)
     return results
 
 
@@ -243,15 +251,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="litebert-serve-load-") as tmp:
         model = args.model or random_classifier(args.preset, tmp)
         texts = short_texts()
-        modes = {}
-        for name, batching in (("batching", True), ("no_batching", False)):
-            print(f"serve_load: {name}", file=sys.stderr)
-            server = Server(model, batching, args, os.path.join(tmp, f"{name}.log"))
-            try:
-                health = asyncio.run(get_json(server.port, "/health"))
-                modes[name] = asyncio.run(measure_mode(server.port, args.concurrency, texts, args))
-            finally:
-                code = server.stop()
+        servers: dict[str, Server] = {}
+        try:
+            for name, batching in (("batching", True), ("no_batching", False)):
+                servers[name] = Server(model, batching, args, os.path.join(tmp, f"{name}.log"))
+            health = asyncio.run(get_json(servers["batching"].port, "/health"))
+            modes = asyncio.run(measure_modes({n: s.port for n, s in servers.items()}, args.concurrency, texts, args))
+        finally:
+            codes = {name: server.stop() for name, server in servers.items()}
+        for name, code in codes.items():
             if code != 0:
                 raise SystemExit(f"serve_load: the {name} server exited with {code} after SIGTERM")
 

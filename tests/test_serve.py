@@ -500,6 +500,8 @@ def test_the_load_test_runs_at_its_smoke_size_and_reports_consistent_figures():
     assert done.returncode == 0, done.stderr[-2000:]
     (record,) = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert record["bench"] == "serve_load" and [lv["concurrency"] for lv in record["levels"]] == [1, 8]
+    order = [line.split()[0] for line in done.stderr.splitlines() if "concurrency" in line]
+    assert order == ["batching", "no_batching", "no_batching", "batching"]  # both servers up, modes interleaved
     for level in record["levels"]:
         for mode in ("batching", "no_batching"):
             side = level[mode]
