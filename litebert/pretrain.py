@@ -155,12 +155,19 @@ def freeze_outside_loss(model: AlbertForPreTraining, task: str | None) -> None:
         model.sop_classifier.requires_grad_(False)
 
 
+# How `litebert prepare` laid its examples out, not which examples: workers hand their chunks back in input order
+# and shards are cut from one stream (litebert.corpus.shards), so a re-preparation with other values reads the same
+# examples in the same order and a resume must not refuse it.
+_LAYOUT_ARGS = ("num_workers", "shard_size")
+
+
 def data_fingerprint(dataset: PretrainDataset, train_examples: int) -> dict[str, Any]:
-    """What a resume must find unchanged: meta.json's content (shards, counts, arguments, tokenizer hash;
-    not its timing or absolute paths) and how many of its examples are trained on (--held-out)."""
-    meta = {k: v for k, v in dataset.meta.items() if k not in ("seconds", "inputs", "tokenizer_dir")}
+    """What a resume must find unchanged: meta.json's content (counts, arguments, tokenizer hash; not its timing,
+    absolute paths or the shard layout) and how many of its examples are trained on (--held-out)."""
+    meta = {k: v for k, v in dataset.meta.items() if k not in ("seconds", "inputs", "tokenizer_dir", "shards")}
+    meta["args"] = {k: v for k, v in meta["args"].items() if k not in _LAYOUT_ARGS}
     digest = hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()
-    return {"meta_sha256": digest, "train_examples": train_examples}
+    return {"examples_sha256": digest, "train_examples": train_examples}
 
 
 class Batches:
@@ -293,9 +300,12 @@ def pretrain(cfg: PretrainConfig, train_cfg: TrainConfig, model_overrides: dict[
     # The untrained (or --init-from) model is evaluated by the loop: on the training device, on rank 0, once
     # per run (a resume reads it from its checkpoint). A resume of a finished run returns its recorded final
     # evaluation.
+    # checkpoints written before the fingerprint left the layout out recorded all of meta.json's hash: still checked
+    data_identity = prerelease.Accepting(data_fingerprint(dataset, len(train_indices)),
+                                         prerelease.meta_fingerprint(dataset.meta, len(train_indices)))
     result = train(model, train_data, train_cfg, evaluate, tokenizer=tokenizer_dir,
                    configs={"model": model.config.to_dict(), "pretrain": dataclasses.asdict(cfg)},
-                   evaluate_start=True, identity={"data": data_fingerprint(dataset, len(train_indices))})
+                   evaluate_start=True, identity={"data": data_identity})
     summary = {"objective": task or "mlm", "examples": {"train": len(train_indices), "held_out": len(eval_indices)},
                "parameters": model.num_parameters(), "baselines": base, "untrained": result.start_eval,
                "init_from": cfg.init_from,

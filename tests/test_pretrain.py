@@ -3,11 +3,13 @@
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 import torch
 
@@ -17,9 +19,10 @@ from litebert.corpus.batches import make_batch
 from litebert.corpus.dataset import PretrainDataset
 from litebert.corpus.shards import prepare
 from litebert.corpus.tokenizer_training import train_tokenizer
-from litebert.errors import ConfigError
+from litebert.errors import CheckpointError, ConfigError
 from litebert.model import AlbertForPreTraining
 from litebert.pretrain import PretrainConfig, pretrain
+from litebert.training import prerelease
 from litebert.training.loop import train
 from litebert.training.metrics_log import read_metrics
 from litebert.training.train_config import TrainConfig
@@ -123,6 +126,52 @@ def test_a_resume_with_another_dropout_is_refused(prepared, tmp_path):
     with pytest.raises(ConfigError, match=r"model.hidden_dropout_prob 0.5 \(was 0.0\)"):
         run(2, 0.5, resume=True)
     assert run(2, 0.0, resume=True)["steps"] == 2
+
+
+def test_a_resume_reads_data_prepared_again_with_other_workers_but_refuses_other_examples(prepared, tmp_path):
+    """The data fingerprint hashed all of meta.json, the workers and the shard layout too: the same corpus prepared
+    again with 2 workers and smaller shards (the same examples in the same order) was refused as other data.
+    Other chunks (--chunk-chars) cut other examples: still refused. A checkpoint that recorded the older
+    fingerprint resumes on the same data, and is refused on other examples as before."""
+    data = tmp_path / "data"
+
+    def prep(**kw):
+        prepare(None, str(data), str(prepared / "tok"), max_seq_length=32, progress=False, **{"num_workers": 1, **kw})
+        return PretrainDataset(str(data))
+
+    def run(steps, out="run"):
+        cfg = TrainConfig(optimizer="lamb", lr=1e-2, batch_size=8, max_steps=steps, warmup_steps=1, save_every=1,
+                          out_dir=str(tmp_path / out), progress=False, resume=steps > 1)
+        return pretrain(PretrainConfig(data=str(data), held_out=64), cfg, TINY)
+
+    first = prep()
+    examples = [first[i] for i in range(len(first))]
+    run(1)
+    again = prep(num_workers=2, shard_size=500)
+    assert len(again.shards) > 1 and len(again) == len(examples)
+    assert all(all(np.array_equal(again[i][k], e[k]) for k in e) for i, e in enumerate(examples))
+    assert run(2)["steps"] == 2
+    prep(num_workers=2, shard_size=500, chunk_chars=1 << 16)
+    with pytest.raises(CheckpointError, match="the data differs"):
+        run(3)
+
+    # a checkpoint of the older fingerprint (its record rewritten as such a run wrote it)
+    meta = prep().meta
+    run(1, "old")
+    path = tmp_path / "old" / "step_1"
+    state = torch.load(path / "train_state.pt", weights_only=True)
+    state["record"]["identity"]["data"] = prerelease.meta_fingerprint(meta, state["record"]["identity"]["data"][
+        "train_examples"])
+    torch.save(state, path / "train_state.pt")
+    marker = json.loads((path / "COMPLETE").read_text())
+    written = (path / "train_state.pt").read_bytes()
+    marker["files"]["train_state.pt"] = {"size": len(written), "sha256": hashlib.sha256(written).hexdigest()}
+    (path / "COMPLETE").write_text(json.dumps(marker))
+    assert run(2, "old")["steps"] == 2
+    shutil.rmtree(tmp_path / "old" / "step_2")
+    prep(chunk_chars=1 << 16)
+    with pytest.raises(CheckpointError, match=r"the data differs \(meta_sha256: "):
+        run(2, "old")
 
 
 def _pretrain_cmd(prepared, out, toml, *extra):

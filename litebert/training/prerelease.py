@@ -8,6 +8,8 @@ resumed. Each entry names the format it reads and what current files hold instea
   OBJECTS_ADDED_SINCE       train_state.pt objects that older checkpoints lack ("record": the run's identity,
                             compared on resume, and its evaluation of the initial weights; "log_window": the
                             steps the metrics log had not recorded yet)
+  Accepting, meta_fingerprint  pretraining checkpoints whose data fingerprint hashed all of meta.json (now: not
+                            the shard layout nor the number of workers, which leave the examples as they are)
   cuda_rng_state            one CUDA RNG state per visible GPU (now: this rank's device only)
   verify_by_reading         COMPLETE markers without a file list (now: each file's size and sha256)
   untrained_of              pretraining summaries without the initial weights' evaluation
@@ -17,8 +19,11 @@ resumed. Each entry names the format it reads and what current files hold instea
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -64,6 +69,22 @@ def optimizer_state_by_name(optimizer: torch.optim.Optimizer, saved: dict[str, A
         log.info("%s: optimizer state of %d parameter(s) this run does not train is not used (%s)", path,
                  len(dropped), ", ".join(dropped[:4]) + (" ..." if len(dropped) > 4 else ""))
     return {"state": state, "param_groups": remapped}
+
+
+@dataclass(frozen=True)
+class Accepting:
+    """A part of a run's identity (RunRecord) recorded as `now`, which a checkpoint written before its fingerprint
+    changed holds as `before`: either matches, so that such a checkpoint is still checked, as strictly as then."""
+
+    now: Any
+    before: Any
+
+
+def meta_fingerprint(meta: Mapping[str, Any], train_examples: int) -> dict[str, Any]:
+    """Pretraining's data fingerprint as older checkpoints recorded it: meta.json less its timing and paths."""
+    kept = {k: v for k, v in meta.items() if k not in ("seconds", "inputs", "tokenizer_dir")}
+    digest = hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()
+    return {"meta_sha256": digest, "train_examples": train_examples}
 
 
 def cuda_rng_state(saved: Any, device_index: int) -> torch.Tensor | None:

@@ -115,7 +115,9 @@ class RunRecord:
              "labels": "the label set"}
 
     def __init__(self, identity: Mapping[str, Any], runtime: Mapping[str, Any] | None = None):
-        self.identity = _plain(dict(identity))
+        accepting = {k: v for k, v in identity.items() if isinstance(v, prerelease.Accepting)}
+        self.identity = _plain({k: accepting[k].now if k in accepting else v for k, v in identity.items()})
+        self.before = _plain({k: v.before for k, v in accepting.items()})  # never saved: only compared
         self.runtime = _plain(dict(runtime or {}))
         self.start_eval: dict[str, float] = {}
         # --precision auto's choice, made once when the run starts and kept by its checkpoints: a resume that
@@ -136,9 +138,17 @@ class RunRecord:
         saved = saved.get("identity") or {}
         problems = []
         for key in self.identity:
-            if key in saved and saved[key] != self.identity[key]:
-                problems.append(f"{self.NAMES.get(key, key)} differs ({_difference(saved[key], self.identity[key])})")
+            accepted = [self.identity[key], *([self.before[key]] if key in self.before else [])]
+            if key not in saved or saved[key] in accepted:
+                continue
+            # reported against the form the checkpoint holds (an older fingerprint, prerelease.Accepting)
+            now = next((value for value in accepted if _fields(value) == _fields(saved[key])), accepted[0])
+            problems.append(f"{self.NAMES.get(key, key)} differs ({_difference(saved[key], now)})")
         return "; ".join(problems) or None
+
+
+def _fields(value: Any) -> Any:
+    return sorted(value) if isinstance(value, dict) else None
 
 
 def _difference(then: Any, now: Any) -> str:
