@@ -401,6 +401,49 @@ def test_every_saved_step_is_evaluated_exactly_once(tmp_path):
     assert calls == [] and again.eval == {"acc": 0.5} and again.losses == {}
 
 
+def _scored_run(tmp_path, max_steps, resume=False, **kw):
+    """A run evaluated every 2 steps whose score peaks at step 2 (early stopping, patience 2, stops at step 6)."""
+    from litebert.training.state import EarlyStopping
+    last = {}
+
+    def batches(step, micro, rank, world_size):
+        last["step"] = step + 1
+        return toy_batches(8, 8)(step, micro, rank, world_size)
+
+    stopping = EarlyStopping("score", patience=2)
+    cfg = toy_config(tmp_path, max_steps=max_steps, eval_every=2, resume=resume, keep_last=0, **kw)
+    result = train(make_toy(), batches, cfg, lambda m: {"score": float(last["step"] == 2)}, early_stopping=stopping)
+    return result, stopping
+
+
+@pytest.mark.parametrize("first_steps", [4, 5])
+def test_a_resume_with_more_steps_stops_where_the_uninterrupted_run_stops(tmp_path, first_steps):
+    """A run extended with a larger --max-steps carries its count of evaluations without improvement: it stops at
+    step 6, as a run given the larger --max-steps from the start, whether the first run ended on an evaluation
+    step (4: counted on resume, from the recorded evaluation) or off one (5: its final evaluation is one the
+    longer run never makes, so it is not counted)."""
+    straight, _ = _scored_run(tmp_path / "straight", 12, save_every=1)
+    assert straight.step == 6
+    first, _ = _scored_run(tmp_path / "extended", first_steps, save_every=1)
+    assert first.step == first_steps
+    resumed, stopping = _scored_run(tmp_path / "extended", 12, resume=True, save_every=1)
+    assert resumed.step == 6 and list(resumed.losses) == list(range(first_steps + 1, 7))
+    assert stopping.stale == 2
+
+
+@pytest.mark.parametrize("save_every", [3, 4])
+def test_a_resumed_early_stopped_run_counts_its_last_evaluation_once(tmp_path, save_every, caplog):
+    """The run stops at step 6. Not a save step (save_every 4), its checkpoint was written after the count and the
+    resume counted step 6's evaluation again: 3 evaluations without improvement where there were 2."""
+    first, _ = _scored_run(tmp_path, 12, save_every=save_every)
+    assert first.step == 6 and ckpt.latest_checkpoint(tmp_path / "run").name == "step_6"
+    with caplog.at_level("INFO", logger="litebert"):
+        resumed, stopping = _scored_run(tmp_path, 20, resume=True, save_every=save_every)
+    assert resumed.step == 6 and resumed.losses == {}
+    assert stopping.stale == 2
+    assert any("2 evaluations without a better score" in r.getMessage() for r in caplog.records)
+
+
 def test_a_kill_between_logging_and_recording_an_evaluation_leaves_it_logged_once(tmp_path, monkeypatch):
     """Step 4's evaluation reached metrics.jsonl, then the run died before the checkpoint recorded it: the
     resume evaluates step 4 again and metrics.jsonl keeps one evaluation of it, not two (CI caught the pair)."""

@@ -265,7 +265,7 @@ def _count_evaluation(run: Run, early_stopping: EarlyStopping | None, metrics: d
     True when the run stops here. Rank 0 evaluates, so rank 0 decides and every rank follows."""
     if early_stopping is None or not evaluated:
         return False
-    stop = broadcast_object(early_stopping.update(metrics) if run.env.is_main else None)
+    stop = broadcast_object(early_stopping.update(metrics, run.state.progress.step) if run.env.is_main else None)
     if stop and run.env.is_main:
         log.info("early stopping at step %d: %d evaluations without a better %s than %.4g", run.state.progress.step,
                  early_stopping.stale, early_stopping.metric, early_stopping.best)

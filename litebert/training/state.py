@@ -12,7 +12,8 @@ over them and restoring another:
     record      what the run is (architecture, label set, tokenizer, data), compared on resume so that a
                 resume with another model, data, tokenizer or labels is refused by name; what it measured once
                 (the evaluation of the initial weights); and the device choices it ran with (TF32)
-    early_stopping  (with early stopping only) the best metric so far and the evaluations since it improved
+    early_stopping  (with early stopping only) the best metric so far, the evaluations since it improved and
+                the step of the last one counted
 
 The others go into `train_state.pt`, each under its name, except that progress's keys sit at the top level
 (step, rng, world_size, accumulation_steps), where every checkpoint so far has them: a checkpoint written
@@ -166,36 +167,41 @@ def _short(value: Any) -> str:
 class EarlyStopping:
     """Ends a run after `patience` evaluations in a row without a better `metric` (higher is better).
 
-    A named object of the checkpointed state: a checkpoint holds the count over the evaluations before its own
-    step, and the loop then feeds it that step's evaluation (made, or read back on resume) exactly once, so a
-    resumed run stops where the uninterrupted one would have. (The checkpoint of the step a run stops at is
-    saved after that count; resumed, it counts the evaluation again and stays stopped.)"""
+    A named object of the checkpointed state, which records the step of the last evaluation it counted: the loop
+    feeds it each step's evaluation (made, or read back on resume) and it counts each step once, so a resumed
+    run stops where the uninterrupted one would have. (The checkpoint of the step a run stops at may be saved
+    after that step's count: resumed, that evaluation is read back again, and is not counted twice.)"""
 
     def __init__(self, metric: str, patience: int):
         if patience < 1:
             raise ValueError(f"early stopping needs a patience >= 1, got {patience}")
         self.metric, self.patience = metric, patience
-        self.best, self.stale = -math.inf, 0
+        self.best, self.stale, self.counted_step = -math.inf, 0, -1
 
     @property
     def stopped(self) -> bool:
         return self.stale >= self.patience
 
-    def update(self, metrics: Mapping[str, float]) -> bool:
-        """Counts one evaluation; True when the run should stop. An evaluation without the metric counts as
-        not better (a score that could not be computed never resets the patience)."""
+    def update(self, metrics: Mapping[str, float], step: int) -> bool:
+        """Counts the evaluation of `step` unless it was counted before; True when the run should stop. An
+        evaluation without the metric counts as not better (a score that could not be computed never resets
+        the patience)."""
+        if step <= self.counted_step:
+            return self.stopped
         value = metrics.get(self.metric, -math.inf)
         if value > self.best:
             self.best, self.stale = value, 0
         else:
             self.stale += 1
+        self.counted_step = step
         return self.stopped
 
     def state_dict(self) -> dict[str, Any]:
-        return {"metric": self.metric, "best": self.best, "stale": self.stale}
+        return {"metric": self.metric, "best": self.best, "stale": self.stale, "counted_step": self.counted_step}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.best, self.stale = float(state["best"]), int(state["stale"])
+        self.counted_step = int(state.get("counted_step", -1))  # older checkpoints: not recorded, counts as then
 
 
 class TrainState:
