@@ -4,6 +4,7 @@ in every module that uses it; the choice can be forced, is recorded and cached a
 import dataclasses
 import json
 import os
+import shutil
 import time
 
 import pytest
@@ -461,6 +462,52 @@ def test_training_with_precision_auto_records_the_choice(monkeypatch, tmp_path, 
     train(model, batch_fn, dataclasses.replace(cfg, max_steps=2, resume=True))
     assert load_toml(tmp_path / "run" / "train_config.toml")["precision"] == record
     assert f"precision auto -> {record['chosen']}, as chosen when this run started" in capsys.readouterr().out
+
+
+def test_a_resumed_run_keeps_the_gemm_choice_its_start_made(monkeypatch, tmp_path, onednn_calls, caplog):
+    """The choice was in no checkpoint: a resume that chose again (here the cache is gone and a new measurement
+    ranks torch's default first, as a near tie or a loaded machine can) ran its steps on the other backend, which
+    rounds otherwise: not the uninterrupted run's weights. A backend named on resume still wins, with a warning."""
+    from litebert.training.loop import train
+    from litebert.training.state import RunRecord
+    from litebert.training.train_config import TrainConfig
+    config = tiny(hidden_size=128, num_attention_heads=2, intermediate_size=512, max_position_embeddings=64)
+    ids = torch.randint(5, 101, (4, 64), generator=torch.Generator().manual_seed(0))  # FFN GEMMs of 16M MACs
+
+    def batch_fn(step, micro, rank, world_size):
+        g = torch.Generator().manual_seed(step)
+        return {"input_ids": ids, "labels": ids.masked_fill(torch.rand(ids.shape, generator=g) > 0.3, -100)}
+
+    def run(out, max_steps, resume=False):
+        torch.manual_seed(0)
+        model = AlbertForMaskedLM(config)
+        cfg = TrainConfig(batch_size=4, max_steps=max_steps, warmup_steps=1, optimizer="adamw", lr=1e-2,
+                          save_every=2, out_dir=str(tmp_path / out), progress=False, device="cpu", resume=resume)
+        onednn_calls.clear()
+        train(model, batch_fn, cfg)
+        return model.state_dict()
+
+    fake_measurement(monkeypatch, "onednn", "onednn")
+    straight = run("straight", 4)
+    assert onednn_calls
+    shutil.copytree(tmp_path / "straight", tmp_path / "killed")  # killed after step 2: step_4 never written
+    shutil.rmtree(tmp_path / "killed" / "step_4")
+    recorded = torch.load(tmp_path / "killed" / "step_2" / "train_state.pt", weights_only=True)["record"]["gemm"]
+    assert (recorded["forward"], recorded["backward"], recorded["source"]) == ("onednn", "onednn", "measured")
+
+    monkeypatch.setattr(gemm, "_chosen", {})  # a new process, and the cache gone: chosen again
+    gemm.cache_path().unlink()
+    fake_measurement(monkeypatch, "mkl", "mkl")
+    resumed = run("killed", 4, resume=True)
+    assert onednn_calls and gemm.backend().name == "mkl"  # the run's pin is put back at its end
+    assert all(torch.equal(straight[k], resumed[k]) for k in straight)
+
+    shutil.rmtree(tmp_path / "killed" / "step_4")
+    monkeypatch.setenv(gemm.ENV, "mkl")
+    with caplog.at_level("WARNING", logger="litebert"):
+        run("killed", 4, resume=True)
+    assert not onednn_calls and "started with fp32 GEMMs on onednn, it goes on with mkl" in caplog.text
+    assert RunRecord({}).gemm is None
 
 
 def test_auto_precision_over_ranks_records_one_micro_batchs_seconds_and_rate(monkeypatch):

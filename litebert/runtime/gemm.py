@@ -11,7 +11,8 @@ MKL sgemm runs at the AVX-512 FMA peak on Intel CPUs, but was measured at less t
 an AMD EPYC with AVX-512 (MKL takes a narrower path on non-Intel CPUs); on an AVX2-only AMD EPYC (Zen 3) MKL
 was the faster again. So the choice is a short measurement (forward and backward separately, ALBERT-like
 shapes, ~0.5 s) on first use, cached per machine in ~/.cache/litebert/gemm.json under the CPU model, torch
-version and thread count. Override: env LITEBERT_GEMM=mkl|onednn|auto, or `set_backend(...)`.
+version and thread count. Override: env LITEBERT_GEMM=mkl|onednn|auto, or `set_backend(...)`. A training run
+keeps the choice it started with, in its checkpoints too (`keep_choice`): the two round differently.
 
 Attention's batched matmuls stay on torch's default: this torch exposes no fp32 oneDNN batched matmul.
 Under autocast, torch.compile, tracing or ONNX export, `linear` is plain F.linear.
@@ -124,6 +125,7 @@ class GemmChoice:
 
 _forced: str | None = None
 _chosen: dict[tuple, GemmChoice] = {}  # per (threads, forced, env) in this process
+_pinned: GemmChoice | None = None  # a training run's choice, for its whole length (`keep_choice`)
 
 
 def set_backend(name: str | None) -> None:
@@ -147,13 +149,50 @@ def forced_backend(name: str):
         _forced = before
 
 
+def named() -> str | None:
+    """The backend that set_backend or LITEBERT_GEMM names, or None where the choice is measured (auto)."""
+    env = (os.environ.get(ENV) or "").strip().lower()
+    return _forced or (env if env in BACKENDS else None)
+
+
 def backend() -> GemmChoice:
-    """The GEMM choice for this process at its current thread count (measured and cached on first use)."""
+    """The GEMM choice for this process at its current thread count (measured and cached on first use), or the
+    running training's (`keep_choice`) unless a backend is named."""
+    if _pinned is not None and named() is None:
+        return _pinned
     key = (torch.get_num_threads(), _forced, os.environ.get(ENV))
     choice = _chosen.get(key)
     if choice is None:
         choice = _chosen[key] = _resolve((key[2] or "auto").strip().lower() or "auto")
     return choice
+
+
+def pin(choice: GemmChoice | None) -> GemmChoice | None:
+    """Make `choice` what `backend()` returns until pinned again (None: chosen as usual); returns the pin it
+    replaces, for the caller to put back."""
+    global _pinned
+    before, _pinned = _pinned, choice
+    return before
+
+
+def keep_choice(recorded: dict | None) -> dict:
+    """Pin a training run's GEMM choice: `recorded`, what its start chose (kept in its checkpoints), or on a fresh
+    start what `backend()` chooses now; returns the choice as its checkpoints record it. The two backends round
+    differently, so a resume that chose again (measured again: a cache measured under load, unwritable or gone)
+    could switch mid-run and no longer equal the uninterrupted run. A backend named now still wins, and where
+    oneDNN is missing torch's default runs: each with a warning, when it is not the recorded choice."""
+    pin(None)
+    kept = GemmChoice(**{f: recorded[f] for f in GemmChoice.__dataclass_fields__ if f in recorded}) if recorded \
+        else backend()
+    if recorded and (named() or ("onednn" in (kept.forward, kept.backward) and not onednn_available())):
+        now = backend()
+        if (now.forward, now.backward) != (kept.forward, kept.backward):
+            log.warning("this run started with fp32 GEMMs on %s, it goes on with %s (%s): from here its numbers "
+                        "differ from an uninterrupted run's by fp32 rounding", kept.name, now.name,
+                        f"{ENV} or set_backend names it" if named() else "this torch has no oneDNN")
+        kept = now
+    pin(kept)
+    return asdict(kept)
 
 
 def _resolve(env: str) -> GemmChoice:
@@ -335,4 +374,4 @@ def dense(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 __all__ = ["BACKENDS", "GemmChoice", "backend", "cache_key", "cache_path", "dense", "eager_fp32_on_cpu",
-           "forced_backend", "linear", "measure_backends", "set_backend"]
+           "forced_backend", "keep_choice", "linear", "measure_backends", "named", "pin", "set_backend"]

@@ -45,7 +45,7 @@ from litebert.files import write_text_atomically
 from litebert.model import compile_layers
 from litebert.progress import progress_bar
 from litebert.runconfig import dump_toml
-from litebert.runtime.gemm import backend as gemm_backend
+from litebert.runtime import gemm
 from litebert.runtime.precision import PrecisionChoice, autocast, choose_precision, device_name, fp32_kernels
 from litebert.training import checkpoint as ckpt
 from litebert.training.data import BatchFn, PrefetchedBatches, ShuffledData, as_batch_fn, count_tokens, prefetched
@@ -113,7 +113,7 @@ def train(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, eval
     Under torchrun each process calls this with the same arguments; the process group is set up here.
     """
     env = setup_distributed(cfg.device, cfg.dist_timeout_minutes)
-    run, tf32_before = None, tf32_flags()
+    run, tf32_before, gemm_before = None, tf32_flags(), gemm.pin(None)
     try:
         if early_stopping is not None and (evaluate is None or cfg.eval_every == 0):
             raise ConfigError("early stopping needs evaluations every N steps (--eval-every N): it counts them")
@@ -169,6 +169,7 @@ def train(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, eval
         gc.collect()
         teardown_distributed(env)
         restore_tf32_flags(tf32_before)
+        gemm.pin(gemm_before)
 
 
 def _every(step: int, interval: int) -> bool:
@@ -356,13 +357,15 @@ def _start(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, env
     if resumed_from is not None:
         state.restore(resumed_from)
         log.info("resumed from %s at step %d", resumed_from, state.progress.step)
+    if env.device.type == "cpu":  # a resume keeps the start's fp32 GEMM kernels: another backend rounds otherwise
+        record.gemm = gemm.keep_choice(record.gemm)
     precision = cfg.precision
     if precision == "auto":
         chosen = record.auto_precision  # a resumed run keeps what its start chose
         if chosen is None:
             choice = _auto_precision(model, batch_fn, env, state.progress.step)
             chosen = {**choice.record(), "device": device_name(env.device), "fp32_kernels": fp32_kernels(env.device),
-                      **({"gemm_backend": gemm_backend().name} if env.device.type == "cpu" else {})}
+                      **({"gemm_backend": gemm.backend().name} if env.device.type == "cpu" else {})}
             record.auto_precision = chosen
         elif env.is_main:
             print(f"litebert: precision auto -> {chosen['chosen']}, as chosen when this run started", flush=True)

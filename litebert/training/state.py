@@ -11,7 +11,8 @@ over them and restoring another:
                 a resumed run draws the dropout masks an uninterrupted one would
     record      what the run is (architecture, label set, tokenizer, data), compared on resume so that a
                 resume with another model, data, tokenizer or labels is refused by name; what it measured once
-                (the evaluation of the initial weights); and the device choices it ran with (TF32)
+                (the evaluation of the initial weights); and the device choices it ran with (TF32, the CPU's
+                GEMM backends, --precision auto's choice), the last two kept by a resume
     early_stopping  (with early stopping only) the best metric so far, the evaluations since it improved and
                 the step of the last one counted
 
@@ -124,14 +125,17 @@ class RunRecord:
         # --precision auto's choice, made once when the run starts and kept by its checkpoints: a resume that
         # measured again could switch precision mid-run (the two are often within the timings' noise)
         self.auto_precision: dict[str, Any] | None = None
+        self.gemm: dict[str, Any] | None = None  # the CPU's fp32 GEMM backends, kept alike (runtime.gemm.keep_choice)
 
     def state_dict(self) -> dict[str, Any]:
         return {"identity": self.identity, "start_eval": self.start_eval, "runtime": self.runtime,
-                **({"auto_precision": _plain(self.auto_precision)} if self.auto_precision else {})}
+                **({"auto_precision": _plain(self.auto_precision)} if self.auto_precision else {}),
+                **({"gemm": _plain(self.gemm)} if self.gemm else {})}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.start_eval = dict(state.get("start_eval") or {})
         self.auto_precision = state.get("auto_precision")
+        self.gemm = state.get("gemm")
 
     def mismatch(self, saved: Mapping[str, Any]) -> str | None:
         """How the checkpoint's identity differs from this run's, naming each part, or None. Parts that either
