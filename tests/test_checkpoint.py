@@ -296,6 +296,26 @@ def test_a_resume_whose_every_checkpoint_is_damaged_is_refused_and_keeps_the_run
         assert (out / "metrics.jsonl").read_text() == logged
 
 
+def test_damaged_checkpoints_moved_aside_are_pruned_to_the_newest_few(tmp_path):
+    """Each resume past damage kept its damaged checkpoints as step_N.damaged and nothing ever removed them: a
+    disk that keeps damaging checkpoints filled up with dead ones. Only the newest KEEP_DAMAGED stay."""
+    train(make_toy(), toy_batches(8, 8), toy_config(tmp_path, max_steps=1))
+    out = tmp_path / "run"
+    for step in (10, 20, 30, 40):  # one resume after each damage
+        (out / f"step_{step}").mkdir()
+        (out / f"step_{step}" / ckpt.MARKER).write_text("[]")
+        assert ckpt.resume_point(out) == out / "step_1"
+        aside = sorted(p.name for p in out.iterdir() if p.name.endswith(ckpt.DAMAGED_SUFFIX))
+        assert aside == [f"step_{s}.damaged" for s in (10, 20, 30, 40) if s <= step][-ckpt.KEEP_DAMAGED:]
+    for step in (50, 60, 70):  # several at once
+        (out / f"step_{step}").mkdir()
+        (out / f"step_{step}" / ckpt.MARKER).write_text("[]")
+    assert ckpt.resume_point(out) == out / "step_1"
+    assert sorted(p.name for p in out.iterdir() if p.name.endswith(ckpt.DAMAGED_SUFFIX)) == [
+        "step_60.damaged", "step_70.damaged"]
+    assert ckpt.list_checkpoints(out) == [(1, out / "step_1")]
+
+
 @pytest.mark.parametrize("marker", ["[]", "5", '{"files": [1]}', '{"files": {"model.safetensors": 3}}',
                                     '{"files": {"model.safetensors": {"size": 1}}}'])
 def test_a_marker_that_is_json_but_no_file_list_is_damage_not_a_traceback(tmp_path, marker):

@@ -50,7 +50,11 @@ MARKER = "COMPLETE"
 STATE_NAME = "train_state.pt"
 EVALUATION_NAME = "evaluation.json"
 DAMAGED_SUFFIX = ".damaged"
+# Damaged checkpoints kept aside for inspection, the newest by step: enough to tell one bad copy from a fault that
+# recurs, while a disk that keeps damaging them fills with no more than this many dead checkpoints.
+KEEP_DAMAGED = 2
 _STEP_DIR = re.compile(r"^step_(\d+)$")
+_DAMAGED_DIR = re.compile(r"^step_(\d+)" + re.escape(DAMAGED_SUFFIX) + "$")
 # Files of a model directory that are not tokenizer files (never copied from a tokenizer dir).
 _NOT_TOKENIZER = {"config.json", "model.safetensors", "pytorch_model.bin", STATE_NAME, MARKER, EVALUATION_NAME}
 
@@ -164,8 +168,9 @@ def verify_checkpoint(checkpoint_dir: str | os.PathLike) -> str | None:
 
 def resume_point(out_dir: str | os.PathLike) -> Path | None:
     """The newest complete checkpoint whose files are intact, or None when out_dir holds no checkpoint (call on
-    one rank: it renames). Damaged ones newer than it are renamed to `step_N.damaged` (kept for inspection,
-    never picked again) with a warning: a resume loses the steps since the intact one, not the run.
+    one rank: it renames). Damaged ones newer than it are renamed to `step_N.damaged` (the newest KEEP_DAMAGED
+    kept for inspection, never picked again) with a warning: a resume loses the steps since the intact one, not
+    the run.
     When every checkpoint is damaged the resume is refused (CheckpointError) and nothing is renamed: going on
     as a fresh start would train from step 0 and drop the run's metrics log, all under a warning."""
     damaged = []
@@ -174,6 +179,8 @@ def resume_point(out_dir: str | os.PathLike) -> Path | None:
         if problem is None:
             for bad, why in damaged:
                 _move_aside(bad, why, path)
+            if damaged:
+                _prune_damaged(out_dir)
             return path
         damaged.append((path, problem))
     if damaged:
@@ -189,6 +196,14 @@ def _move_aside(path: Path, problem: str, intact: Path) -> None:
     os.rename(path, aside)
     log.warning("checkpoint %s is damaged (%s): moved to %s; resuming from %s", path, problem, aside.name,
                 intact.name)
+
+
+def _prune_damaged(out_dir: str | os.PathLike) -> None:
+    found = sorted((int(m.group(1)), child) for child in Path(out_dir).iterdir()
+                   if (m := _DAMAGED_DIR.match(child.name)))
+    for _, old in found[:-KEEP_DAMAGED]:
+        shutil.rmtree(old, ignore_errors=True)
+        log.warning("removed %s: only the newest %d damaged checkpoints are kept", old.name, KEEP_DAMAGED)
 
 
 def read_evaluation(checkpoint_dir: str | os.PathLike) -> dict[str, float] | None:
