@@ -54,7 +54,7 @@ class SilverConfig:
         "help": "a seeded sample of this many sentences to pair"})
     silver_max_length: int = field(default=128, metadata={"range": "[4, inf)",
         "help": "tokens per pair for the cross-encoder"})
-    score_range: list[float] = field(default_factory=lambda: [0.0, 1.0], metadata={
+    score_range: list[float] = field(default_factory=lambda: [0.0, 1.0], metadata={"range": "(-inf, inf)",
         "help": "the gold scores' range, which the cross-encoder learned (0 5 for STS): scores are clipped to it",
         "metavar": "BOUND"})
 
