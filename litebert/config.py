@@ -188,9 +188,7 @@ class AlbertConfig:
     def save(self, directory: str | os.PathLike) -> str:
         path = os.path.join(directory, "config.json")
         os.makedirs(directory, exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(self.to_dict(), f, indent=2, sort_keys=True)
-            f.write("\n")
+        files.write_text_atomically(path, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
         return path
 
     @classmethod

@@ -31,7 +31,7 @@ from litebert.config import AlbertConfig
 from litebert.corpus.shards import prepare
 from litebert.corpus.tokenizer_training import train_tokenizer
 from litebert.errors import ConfigError
-from litebert.files import write_json
+from litebert.files import write_json, write_text_atomically
 from litebert.finetune import FinetuneConfig, finetune
 from litebert.pretrain import PretrainConfig, format_summary, pretrain
 from litebert.runconfig import BUNDLED_CONFIGS, load_toml, parse_verb, resolve_config, verb_parser
@@ -100,7 +100,7 @@ def start_clean(out_dir: str) -> None:
         else:
             os.remove(path)
     os.makedirs(out_dir, exist_ok=True)
-    open(os.path.join(out_dir, DEMO_MARKER), "w").close()
+    write_text_atomically(os.path.join(out_dir, DEMO_MARKER), "")
 
 
 def run(out_dir: str, quick: bool = False, seed: int = 12345) -> dict:

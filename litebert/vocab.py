@@ -36,7 +36,7 @@ from torch import nn
 from litebert.config import AlbertConfig
 from litebert.corpus.tokenizer_training import train_tokenizer
 from litebert.errors import CheckpointError, ConfigError
-from litebert.files import same_path, write_dir_atomically
+from litebert.files import atomic_open, same_path, write_dir_atomically
 from litebert.heads import model_class
 from litebert.model import encoder_of
 from litebert.runconfig import parse_verb, verb_parser
@@ -164,7 +164,7 @@ def extend_tokenizer(tokenizer: Tokenizer, pieces: list[str], out_dir: str) -> E
 
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, SPIECE_FILE)
-    with open(path, "wb") as f:
+    with atomic_open(path, "wb") as f:
         f.write(proto.SerializeToString())
     new = Tokenizer(path, **vars(tokenizer.options), pre_tokenizer=tokenizer.pre_tokenizer)
     new.save_pretrained(out_dir)

@@ -174,3 +174,22 @@ def test_every_verb_builds_its_command_line_one_way():
         module = target.split(":")[0]
         text = MODULES[module].read_text(encoding="utf-8")
         assert "verb_parser(" in text and "ArgumentParser(" not in text, module
+
+
+def test_files_are_written_whole_or_not_at_all():
+    """A file litebert writes is replaced atomically (litebert.files: a temporary beside it, then a rename), so a
+    kill or a full disk leaves the old file or the new one, never a part. An open() for writing elsewhere is
+    the class of bug this rules out (config.json and an extended spiece.model were written in place); appending
+    to a log is the one exception, since an append keeps what was there."""
+    offenders = []
+    for name, path in MODULES.items():
+        if name == "litebert.files":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "open"):
+                continue
+            mode = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "mode"),
+                                                                 None)
+            if isinstance(mode, ast.Constant) and set(str(mode.value)) & set("wx+"):
+                offenders.append(f"{name}:{node.lineno} open(..., {mode.value!r})")
+    assert not offenders, f"write through litebert.files (atomic_open, write_json, ...): {offenders}"

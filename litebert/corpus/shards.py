@@ -329,9 +329,7 @@ def prepare(inputs: list[str] | None, out_dir: str, tokenizer_dir: str, options:
             "seconds": round(time.time() - t0, 3),
             "shards": writer.shards,
         }
-        with open(os.path.join(staging, "meta.json"), "w", encoding="utf-8") as f:
-            json.dump(meta, f, indent=2)
-            f.write("\n")
+        write_json(os.path.join(staging, "meta.json"), meta)
     return meta
 
 
