@@ -193,3 +193,33 @@ def test_files_are_written_whole_or_not_at_all():
             if isinstance(mode, ast.Constant) and set(str(mode.value)) & set("wx+"):
                 offenders.append(f"{name}:{node.lineno} open(..., {mode.value!r})")
     assert not offenders, f"write through litebert.files (atomic_open, write_json, ...): {offenders}"
+
+
+def unpickling(source: str) -> list[str]:
+    """Where `source` imports a pickle module, calls torch.load without weights_only=True, or np.load with
+    allow_pickle set (line: what)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            found += [f"{node.lineno}: imports {m}" for m in mods if m.split(".")[0] in ("pickle", "dill", "joblib")]
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        call = f"{getattr(node.func.value, 'id', '?')}.{node.func.attr}"
+        kw = {k.arg: getattr(k.value, "value", None) for k in node.keywords}
+        if call == "torch.load" and kw.get("weights_only") is not True:
+            found.append(f"{node.lineno}: torch.load without weights_only=True")
+        if call == "np.load" and kw.get("allow_pickle", False) is not False:
+            found.append(f"{node.lineno}: np.load(allow_pickle=...)")
+    return found
+
+
+def test_nothing_litebert_reads_is_unpickled():
+    """Checkpoints, weights and arrays come from users and the Hub: torch.load only with weights_only=True, np.load
+    never with allow_pickle=True, and no pickle module at all."""
+    assert unpickling("import pickle\nx = torch.load(p)\ny = np.load(p, allow_pickle=True)\n"
+                      "z = torch.load(p, weights_only=True)\nw = np.load(p)\n") == [
+        "1: imports pickle", "2: torch.load without weights_only=True", "3: np.load(allow_pickle=...)"]
+    offenders = [f"{name}:{where}" for name, path in MODULES.items()
+                 for where in unpickling(path.read_text(encoding="utf-8"))]
+    assert not offenders, offenders
