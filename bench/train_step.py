@@ -51,6 +51,7 @@ from litebert.config import AlbertConfig
 from litebert.model import compile_layers, packed_positions
 from litebert.runtime import cpu
 from litebert.runtime.precision import autocast, choose_precision
+from litebert.training.data import holds_no_padding
 from litebert.training.graphs import WARMUP_CALLS, micro_step
 from litebert.training.optim import make_optimizer
 
@@ -66,9 +67,10 @@ def make_step(model, batch: dict, precision: str, optimizer: str = "adamw", cuda
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
     model.train()
     forward_backward = micro_step(model, lambda: autocast(precision, common.DEVICE.type), cuda_graphs)
+    no_padding = holds_no_padding(batch)  # as the loop reads each batch on the host: no mask for full rows
 
     def step():
-        loss = forward_backward(batch, 1.0)
+        loss = forward_backward(batch, 1.0, no_padding)
         optimizer.step()
         optimizer.zero_grad(set_to_none=not cuda_graphs)
         return loss

@@ -69,6 +69,7 @@ def activation_fn(name: str):
 
 
 _forced_static_shapes = False  # set by forced_static_shapes()
+_batch_without_padding = False  # set by batch_without_padding()
 
 
 def static_shapes() -> bool:
@@ -89,6 +90,21 @@ def forced_static_shapes():
         yield
     finally:
         _forced_static_shapes = before
+
+
+@contextmanager
+def batch_without_padding(known: bool = True):
+    """Forward passes of a batch whose attention_mask the caller read on the host and found all ones: the encoder
+    builds no padding mask and unpads nothing. The model cannot look for itself where it keeps static shapes (a
+    captured CUDA graph, a compiled model: the mask is then always built, and SDPA leaves flash attention for a
+    masked kernel), and where it can, the look is a device-to-host sync on a GPU. The training loop reads each
+    micro-batch before it moves (training.data.holds_no_padding); a captured graph is keyed by it."""
+    global _batch_without_padding
+    before, _batch_without_padding = _batch_without_padding, known
+    try:
+        yield
+    finally:
+        _batch_without_padding = before
 
 
 class LayerNorm(nn.LayerNorm):
@@ -363,8 +379,8 @@ def compile_layers(model: nn.Module, **options) -> nn.Module:
     The block holds most of a step's memory-bound work (bias + GELU, residual + LayerNorm, casts), which inductor
     fuses, and its shapes never depend on the data: the eager MLM loss keeps reading only the labelled positions
     (a whole compiled model reads a fixed width, or every position: loss_positions), and a shared block compiles
-    once however often it is applied. Padding-free batches (a token count per batch) run the blocks eager. `options` go to
-    torch.compile (tests pass a backend)."""
+    once however often it is applied. Padding-free batches (a token count per batch) run the blocks eager.
+    `options` go to torch.compile (tests pass a backend)."""
     for module in model.modules():
         if isinstance(module, AlbertLayer):
             module.compile(**options)
@@ -523,6 +539,8 @@ class AlbertModel(PretrainedMixin, nn.Module):
         real tokens (not checked: that would read the device)."""
         if attention_mask is not None and attention_mask.dim() != 2:  # transformers also takes (B, 1, T, T)
             raise ConfigError(f"attention_mask must be (batch, length) 1/0, got shape {tuple(attention_mask.shape)}")
+        if _batch_without_padding and packed_positions is None:
+            attention_mask = None  # all ones, as the caller read it on the host (batch_without_padding)
         x = self.embeddings(input_ids, token_type_ids, position_ids)
         hidden, probs = ([] if output_hidden_states else None), ([] if output_attentions else None)
         unpadded = None
@@ -707,7 +725,8 @@ class AlbertForPreTraining(PretrainedMixin, nn.Module):
                           output_attentions, packed_positions)
         mlm_loss, prediction_logits = masked_lm(self.predictions, out.last_hidden_state, labels)
         sop_logits = self.sop_classifier(out.pooler_output)
-        sop_loss = None if sentence_order_label is None else F.cross_entropy(sop_logits.float(), sentence_order_label.view(-1))
+        sop_loss = None if sentence_order_label is None else F.cross_entropy(sop_logits.float(),
+                                                                             sentence_order_label.view(-1))
         losses = [loss for loss in (mlm_loss, sop_loss) if loss is not None]
         return PreTrainingOutput(sum(losses) if losses else None, prediction_logits, sop_logits, out.hidden_states,
                                  out.attentions, mlm_loss, sop_loss)

@@ -337,8 +337,8 @@ def test_finetune_cuda_graphs_capture_the_padding_free_step_and_learn_as_eager(p
     equal an eager padding-free run's within bf16's tolerance (no dropout: a graph draws its own masks)."""
     captured = []
     capture = GraphedMicroStep._capture
-    monkeypatch.setattr(GraphedMicroStep, "_capture", lambda self, key, batch, scale: (
-        captured.append(batch["packed_positions"].numel()), capture(self, key, batch, scale)))
+    monkeypatch.setattr(GraphedMicroStep, "_capture", lambda self, key, batch, scale, no_padding: (
+        captured.append(batch["packed_positions"].numel()), capture(self, key, batch, scale, no_padding)))
     run = lambda out, *more: litebert_main([  # noqa: E731
         "finetune", "--model", str(pretrained), "--task", "novel_authorship", "--data-dir", TASK_DIR,
         "--max-train-examples", "64", "--max-eval-examples", "32", "--max-length", "64", "--max-steps", "12",

@@ -280,3 +280,36 @@ def test_the_static_shape_path_computes_the_eager_loss_and_gradients():
     torch.testing.assert_close(results[1][0], results[0][0], rtol=1e-6, atol=1e-6)
     for eager, static in zip(results[0][1], results[1][1], strict=True):
         torch.testing.assert_close(static, eager, rtol=1e-5, atol=1e-6)
+
+
+def test_a_batch_read_on_the_host_as_unpadded_builds_no_mask_even_on_the_static_path(monkeypatch):
+    """Under static shapes (a captured CUDA graph, a compiled model) the model cannot look at its mask and built it
+    always, so full rows took SDPA's masked kernel instead of flash. The loop reads each micro-batch on the host
+    (holds_no_padding) and says so: no mask then, the same loss and gradients; a padded batch keeps its mask."""
+    from litebert.model import batch_without_padding
+    from litebert.training.data import holds_no_padding
+    from litebert.training.graphs import forward_backward
+    seen = []
+    real_attention = model_module.attention
+    monkeypatch.setattr(model_module, "attention", lambda q, k, v, mask, *rest: (
+        seen.append(mask is None), real_attention(q, k, v, mask, *rest))[1])
+    config = tiny()
+    full, padded = batch(config, padded=False), batch(config)
+    assert holds_no_padding(full) and not holds_no_padding(padded)
+    assert not holds_no_padding({**full, "packed_positions": torch.arange(B * T)})  # packed: their own path
+    a, b = model_pair(config)
+    a.eval(), b.eval()
+    results = {}
+    for known in (False, True):
+        model = a if known else b
+        with forced_static_shapes():
+            loss = forward_backward(model, torch.enable_grad, full, 1.0, no_padding=known)
+        results[known] = (loss, [p.grad.clone() for p in model.parameters()])
+        assert set(seen) == {known}, (known, seen)
+        seen.clear()
+    torch.testing.assert_close(results[True][0], results[False][0], rtol=1e-6, atol=1e-6)
+    for with_mask, without in zip(results[False][1], results[True][1], strict=True):
+        torch.testing.assert_close(without, with_mask, rtol=1e-5, atol=1e-6)
+    with forced_static_shapes(), batch_without_padding(False):
+        a(**padded)
+    assert seen and not any(seen)  # a padded batch, not vouched for: masked, as before

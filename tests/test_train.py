@@ -482,12 +482,13 @@ def test_cuda_graphs_say_once_when_new_batch_shapes_go_uncaptured(monkeypatch, c
     lost the graphs' speed on most steps with no word of it."""
     from litebert.training import graphs
     monkeypatch.setattr(graphs, "MAX_GRAPHS", 2)
-    monkeypatch.setattr(graphs.GraphedMicroStep, "_on_side_stream", lambda self, batch, scale: torch.zeros(()))
+    monkeypatch.setattr(graphs.GraphedMicroStep, "_on_side_stream", lambda self, batch, scale, no_padding:
+                        torch.zeros(()))
     class Replayed:
         def replay(self):
             pass
 
-    monkeypatch.setattr(graphs.GraphedMicroStep, "_capture", lambda self, key, batch, scale: self.graphs.__setitem__(
+    monkeypatch.setattr(graphs.GraphedMicroStep, "_capture", lambda self, key, batch, scale, no_padding: self.graphs.__setitem__(
         key, (Replayed(), {k: v.clone() for k, v in batch.items()}, torch.zeros(()))))
     step = graphs.GraphedMicroStep(forward=None, autocast=None)
     with caplog.at_level("WARNING", logger="litebert"):

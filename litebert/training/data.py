@@ -76,6 +76,13 @@ def as_batch_fn(data: ShuffledData | BatchFn, batch_size: int, micro_batch_size:
     return data
 
 
+def holds_no_padding(batch: Mapping[str, torch.Tensor]) -> bool:
+    """Whether a micro-batch's attention_mask is all ones (and no packed positions run it padding-free), read
+    where it costs nothing: on the host, before the batch moves to the device (model.batch_without_padding)."""
+    mask = batch.get("attention_mask")
+    return mask is not None and "packed_positions" not in batch and bool(mask.all())
+
+
 def count_tokens(batch: Mapping[str, torch.Tensor]) -> int:
     """Tokens processed (padding included: it costs compute; with packed_positions, the rows the encoder ran on);
     examples for batches without input_ids."""

@@ -111,7 +111,8 @@ def configure_device(device: torch.device, tf32: bool) -> dict[str, Any]:
     TF32 (Ampere and later): float32 matmuls and convolutions read their inputs with a 10-bit mantissa and
     accumulate in fp32, several times the fp32 rate; PyTorch leaves it off for matmuls. The legacy flags are
     used on purpose: mixing them with the newer `fp32_precision` API makes `get_float32_matmul_precision()`
-    raise. `train` puts the flags back when the run ends (tf32_flags). On CPU nothing is changed (the same flag would not touch oneDNN, but a CPU run stays untouched)."""
+    raise. `train` puts the flags back when the run ends (tf32_flags). On CPU nothing is changed (the same flag
+    would not touch oneDNN, but a CPU run stays untouched)."""
     if device.type != "cuda":
         return {"device": str(device), "tf32": False}
     torch.backends.cuda.matmul.allow_tf32 = tf32

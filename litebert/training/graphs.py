@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from litebert.model import forced_static_shapes
+from litebert.model import batch_without_padding, forced_static_shapes
 
 log = logging.getLogger("litebert")
 
@@ -36,18 +36,19 @@ MAX_GRAPHS = 8  # batch shapes kept captured; further shapes run eagerly (fine-t
 
 
 def forward_backward(forward: Callable[..., Any], autocast: Callable[[], AbstractContextManager],
-                     batch: dict[str, torch.Tensor], scale: float) -> torch.Tensor:
-    """One micro-batch: the loss (unscaled, detached), its gradients times `scale` accumulated into .grad."""
-    with autocast():
+                     batch: dict[str, torch.Tensor], scale: float, no_padding: bool = False) -> torch.Tensor:
+    """One micro-batch: the loss (unscaled, detached), its gradients times `scale` accumulated into .grad.
+    `no_padding`: the caller read the batch's attention_mask on the host, all ones (model.batch_without_padding)."""
+    with autocast(), batch_without_padding(no_padding):
         loss = forward(**batch).loss
     (loss * scale).backward()
     return loss.detach()
 
 
 def micro_step(forward: Callable[..., Any], autocast: Callable[[], AbstractContextManager], cuda_graphs: bool
-               ) -> Callable[[dict[str, torch.Tensor], float], torch.Tensor]:
-    """What a training step calls per micro-batch, (batch, scale) -> loss: `forward_backward`, or its captured
-    replay with `--cuda-graphs`."""
+               ) -> Callable[[dict[str, torch.Tensor], float, bool], torch.Tensor]:
+    """What a training step calls per micro-batch, (batch, scale, no_padding) -> loss: `forward_backward`, or its
+    captured replay with `--cuda-graphs`."""
     return GraphedMicroStep(forward, autocast) if cuda_graphs else partial(forward_backward, forward, autocast)
 
 
@@ -61,8 +62,8 @@ class GraphedMicroStep:
         self.pool = None  # one memory pool shared by every graph (they never run at the same time)
         self.warned = False  # that MAX_GRAPHS shapes are captured and more run uncaptured
 
-    def __call__(self, batch: dict[str, torch.Tensor], scale: float) -> torch.Tensor:
-        key = (scale, *((name, tuple(t.shape), t.dtype) for name, t in sorted(batch.items())))
+    def __call__(self, batch: dict[str, torch.Tensor], scale: float, no_padding: bool = False) -> torch.Tensor:
+        key = (scale, no_padding, *((name, tuple(t.shape), t.dtype) for name, t in sorted(batch.items())))
         if key not in self.graphs:
             self.calls[key] += 1
             if self.calls[key] <= WARMUP_CALLS or len(self.graphs) >= MAX_GRAPHS:
@@ -72,27 +73,27 @@ class GraphedMicroStep:
                                 "(%s) and any later new one run uncaptured. Batches of fewer shapes (padded to "
                                 "--max-length, equal-length data) keep every step captured", MAX_GRAPHS,
                                 ", ".join(f"{name} {tuple(t.shape)}" for name, t in sorted(batch.items())))
-                return self._on_side_stream(batch, scale)
-            self._capture(key, batch, scale)
+                return self._on_side_stream(batch, scale, no_padding)
+            self._capture(key, batch, scale, no_padding)
         graph, inputs, loss = self.graphs[key]
         for name, tensor in batch.items():
             inputs[name].copy_(tensor, non_blocking=True)
         graph.replay()
         return loss.clone()  # the next replay overwrites the captured output
 
-    def _on_side_stream(self, batch: dict[str, torch.Tensor], scale: float) -> torch.Tensor:
+    def _on_side_stream(self, batch: dict[str, torch.Tensor], scale: float, no_padding: bool) -> torch.Tensor:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side), forced_static_shapes():
-            loss = forward_backward(self.forward, self.autocast, batch, scale)
+            loss = forward_backward(self.forward, self.autocast, batch, scale, no_padding)
         torch.cuda.current_stream().wait_stream(side)
         return loss
 
-    def _capture(self, key: tuple, batch: dict[str, torch.Tensor], scale: float) -> None:
+    def _capture(self, key: tuple, batch: dict[str, torch.Tensor], scale: float, no_padding: bool) -> None:
         inputs = {name: tensor.clone() for name, tensor in batch.items()}
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool):
-            loss = forward_backward(self.forward, self.autocast, inputs, scale)
+            loss = forward_backward(self.forward, self.autocast, inputs, scale, no_padding)
         self.pool = graph.pool()
         self.graphs[key] = (graph, inputs, loss)
 

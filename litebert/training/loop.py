@@ -48,7 +48,7 @@ from litebert.runconfig import dump_toml
 from litebert.runtime import gemm
 from litebert.runtime.precision import PrecisionChoice, autocast, choose_precision, device_name, fp32_kernels
 from litebert.training import checkpoint as ckpt
-from litebert.training.data import BatchFn, PrefetchedBatches, ShuffledData, as_batch_fn, count_tokens, prefetched
+from litebert.training.data import BatchFn, ShuffledData, as_batch_fn, count_tokens, holds_no_padding, prefetched
 from litebert.training.distributed import (
     Dist,
     all_reduce_sum,
@@ -163,8 +163,8 @@ def train(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, eval
         # DDP holds the process group: released first, the group is freed (its threads joined) here. Whatever a
         # reference cycle still holds (a Run reached from itself, an exception's traceback) is collected now: one
         # left to interpreter shutdown aborts the process ("terminate called without an active exception").
-        if run is not None and isinstance(run.batch_fn, PrefetchedBatches):
-            run.batch_fn.close()  # its worker processes
+        if run is not None and hasattr(run.batch_fn, "close"):
+            run.batch_fn.close()  # the worker processes of data.prefetched
         run = None
         gc.collect()
         teardown_distributed(env)
@@ -199,12 +199,13 @@ def train_step(run: Run, step: int) -> StepStats:
     tokens = 0
     for micro in range(accum):
         # batch_fn numbers steps from 0: the steps done before this one.
-        batch = {k: v.to(env.device, non_blocking=True)
-                 for k, v in run.batch_fn(step - 1, micro, env.rank, env.world_size).items()}
+        host = run.batch_fn(step - 1, micro, env.rank, env.world_size)
+        no_padding = holds_no_padding(host)  # read before it moves: no device sync, and a graph keyed by it
+        batch = {k: v.to(env.device, non_blocking=True) for k, v in host.items()}
         # Gradients are all-reduced only on the last micro-batch of a step.
         sync = run.net.no_sync() if env.world_size > 1 and micro < accum - 1 else nullcontext()
         with sync:
-            loss = run.micro_step(batch, 1 / accum)
+            loss = run.micro_step(batch, 1 / accum, no_padding)
         loss_sum += loss.float()
         tokens += count_tokens(batch)
     if not run.gradients_checked:
@@ -317,7 +318,7 @@ class Run:
     resumed_from: Path | None
     gradients_checked: bool = False  # the DDP check of the first backward (train_step)
     precision: str = "fp32"  # what runs: cfg.precision, or what "auto" chose
-    micro_step: Callable[[dict[str, torch.Tensor], float], torch.Tensor] = field(init=False)  # forward + backward
+    micro_step: Callable[[dict[str, torch.Tensor], float, bool], torch.Tensor] = field(init=False)  # fwd + bwd
     autocast: Callable[[], Any] = field(init=False)  # the run's precision as a context: `with run.autocast():`
 
     def __post_init__(self) -> None:
