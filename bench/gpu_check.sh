@@ -74,6 +74,9 @@ bench() {
   run train_step_large 120 $step --preset albert-large-v2 --shapes 32x512 --compile --compile-scopes layers --cuda-graphs
   run train_step_xxlarge 120 $step --preset albert-xxlarge-v2 --shapes 8x512 --compile --compile-scopes layers \
     --cuda-graphs
+  # SDPA's cuDNN kernel tried first (torch's order puts it last): attention is ~6 ms of base's graphed step
+  run train_step_base_cudnn 150 $step --preset albert-base-v2 --shapes 64x512 --compile --compile-scopes layers \
+    --cuda-graphs --sdpa-first cudnn
   # real pretraining rows (10% cut short and padded): the padded step against `pretrain --padding-free`, eager and
   # captured
   run train_step_real_rows 150 $step --preset albert-base-v2 --shapes 64x512 --short-rows 0.1 --padding-free \
@@ -88,7 +91,8 @@ bench() {
   pretrain_loop
   run profile 90 $PY bench/profile_step.py --device cuda --preset albert-base-v2 --shape 64x512 --precision bf16 \
     --rows 30 --compile layers
-  for f in train_step_base train_step_large train_step_xxlarge train_step_real_rows train_step_tiny finetune_padding_32 \
+  for f in train_step_base train_step_base_cudnn train_step_large train_step_xxlarge train_step_real_rows \
+    train_step_tiny finetune_padding_32 \
     finetune_padding_128 profile; do
     grep '^{' "$OUT/$f.log"; done
 }
@@ -129,6 +133,8 @@ case "${1:-tests}" in
   next)
     tests
     pretrain_loop
+    run train_step_base_cudnn 150 $step --preset albert-base-v2 --shapes 64x512 --compile --compile-scopes layers \
+      --cuda-graphs --sdpa-first cudnn; grep -s "^{" "$OUT/train_step_base_cudnn.log"
     run train_step_real_rows 150 $step --preset albert-base-v2 --shapes 64x512 --short-rows 0.1 --padding-free \
       --cuda-graphs; grep -s "^{" "$OUT/train_step_real_rows.log"
     paper sharing ;;

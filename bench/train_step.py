@@ -24,6 +24,7 @@ side is timed once (it is tens of times slower there).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import statistics
 import time
@@ -46,6 +47,7 @@ from common import (
     to_device,
 )
 from gemm import BACKEND_OF, gflops, paths
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from litebert.config import AlbertConfig
 from litebert.model import compile_layers, packed_positions
@@ -164,6 +166,10 @@ def padding_free_sides(ours, batch: dict, precision: str, cuda_graphs: bool) -> 
     return sides
 
 
+SDPA_FIRST = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+              "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}  # torch's order: flash first
+
+
 def main() -> None:
     parser = base_parser(__doc__)
     parser.add_argument("--shapes", default="8x128,2x512", help="comma-separated BxT")
@@ -190,8 +196,15 @@ def main() -> None:
                              "captured with packed positions): padding_free_vs_eager, padding_free_graphed_vs_eager")
     parser.add_argument("--attn", default="auto", choices=["auto", "eager", "sdpa"],
                         help="transformers attention implementation (auto: time both, keep the faster)")
+    parser.add_argument("--sdpa-first", default=None, choices=sorted(SDPA_FIRST),
+                        help="the SDPA kernel both sides try first (torch's order after it): cudnn, flash, efficient "
+                             "or math. Default: torch's own order (flash first on CUDA)")
     args = parser.parse_args()
     configure(args)
+    first = SDPA_FIRST.get(args.sdpa_first)  # for the whole run: warm-ups, captures and timed steps alike
+    sdpa_order = sdpa_kernel([first, *(b for b in SDPA_FIRST.values() if b != first)], set_priority=True) if first \
+        else contextlib.nullcontext()
+    sdpa_order.__enter__()  # held by this frame until the process ends
     if args.cuda_graphs and args.device != "cuda":
         raise SystemExit("--cuda-graphs needs --device cuda (CUDA graphs capture GPU kernels)")
     preset = "tiny" if args.quick else args.preset
@@ -254,6 +267,7 @@ def main() -> None:
             steps["gemm_probe"], probe_flops = gemm_probe(runs)
             times = interleaved(steps, args.warmup, repeats)
             result = {"bench": "train_step", "preset": preset, "shape": shape, "precision": precision,
+                      "sdpa_first": args.sdpa_first or "torch's order",
                       "optimizer": "AdamW(fused)", "peer_attn": attn, "repeats": repeats,
                       "tokens": B * T, "real_tokens": round(B * T * real_share),
                       "model_gflop_per_step": round(flops / 1e9, 2)}

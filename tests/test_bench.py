@@ -320,8 +320,9 @@ def test_finetune_padding_reports_the_ratio_of_its_medians_on_real_batches(tmp_p
 
 def test_the_train_step_bench_on_the_cpu_still_prints_its_json():
     (r,) = records("train_step.py", "--quick", "--device", "cpu", "--precisions", "fp32", "--repeats", "1",
-                   "--warmup", "0")
+                   "--warmup", "0", "--sdpa-first", "math")
     assert r["litebert"]["mfu"] > 0 and "gpu" not in r["machine"] and r["litebert"]["gemm"] != "cuBLAS bf16"
+    assert r["sdpa_first"] == "math"
 
 
 def test_train_step_times_the_padding_free_step_on_padded_rows_and_credits_only_real_tokens():
