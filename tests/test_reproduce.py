@@ -796,6 +796,21 @@ def test_the_spread_splits_into_pretraining_and_finetuning_seeds():
     assert stats.spread_sources(flat)["pretraining_share"] < 0.5
 
 
+def test_the_spread_reads_the_fine_tuning_seeds_as_crossed_not_nested():
+    """Every checkpoint is fine-tuned with the same seeds, so a seed that helps helps each checkpoint alike. The
+    one-way analysis took that shared effect for within-checkpoint noise and subtracted its share / r from the
+    pretraining variance: here 0 where the pretraining seeds' variance is 2e-4 (a tenth of the total)."""
+    pretrain = [0.0, 0.01, -0.01, 0.02, -0.02, 0.0]
+    seed = [0.03, -0.03]  # fine-tuning seed 0 is better for every checkpoint
+    groups = {str(i): [0.8 + p + s for s in seed] for i, p in enumerate(pretrain)}
+    got = stats.spread_sources(groups)
+    assert got["pretraining_variance"] == pytest.approx(np.var(pretrain, ddof=1), abs=1e-12)
+    assert got["finetuning_seed_variance"] == pytest.approx(np.var(seed, ddof=1), abs=1e-12)
+    assert got["residual_variance"] == pytest.approx(0.0, abs=1e-12)
+    assert got["pretraining_share"] == pytest.approx(np.var(pretrain, ddof=1) / (np.var(pretrain, ddof=1)
+                                                                                  + np.var(seed, ddof=1)))
+
+
 PAPER_TABLES = SHARED_DATA.parent / "paper" / "albert_tables.md"
 
 

@@ -351,11 +351,14 @@ def report(grid: Grid, results: Mapping[str, Any], state: Mapping[str, Any], plo
     sources = [(name, task, s) for name, e in results["rows"].items()
                for task, s in e.get("spread_sources", {}).items()]
     if sources:
-        lines += ["Where the downstream spread comes from (one-way random effects over pretraining seeds, each "
-                  "fine-tuned with the same seeds):", ""]
+        lines += ["Where the downstream spread comes from (two-way random effects: each pretraining seed fine-tuned "
+                  "with the same fine-tuning seeds, crossed; litebert.paper.stats.spread_sources):", ""]
         lines += [f"- {name}, {task}: {s['pretraining_share']:.0%} from pretraining seeds (SD "
-                  f"{100 * math.sqrt(s['pretraining_variance']):.1f}), fine-tuning seeds SD "
-                  f"{100 * math.sqrt(s['finetuning_variance']):.1f}" for name, task, s in sources]
+                  f"{100 * math.sqrt(s['pretraining_variance']):.1f}), fine-tuning SD "
+                  f"{100 * math.sqrt(s['finetuning_variance']):.1f}"
+                  + (f" (of which the fine-tuning seed itself, alike for every checkpoint, "
+                     f"{100 * math.sqrt(s['finetuning_seed_variance']):.1f})" if "finetuning_seed_variance" in s else "")
+                  for name, task, s in sources]
         lines.append("")
     # the paper's
     if exp.columns:

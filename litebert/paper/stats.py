@@ -186,16 +186,27 @@ def false_discovery_q(ps: Sequence[float], method: str = "bh") -> list[float]:
 
 
 def spread_sources(by_pretrain_seed: Mapping[str, Sequence[float]]) -> dict[str, float] | None:
-    """How much of a score's variance comes from pretraining seeds and how much from fine-tuning seeds, from a
-    one-way random-effects ANOVA over {pretraining seed: [score per fine-tuning seed]} (balanced groups)."""
+    """How much of a score's variance comes from pretraining seeds and how much from fine-tuning seeds.
+
+    {pretraining seed: [score per fine-tuning seed]}, the fine-tuning seeds in the same order for every checkpoint:
+    a crossed design (seed s fine-tunes every checkpoint with the same classifier init and data order), read by a
+    two-way random-effects ANOVA without replication, score = mean + pretraining + fine-tuning seed + residual
+    (interaction and noise). A one-way analysis, which treats the fine-tuning seeds as nested, subtracts the
+    fine-tuning seeds' own variance / r from the pretraining variance (its between-checkpoint term has none of it:
+    the same seeds sit in every group). Estimates below zero are taken as zero. `finetuning_variance` is the
+    fine-tuning side whole (seed + residual): the spread a new fine-tuning seed brings to one checkpoint."""
     groups = [list(v) for v in by_pretrain_seed.values() if v]
     if len(groups) < 2 or any(len(g) != len(groups[0]) for g in groups) or len(groups[0]) < 2:
         return None
     k, r = len(groups), len(groups[0])
     grand = sum(map(sum, groups)) / (k * r)
-    means = [sum(g) / r for g in groups]
-    within = sum((v - m) ** 2 for g, m in zip(groups, means) for v in g) / (k * (r - 1))
-    between = r * sum((m - grand) ** 2 for m in means) / (k - 1)
-    pretrain = max(0.0, (between - within) / r)
-    return {"pretraining_variance": pretrain, "finetuning_variance": within,
-            "pretraining_share": pretrain / (pretrain + within) if pretrain + within else 0.0}
+    rows = [sum(g) / r for g in groups]
+    cols = [sum(g[j] for g in groups) / k for j in range(r)]
+    ms_rows = r * sum((m - grand) ** 2 for m in rows) / (k - 1)
+    ms_cols = k * sum((m - grand) ** 2 for m in cols) / (r - 1)
+    residual = sum((g[j] - rows[i] - cols[j] + grand) ** 2 for i, g in enumerate(groups) for j in range(r)) \
+        / ((k - 1) * (r - 1))
+    pretrain, seed = max(0.0, (ms_rows - residual) / r), max(0.0, (ms_cols - residual) / k)
+    total = pretrain + seed + residual
+    return {"pretraining_variance": pretrain, "finetuning_seed_variance": seed, "residual_variance": residual,
+            "finetuning_variance": seed + residual, "pretraining_share": pretrain / total if total else 0.0}
