@@ -109,6 +109,18 @@ def test_pretraining_evaluates_saves_and_resumes_on_the_gpu(prepared, tmp_path, 
     assert next(model.parameters()).device.type == "cpu"
 
 
+def test_batches_built_ahead_by_workers_train_as_built_in_step_on_the_gpu(prepared, tmp_path):
+    """On CUDA the loop asks two worker processes (forked after CUDA is up) for the next batches by default; the
+    same batches as built in step, so the same first loss bit for bit and the rest within CUDA's atomics."""
+    run = lambda out, workers: litebert_main(pretrain_args(  # noqa: E731
+        prepared, out, *precision_args("fp32"), "--max-steps", "6", "--warmup-steps", "0", "--data-workers",
+        str(workers)))
+    assert run(tmp_path / "inline", 0) == 0 and run(tmp_path / "ahead", 2) == 0
+    inline, ahead = losses(tmp_path / "inline"), losses(tmp_path / "ahead")
+    assert sorted(inline) == sorted(ahead) == list(range(1, 7)) and inline[1] == ahead[1]
+    assert [ahead[s] for s in range(2, 7)] == pytest.approx([inline[s] for s in range(2, 7)], rel=1e-3)
+
+
 @pytest.mark.parametrize("scope", ["layers", "model"])
 def test_pretrain_compile_trains_as_eager(prepared, tmp_path, scope):
     """`pretrain --compile` (inductor) against eager, fp32 with TF32 off, SOP dropout as configured: each scope's
