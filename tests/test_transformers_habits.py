@@ -337,3 +337,17 @@ def test_metrics_log_writes_tensorboard_events(tmp_path, monkeypatch):
     (tmp_path / "off").mkdir()
     MetricsLog(tmp_path / "off", writes=True, tensorboard=False).write({"step": 1, "loss": 1.0})
     assert os.listdir(tmp_path / "off") == ["metrics.jsonl"]
+
+
+# ----------------------------------------------------------------------------- more of a user's first calls
+
+
+def test_config_names_unnamed_labels_as_transformers(tmp_path):
+    """`model.config.id2label[prediction]` names a prediction of a model whose labels have no names (it was None,
+    a TypeError); label2id and model_type are there too."""
+    ours, theirs = twins("AlbertForSequenceClassification", tmp_path)
+    assert ours.config.id2label == theirs.config.id2label == {0: "LABEL_0", 1: "LABEL_1", 2: "LABEL_2"}
+    assert ours.config.label2id == theirs.config.label2id and ours.config.model_type == theirs.config.model_type
+    assert ours.config.label_names is None and ours.config.replace(num_labels=4).id2label[3] == "LABEL_3"
+    named = tiny_config(id2label={0: "neg", 1: "pos"})
+    assert named.label2id == {"neg": 0, "pos": 1} and named.label_names == ["neg", "pos"]
