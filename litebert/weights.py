@@ -97,8 +97,32 @@ class PretrainedMixin:
             if id(module) not in done:
                 init_module_weights(module, self.config.initializer_range)
 
-    def num_parameters(self) -> int:
-        return parameter_count(self)
+    def num_parameters(self, only_trainable: bool = False, exclude_embeddings: bool = False) -> int:
+        """transformers' count: distinct parameters, optionally those that train, or those outside the embeddings."""
+        embeddings = {id(m.weight) for m in self.modules() if exclude_embeddings and isinstance(m, nn.Embedding)}
+        return sum(p.numel() for p in self.parameters()
+                   if id(p) not in embeddings and (p.requires_grad or not only_trainable))
+
+    # transformers' habits on a model: `batch.to(model.device)`, `model.dtype`, the embedding matrices
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(p.dtype for p in self.parameters() if p.is_floating_point())
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return getattr(self, "albert", self).embeddings.word_embeddings
+
+    def get_output_embeddings(self) -> nn.Linear | None:
+        """The MLM decoder (tied to the input embeddings), None for a head without one, as transformers."""
+        return getattr(getattr(self, "predictions", None), "decoder", None)
+
+    def resize_token_embeddings(self, *args: Any, **kwargs: Any) -> None:
+        """Refused: litebert's tokenizer gains pieces only with its embeddings, which one verb does for both."""
+        raise ConfigError("litebert grows a vocabulary and the embeddings together: `litebert extend-vocab` (or "
+                          "litebert.vocab.extend_vocab) adds pieces to spiece.model and rows to the model")
 
     # -- save --------------------------------------------------------------------------------------
     def save_pretrained(self, directory: str | os.PathLike, *, config_only: bool = False,

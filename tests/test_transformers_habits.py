@@ -351,3 +351,25 @@ def test_config_names_unnamed_labels_as_transformers(tmp_path):
     assert ours.config.label_names is None and ours.config.replace(num_labels=4).id2label[3] == "LABEL_3"
     named = tiny_config(id2label={0: "neg", 1: "pos"})
     assert named.label2id == {"neg": 0, "pos": 1} and named.label_names == ["neg", "pos"]
+
+
+@pytest.mark.parametrize("name", ["AlbertForMaskedLM", "AlbertForSequenceClassification", "AlbertModel"])
+def test_device_dtype_embeddings_and_parameter_counts_as_transformers(name, tmp_path):
+    """`batch.to(model.device)`, `model.dtype`, get_input/output_embeddings and num_parameters' keywords (each an
+    AttributeError or TypeError before)."""
+    from litebert.errors import ConfigError
+
+    ours, theirs = twins(name, tmp_path)
+    assert ours.device == theirs.device and ours.dtype == theirs.dtype == torch.float32
+    assert ours.to(torch.bfloat16).dtype == torch.bfloat16
+    assert torch.equal(ours.get_input_embeddings().weight.float(), theirs.get_input_embeddings().weight.bfloat16().float())
+    assert (ours.get_output_embeddings() is None) == (theirs.get_output_embeddings() is None)
+    if ours.get_output_embeddings() is not None:  # tied, as in transformers
+        assert ours.get_output_embeddings().weight is ours.get_input_embeddings().weight
+    ours.get_input_embeddings().weight.requires_grad_(False)
+    theirs.get_input_embeddings().weight.requires_grad_(False)
+    for kw in ({}, dict(only_trainable=True), dict(exclude_embeddings=True),
+               dict(only_trainable=True, exclude_embeddings=True)):
+        assert ours.num_parameters(**kw) == theirs.num_parameters(**kw), kw
+    with pytest.raises(ConfigError, match="litebert extend-vocab"):
+        ours.resize_token_embeddings(600)
