@@ -97,6 +97,13 @@ class PretrainedMixin:
             if id(module) not in done:
                 init_module_weights(module, self.config.initializer_range)
 
+    def __call__(self, *args: Any, return_dict: bool | None = None, **kwargs: Any) -> Any:
+        """transformers' return_dict=False gives the outputs as a plain tuple, the fields that are not None in
+        order (`loss, logits = model(**batch, labels=y, return_dict=False)`); litebert's outputs already index
+        and unpack that way, so the flag is taken here, once, not passed down every forward."""
+        out = super().__call__(*args, **kwargs)
+        return (out.to_tuple() if hasattr(out, "to_tuple") else tuple(out)) if return_dict is False else out
+
     def num_parameters(self, only_trainable: bool = False, exclude_embeddings: bool = False) -> int:
         """transformers' count: distinct parameters, optionally those that train, or those outside the embeddings."""
         embeddings = {id(m.weight) for m in self.modules() if exclude_embeddings and isinstance(m, nn.Embedding)}

@@ -373,3 +373,21 @@ def test_device_dtype_embeddings_and_parameter_counts_as_transformers(name, tmp_
         assert ours.num_parameters(**kw) == theirs.num_parameters(**kw), kw
     with pytest.raises(ConfigError, match="litebert extend-vocab"):
         ours.resize_token_embeddings(600)
+
+
+@pytest.mark.parametrize("name", HEAD_NAMES)
+def test_return_dict_false_gives_transformers_tuple(name, tmp_path):
+    """`model(**batch, return_dict=False)` is a tuple of the fields that are not None, as transformers' (a
+    TypeError before); return_dict=True is the output object as without it."""
+    ours, theirs = twins(name, tmp_path)
+    x = inputs_for(name)
+    if name == "AlbertForSequenceClassification":
+        x["labels"] = torch.tensor([0, 2])
+    with torch.no_grad():
+        for kw in ({}, dict(output_hidden_states=True)):
+            a, b = ours(**x, **kw, return_dict=False), theirs(**x, **kw, return_dict=False)
+            assert type(a) is type(b) is tuple and len(a) == len(b), kw
+            flat = [t for item in a for t in (item if isinstance(item, tuple) else (item,))]
+            flat_b = [t for item in b for t in (item if isinstance(item, tuple) else (item,))]
+            assert all(torch.allclose(s, t, atol=1e-5) for s, t in zip(flat, flat_b, strict=True))
+        assert list(ours(**x, return_dict=True).keys()) == list(theirs(**x, return_dict=True).keys())
