@@ -37,6 +37,7 @@ from litebert.text.conventions import (
 )
 from litebert.text.encoding import BatchEncoding
 from litebert.text.pretokenize import segmenter_for
+from litebert.text.tokens import TokenNames
 from litebert.text.transformers_files import (
     MODEL_MAX_LENGTH,
     SPIECE_FILE,
@@ -50,7 +51,7 @@ from litebert.text.transformers_files import (
 THREADED_ENCODE_MIN_TEXTS = 64  # below this many texts sentencepiece's thread pool costs more than it saves
 
 
-class Tokenizer:
+class Tokenizer(TokenNames):
     """A trained spiece.model plus ALBERT's normalisation; see the module docstring for the algorithm."""
 
     def __init__(self, model_file: str, do_lower_case=True, keep_accents=False, remove_space=True, num_threads=-1,
@@ -409,50 +410,6 @@ class Tokenizer:
                 cb = min(cb + n, ce - 1)
             ids.append(sub[-1])
             spans.append(to_original(ce - 1, ce))
-
-    def decode(self, ids, skip_special_tokens: bool = False) -> str:
-        """Text of ids (a list, a 1-D tensor or array, or one id), as transformers decodes: pieces joined, "▁" ->
-        space, the first piece's leading space dropped; special tokens written as they are unless skipped."""
-        tokens = self.convert_ids_to_tokens(encoding.id_list(ids), skip_special_tokens=skip_special_tokens)
-        return "".join(tokens).replace(SPIECE_UNDERLINE, " ").removeprefix(" " if tokens and tokens[0][:1] == SPIECE_UNDERLINE else "")
-
-    def batch_decode(self, sequences, skip_special_tokens: bool = False) -> list[str]:
-        """`decode` of each row of a batch (lists, or a 2-D tensor or array)."""
-        return [self.decode(row, skip_special_tokens) for row in sequences]
-
-    def convert_ids_to_tokens(self, ids, skip_special_tokens: bool = False) -> list[str] | str:
-        """The pieces of ids (one id gives one piece), as transformers; skip_special_tokens drops <pad>, <unk>,
-        [CLS], [SEP] and [MASK]."""
-        if not isinstance(ids, (list, tuple)) and np.ndim(ids) == 0:
-            return self.pieces[int(ids)]
-        return [self.pieces[i] for i in encoding.id_list(ids) if not (skip_special_tokens and self.special_table[i])]
-
-    def convert_tokens_to_ids(self, tokens: str | list[str]) -> int | list[int]:
-        """The ids of pieces (one piece gives one id); a piece outside the vocabulary is <unk>."""
-        if isinstance(tokens, str):
-            return self.sp.piece_to_id(tokens)
-        return [self.sp.piece_to_id(t) for t in tokens]
-
-    def get_vocab(self) -> dict[str, int]:
-        return {piece: i for i, piece in enumerate(self.pieces)}
-
-    # transformers' names for the special tokens and their ids ([CLS] and [SEP] are also ALBERT's bos and eos)
-    pad_token, unk_token, cls_token, sep_token, mask_token = SPECIALS.values()
-    bos_token, eos_token = SPECIALS["cls_token"], SPECIALS["sep_token"]
-    pad_token_id = property(lambda self: self.pad_id)
-    unk_token_id = property(lambda self: self.unk_id)
-    cls_token_id = bos_token_id = property(lambda self: self.cls_id)
-    sep_token_id = eos_token_id = property(lambda self: self.sep_id)
-    mask_token_id = property(lambda self: self.mask_id)
-
-    @property
-    def all_special_tokens(self) -> list[str]:
-        """In transformers' order: bos, eos, unk, pad, mask (ALBERT's bos and eos are [CLS] and [SEP])."""
-        return [self.bos_token, self.eos_token, self.unk_token, self.pad_token, self.mask_token]
-
-    @property
-    def all_special_ids(self) -> list[int]:
-        return self.convert_tokens_to_ids(self.all_special_tokens)
 
     def word_start_mask(self, ids) -> np.ndarray:
         """(T,) bool: True where a piece starts a word (or is special), for whole-word masking."""

@@ -391,3 +391,16 @@ def test_return_dict_false_gives_transformers_tuple(name, tmp_path):
             flat_b = [t for item in b for t in (item if isinstance(item, tuple) else (item,))]
             assert all(torch.allclose(s, t, atol=1e-5) for s, t in zip(flat, flat_b, strict=True))
         assert list(ours(**x, return_dict=True).keys()) == list(theirs(**x, return_dict=True).keys())
+
+
+def test_decode_cleans_up_spaces_when_asked_as_transformers(both):
+    """clean_up_tokenization_spaces=True joins " ," and " n't" as transformers does (a TypeError before)."""
+    ours, theirs = both
+    ids = theirs("hello , world . don ' t isn't I 'm here !", "you 're ?")["input_ids"]
+    for kw in ({}, dict(clean_up_tokenization_spaces=True), dict(clean_up_tokenization_spaces=False),
+               dict(clean_up_tokenization_spaces=True, skip_special_tokens=True)):
+        assert ours.decode(ids, **kw) == theirs.decode(ids, **kw), kw
+        assert ours.batch_decode([ids, ids[:4]], **kw) == theirs.batch_decode([ids, ids[:4]], **kw), kw
+    tokens = theirs.convert_ids_to_tokens(ids)
+    assert ours.convert_tokens_to_string(tokens) == theirs.convert_tokens_to_string(tokens)
+    assert ours.clean_up_tokenization_spaces == theirs.clean_up_tokenization_spaces
