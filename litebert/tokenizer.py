@@ -196,13 +196,20 @@ class Tokenizer(TokenNames):
         return [self.pieces[i] for i in self._encode_plain([text])[0]]
 
     def encode(self, text: str, pair: str | None = None, add_special_tokens: bool = True,
-               max_length: int | None = None, truncation: bool | str = "longest_first") -> list[int]:
+               max_length: int | None = None, truncation: bool | str = "longest_first", *,
+               text_pair: str | None = None, return_tensors: str | None = None):
         """Ids of `[CLS] text [SEP]` or `[CLS] text [SEP] pair [SEP]` (== HF AlbertTokenizer(text, pair).input_ids),
         cut to max_length (if given) by `truncation`: True/"longest_first", "only_first", "only_second", or
-        False/"do_not_truncate"."""
+        False/"do_not_truncate". text_pair is transformers' name for pair; return_tensors "pt" or "np" gives
+        the ids as one (1, T) row, as transformers' `encode(text, return_tensors="pt")`."""
+        if text_pair is not None:
+            if pair is not None:
+                raise ConfigError("pass the second text once, as pair or as text_pair")
+            pair = text_pair
         ids = self._encode_plain([text] if pair is None else [text, pair])
         strategy = encoding.truncation_strategy(truncation)
-        return self._assemble(ids[0], ids[1] if pair is not None else None, add_special_tokens, max_length, strategy)[0]
+        ids = self._assemble(ids[0], ids[1] if pair is not None else None, add_special_tokens, max_length, strategy)[0]
+        return ids if return_tensors is None else encoding.as_tensors({"input_ids": [ids]}, return_tensors)["input_ids"]
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """Ids of many texts without special tokens, in one sentencepiece call (the data pipeline's entry point)."""
@@ -253,8 +260,7 @@ class Tokenizer(TokenNames):
         strips after it (transformers: the letter alone; conventions.vanishes says why).
         """
         strategy, pad = encoding.truncation_strategy(truncation), encoding.padding_strategy(padding)
-        if return_tensors not in ("pt", "np", None):
-            raise ConfigError(f"return_tensors must be 'pt', 'np' or None, got {return_tensors!r}")
+        encoding.check_return_tensors(return_tensors)
         if text is None:
             raise ConfigError("nothing to encode: pass text (a string, a list of strings, or words with "
                               "is_split_into_words=True)")
@@ -309,12 +315,7 @@ class Tokenizer(TokenNames):
         if len({len(r) for r in out["input_ids"]}) > 1:
             raise ConfigError("rows have different lengths and cannot make one tensor: use padding=True, "
                               "or return_tensors=None for lists")
-        if return_tensors == "np":
-            arrays = {k: np.array(v, dtype=np.int64) for k, v in out.items()}
-        else:
-            import torch
-
-            arrays = {k: torch.tensor(v, dtype=torch.int64) for k, v in out.items()}
+        arrays = encoding.as_tensors(out, return_tensors)
         return BatchEncoding({k: v.reshape(len(rows), -1, 2) if k == "offset_mapping" else
                               v if k == "length" else v.reshape(len(rows), -1) for k, v in arrays.items()}, word_ids)
 

@@ -404,3 +404,17 @@ def test_decode_cleans_up_spaces_when_asked_as_transformers(both):
     tokens = theirs.convert_ids_to_tokens(ids)
     assert ours.convert_tokens_to_string(tokens) == theirs.convert_tokens_to_string(tokens)
     assert ours.clean_up_tokenization_spaces == theirs.clean_up_tokenization_spaces
+
+
+def test_encode_takes_text_pair_and_return_tensors_as_transformers(both):
+    """`tok.encode(text, return_tensors="pt")` is a (1, T) int64 tensor and text_pair= names the second text, as
+    in transformers (each a TypeError before)."""
+    import numpy as np
+
+    ours, theirs = both
+    for kw in ({}, dict(text_pair=PAIRS[2]), dict(max_length=8, truncation=True), dict(add_special_tokens=False)):
+        assert ours.encode(TEXTS[0], **kw) == theirs.encode(TEXTS[0], **kw), kw
+        a, b = ours.encode(TEXTS[0], return_tensors="pt", **kw), theirs.encode(TEXTS[0], return_tensors="pt", **kw)
+        assert a.dtype == b.dtype and torch.equal(a, b), kw
+        a, b = ours.encode(TEXTS[0], return_tensors="np", **kw), theirs.encode(TEXTS[0], return_tensors="np", **kw)
+        assert a.dtype == b.dtype and np.array_equal(a, b), kw
