@@ -240,13 +240,13 @@ class Tokenizer(TokenNames):
                  return_tensors: str | None = "pt", add_special_tokens: bool = True, *,
                  is_split_into_words: bool = False, return_offsets_mapping: bool = False,
                  return_special_tokens_mask: bool = False, return_length: bool = False,
-                 return_token_type_ids: bool | None = None, return_attention_mask: bool | None = None
-                 ) -> "BatchEncoding":
+                 return_token_type_ids: bool | None = None, return_attention_mask: bool | None = None,
+                 pad_to_multiple_of: int | None = None) -> "BatchEncoding":
         """Encode a text, a pair or a batch, called as transformers' tokenizers are, with their results.
 
         `tok(texts, text_pair, truncation=True, padding="max_length", max_length=128, return_tensors="pt")` equals
         AlbertTokenizerFast with the same arguments, and so do is_split_into_words (lists of words; `word_ids()`)
-        and the return_* flags. padding: True/"longest", "max_length", False/"do_not_pad". truncation:
+        and the return_* flags. padding: True/"longest", "max_length", False/"do_not_pad" (pad_to_multiple_of rounds up). truncation:
         True/"longest_first", "only_first", "only_second", False/"do_not_truncate"; True with no max_length
         cuts to `model_max_length` (the model's positions).
 
@@ -273,6 +273,10 @@ class Tokenizer(TokenNames):
             strategy = "do_not_truncate"
         if max_length is None:
             max_length = self.model_max_length
+        if pad != "do_not_pad" and strategy != "do_not_truncate" and pad_to_multiple_of and max_length % pad_to_multiple_of:
+            raise ConfigError(f"truncation to {max_length} tokens and pad_to_multiple_of={pad_to_multiple_of} "
+                              "disagree (rows longer than max_length get cut, then padded past it): make max_length "
+                              "a multiple, as transformers asks")
         a = [self._encode_input(t, is_split_into_words, return_offsets_mapping) for t in texts]
         b = [self._encode_input(t, is_split_into_words, return_offsets_mapping) for t in pairs] if pairs else None
         rows = []
@@ -288,6 +292,7 @@ class Tokenizer(TokenNames):
         width = None
         if pad != "do_not_pad":
             width = max((len(ids) for ids, _ in rows), default=0) if pad == "longest" else max_length
+            width = encoding.round_up(width, pad_to_multiple_of)  # tensor cores' tile, as transformers pads
         out = {"input_ids": [], "token_type_ids": [], "attention_mask": []}
         extra: dict[str, list] = {}
         word_ids: list[list[int | None]] = []

@@ -418,3 +418,23 @@ def test_encode_takes_text_pair_and_return_tensors_as_transformers(both):
         assert a.dtype == b.dtype and torch.equal(a, b), kw
         a, b = ours.encode(TEXTS[0], return_tensors="np", **kw), theirs.encode(TEXTS[0], return_tensors="np", **kw)
         assert a.dtype == b.dtype and np.array_equal(a, b), kw
+
+
+def test_pad_to_multiple_of_equals_transformers(both):
+    """The width rounded up to a multiple, as a data collator asks for tensor cores (a TypeError before); a cut
+    to a length that is not a multiple is refused, as there."""
+    from litebert.errors import ConfigError
+
+    ours, theirs = both
+    for kw in (dict(padding=True), dict(padding="max_length", max_length=16, truncation=True), dict(padding=False),
+               dict(padding="longest", truncation=True, max_length=16)):
+        for multiple in (1, 8, 16):
+            a = ours(TEXTS, PAIRS, return_tensors=None, pad_to_multiple_of=multiple, **kw)
+            assert dict(a) == dict(theirs(TEXTS, PAIRS, pad_to_multiple_of=multiple, **kw)), (kw, multiple)
+    a = ours(TEXTS, pad_to_multiple_of=8)  # litebert's default call: padded int64 tensors
+    assert a.input_ids.shape[1] % 8 == 0 and torch.equal(a.input_ids, theirs(TEXTS, padding=True, pad_to_multiple_of=8,
+                                                                             return_tensors="pt")["input_ids"])
+    with pytest.raises(ValueError, match="not a multiple"):
+        theirs(TEXTS, padding=True, truncation=True, max_length=10, pad_to_multiple_of=8)
+    with pytest.raises(ConfigError, match="make max_length a multiple"):
+        ours(TEXTS, padding=True, truncation=True, max_length=10, pad_to_multiple_of=8)

@@ -50,6 +50,15 @@ def as_tensors(rows: dict[str, list], return_tensors: str) -> dict:
     return {k: torch.tensor(v, dtype=torch.int64) for k, v in rows.items()}
 
 
+def round_up(width: int, multiple: int | None) -> int:
+    """transformers' pad_to_multiple_of: the padded width rounded up to a multiple (None: as it is)."""
+    if multiple is None:
+        return width
+    if isinstance(multiple, bool) or not isinstance(multiple, int) or multiple < 1:
+        raise ConfigError(f"pad_to_multiple_of must be a positive integer, got {multiple!r}")
+    return -(-width // multiple) * multiple
+
+
 def id_list(ids) -> list[int]:
     """Token ids as a list of ints, from a list, a 1-D tensor or array, or one id."""
     if hasattr(ids, "tolist"):
