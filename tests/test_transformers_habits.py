@@ -438,3 +438,37 @@ def test_pad_to_multiple_of_equals_transformers(both):
         theirs(TEXTS, padding=True, truncation=True, max_length=10, pad_to_multiple_of=8)
     with pytest.raises(ConfigError, match="make max_length a multiple"):
         ours(TEXTS, padding=True, truncation=True, max_length=10, pad_to_multiple_of=8)
+
+
+def test_from_pretrained_takes_transformers_loading_keywords(tmp_path, caplog):
+    """config=, local_files_only, attn_implementation and ignore_mismatched_sizes load as in transformers (each
+    was refused as "AlbertConfig has no field ..."); download options are refused by name."""
+    from litebert.errors import CheckpointError, ConfigError
+
+    ours, _ = twins("AlbertForSequenceClassification", tmp_path)
+    cls, x = type(ours), inputs_for("AlbertForSequenceClassification")
+    expected = ours(**x).logits
+    their_config = transformers.AlbertConfig.from_pretrained(str(tmp_path))
+    for kw in (dict(local_files_only=True), dict(attn_implementation="eager"), dict(attn_implementation="sdpa"),
+               dict(config=their_config), dict(config=ours.config), dict(ignore_mismatched_sizes=True)):
+        model = cls.from_pretrained(tmp_path, **kw).eval()
+        assert torch.allclose(model(**x).logits, expected, atol=1e-6), kw
+    fields = {**vars(cls.from_pretrained(tmp_path, config=their_config).config), "extra": None}
+    assert fields == {**vars(ours.config), "extra": None}
+    with pytest.raises(CheckpointError, match="classifier.bias has shape"):
+        cls.from_pretrained(tmp_path, num_labels=5)
+    with pytest.raises(RuntimeError, match="ignore_mismatched_sizes"):
+        transformers.AlbertForSequenceClassification.from_pretrained(str(tmp_path), num_labels=5)
+    theirs = transformers.AlbertForSequenceClassification.from_pretrained(str(tmp_path), num_labels=5,
+                                                                         ignore_mismatched_sizes=True)
+    with caplog.at_level("WARNING", logger="litebert"):
+        model = cls.from_pretrained(tmp_path, num_labels=5, ignore_mismatched_sizes=True)
+    assert "classifier.bias (3,) -> (5,)" in caplog.text and model.config.id2label == theirs.config.id2label
+    assert torch.equal(model.albert.embeddings.word_embeddings.weight, ours.albert.embeddings.word_embeddings.weight)
+    with pytest.raises(CheckpointError, match="shape"):  # the encoder must still fit
+        cls.from_pretrained(tmp_path, embedding_size=8, ignore_mismatched_sizes=True)
+    for kw, message in [(dict(attn_implementation="flash_attention_2"), "chooses its attention kernel"),
+                        (dict(revision="main"), "takes no revision="), (dict(cache_dir=str(tmp_path)), "cache_dir"),
+                        (dict(config={"hidden_size": 8}), "must be an AlbertConfig")]:
+        with pytest.raises(ConfigError, match=message):
+            cls.from_pretrained(tmp_path, **kw)
