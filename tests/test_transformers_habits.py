@@ -472,3 +472,18 @@ def test_from_pretrained_takes_transformers_loading_keywords(tmp_path, caplog):
                         (dict(config={"hidden_size": 8}), "must be an AlbertConfig")]:
         with pytest.raises(ConfigError, match=message):
             cls.from_pretrained(tmp_path, **kw)
+
+
+def test_padding_side_reads_as_transformers_and_left_is_refused(both):
+    """padding_side / truncation_side read "right" as transformers'; setting "left" was kept as an attribute
+    nothing read (rows still padded on the right, silently): it is refused."""
+    from litebert.errors import ConfigError
+
+    ours, theirs = both
+    assert (ours.padding_side, ours.truncation_side) == (theirs.padding_side, theirs.truncation_side)
+    assert ours.model_input_names == theirs.model_input_names
+    ours.padding_side = ours.truncation_side = "right"
+    for side in ("padding_side", "truncation_side"):
+        with pytest.raises(ConfigError, match="right only"):
+            setattr(ours, side, "left")
+    assert ours.padding_side == "right"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from litebert.errors import ConfigError
 from litebert.text import encoding
 from litebert.text.conventions import SPECIALS, SPIECE_UNDERLINE
 
@@ -27,6 +28,29 @@ class TokenNames:
     """ids, pieces and text, answered as transformers' AlbertTokenizer answers them."""
 
     clean_up_tokenization_spaces = False  # AlbertTokenizer's default in transformers 5
+    model_input_names = ["input_ids", "token_type_ids", "attention_mask"]
+
+    # transformers' padding_side / truncation_side: litebert pads and cuts on the right only, so setting "left"
+    # is refused here rather than kept as an attribute nothing reads (a silent no-op).
+    @property
+    def padding_side(self) -> str:
+        return "right"
+
+    @padding_side.setter
+    def padding_side(self, side: str) -> None:
+        if side != "right":
+            raise ConfigError(f"padding_side={side!r}: litebert pads on the right only (ALBERT's encoder reads "
+                              "[CLS] at position 0)")
+
+    @property
+    def truncation_side(self) -> str:
+        return "right"
+
+    @truncation_side.setter
+    def truncation_side(self, side: str) -> None:
+        if side != "right":
+            raise ConfigError(f"truncation_side={side!r}: litebert cuts on the right only; cut the text before "
+                              "encoding to keep its end")
 
     def decode(self, ids, skip_special_tokens: bool = False, clean_up_tokenization_spaces: bool | None = None) -> str:
         """Text of ids (a list, a 1-D tensor or array, or one id), as transformers decodes: pieces joined, "▁" ->
