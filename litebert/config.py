@@ -56,7 +56,8 @@ class AlbertConfig:
     pad_token_id: int | None = 0  # None (as HF allows): no embedding row is kept at zero
     bos_token_id: int = 2
     eos_token_id: int = 3
-    # Heads. HF derives num_labels from id2label; we keep both so config.json matches HF's.
+    # Heads. HF derives num_labels from id2label; we keep both so config.json matches HF's. None (unnamed labels)
+    # becomes transformers' LABEL_i names, so `config.id2label[pred]` names any prediction, as there.
     num_labels: int = 2
     id2label: dict[int, str] | None = None
     problem_type: str | None = None  # "regression" | "single_label_classification" | "multi_label_classification"
@@ -84,6 +85,8 @@ class AlbertConfig:
                                   f"label, got {sorted(id2label)}")
             self.id2label, self.num_labels = id2label, len(id2label)
         self.validate()
+        if self.id2label is None:
+            self.id2label = {i: f"LABEL_{i}" for i in range(self.num_labels)}
 
     def validate(self) -> None:
         def need(ok: bool, msg: str) -> None:
@@ -141,8 +144,15 @@ class AlbertConfig:
 
     @property
     def label_names(self) -> list[str] | None:
-        """The label names in id order, or None when the config names none (LABEL_i is only config.json's)."""
-        return [self.id2label[i] for i in range(self.num_labels)] if self.id2label else None
+        """The label names in id order, or None when the config names none (transformers' LABEL_i)."""
+        names = [self.id2label[i] for i in range(self.num_labels)]
+        return None if names == [f"LABEL_{i}" for i in range(self.num_labels)] else names
+
+    @property
+    def label2id(self) -> dict[str, int]:
+        return {name: i for i, name in self.id2label.items()}
+
+    model_type = "albert"  # transformers' name of the architecture, as config.json records it
 
     def replace(self, **changes: Any) -> "AlbertConfig":
         """A copy with `changes` (from_pretrained's keyword overrides); a name that is no field is a ConfigError."""
@@ -161,10 +171,9 @@ class AlbertConfig:
         out.update(self.extra)
         if out["classifier_dropout_prob"] is None:  # transformers refuses null; write the rate heads.py uses
             out["classifier_dropout_prob"] = self.hidden_dropout_prob
-        id2label = self.id2label or {i: f"LABEL_{i}" for i in range(self.num_labels)}
-        out["id2label"] = {str(i): label for i, label in id2label.items()}
-        out["label2id"] = {label: i for i, label in id2label.items()}
-        out["model_type"] = "albert"
+        out["id2label"] = {str(i): label for i, label in self.id2label.items()}
+        out["label2id"] = self.label2id
+        out["model_type"] = self.model_type
         if out["architectures"] is None:
             del out["architectures"]
         if out["problem_type"] is None:

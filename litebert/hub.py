@@ -40,22 +40,24 @@ def looks_like_hub_id(name: str) -> bool:
 HUB_TIMEOUT_S = 3.0  # how long the one lookup of a name on the Hub may take before it counts as unreachable
 
 
-def fetch_from_hub(repo_id: str, fetch) -> str:
+def fetch_from_hub(repo_id: str, fetch, local_files_only: bool = False) -> str:
     """fetch(huggingface_hub, local_files_only) -> a local path, for a name that is not a local path; otherwise
     one line saying that `repo_id` is neither here nor fetchable, within about HUB_TIMEOUT_S.
 
     The Hub client retries a failed request and warns on each try (about 24 s for a mistyped name), so the name
     is first looked up once, with a short timeout and no retries: a name the Hub does not have fails at once; a
     Hub that does not answer falls back to the local cache (as HF_HUB_OFFLINE=1 does, without asking); a name
-    it has is downloaded (or its cached copy checked) by the client as usual."""
+    it has is downloaded (or its cached copy checked) by the client as usual. local_files_only (transformers'
+    keyword) reads the cache alone, as HF_HUB_OFFLINE=1 does."""
     try:
         import huggingface_hub
         from huggingface_hub import constants
     except ImportError:
         raise FileNotFoundError(f"no such directory: {repo_id} (and huggingface_hub is not installed to fetch it "
                                 "as a Hub id)") from None
-    online = not constants.HF_HUB_OFFLINE
-    missing = _hub_lookup(huggingface_hub, repo_id) if online else "HF_HUB_OFFLINE is set"
+    online = not (constants.HF_HUB_OFFLINE or local_files_only)
+    why_offline = "local_files_only=True" if local_files_only else "HF_HUB_OFFLINE is set"
+    missing = _hub_lookup(huggingface_hub, repo_id) if online else why_offline
     if missing is None:
         try:
             return fetch(huggingface_hub, False)

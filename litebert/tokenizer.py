@@ -37,6 +37,7 @@ from litebert.text.conventions import (
 )
 from litebert.text.encoding import BatchEncoding
 from litebert.text.pretokenize import segmenter_for
+from litebert.text.tokens import TokenNames
 from litebert.text.transformers_files import (
     MODEL_MAX_LENGTH,
     SPIECE_FILE,
@@ -50,7 +51,7 @@ from litebert.text.transformers_files import (
 THREADED_ENCODE_MIN_TEXTS = 64  # below this many texts sentencepiece's thread pool costs more than it saves
 
 
-class Tokenizer:
+class Tokenizer(TokenNames):
     """A trained spiece.model plus ALBERT's normalisation; see the module docstring for the algorithm."""
 
     def __init__(self, model_file: str, do_lower_case=True, keep_accents=False, remove_space=True, num_threads=-1,
@@ -195,13 +196,20 @@ class Tokenizer:
         return [self.pieces[i] for i in self._encode_plain([text])[0]]
 
     def encode(self, text: str, pair: str | None = None, add_special_tokens: bool = True,
-               max_length: int | None = None, truncation: bool | str = "longest_first") -> list[int]:
+               max_length: int | None = None, truncation: bool | str = "longest_first", *,
+               text_pair: str | None = None, return_tensors: str | None = None):
         """Ids of `[CLS] text [SEP]` or `[CLS] text [SEP] pair [SEP]` (== HF AlbertTokenizer(text, pair).input_ids),
         cut to max_length (if given) by `truncation`: True/"longest_first", "only_first", "only_second", or
-        False/"do_not_truncate"."""
+        False/"do_not_truncate". text_pair is transformers' name for pair; return_tensors "pt" or "np" gives
+        the ids as one (1, T) row, as transformers' `encode(text, return_tensors="pt")`."""
+        if text_pair is not None:
+            if pair is not None:
+                raise ConfigError("pass the second text once, as pair or as text_pair")
+            pair = text_pair
         ids = self._encode_plain([text] if pair is None else [text, pair])
         strategy = encoding.truncation_strategy(truncation)
-        return self._assemble(ids[0], ids[1] if pair is not None else None, add_special_tokens, max_length, strategy)[0]
+        ids = self._assemble(ids[0], ids[1] if pair is not None else None, add_special_tokens, max_length, strategy)[0]
+        return ids if return_tensors is None else encoding.as_tensors({"input_ids": [ids]}, return_tensors)["input_ids"]
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """Ids of many texts without special tokens, in one sentencepiece call (the data pipeline's entry point)."""
@@ -232,13 +240,13 @@ class Tokenizer:
                  return_tensors: str | None = "pt", add_special_tokens: bool = True, *,
                  is_split_into_words: bool = False, return_offsets_mapping: bool = False,
                  return_special_tokens_mask: bool = False, return_length: bool = False,
-                 return_token_type_ids: bool | None = None, return_attention_mask: bool | None = None
-                 ) -> "BatchEncoding":
+                 return_token_type_ids: bool | None = None, return_attention_mask: bool | None = None,
+                 pad_to_multiple_of: int | None = None) -> "BatchEncoding":
         """Encode a text, a pair or a batch, called as transformers' tokenizers are, with their results.
 
         `tok(texts, text_pair, truncation=True, padding="max_length", max_length=128, return_tensors="pt")` equals
         AlbertTokenizerFast with the same arguments, and so do is_split_into_words (lists of words; `word_ids()`)
-        and the return_* flags. padding: True/"longest", "max_length", False/"do_not_pad". truncation:
+        and the return_* flags. padding: True/"longest", "max_length", False/"do_not_pad" (pad_to_multiple_of rounds up). truncation:
         True/"longest_first", "only_first", "only_second", False/"do_not_truncate"; True with no max_length
         cuts to `model_max_length` (the model's positions).
 
@@ -252,8 +260,7 @@ class Tokenizer:
         strips after it (transformers: the letter alone; conventions.vanishes says why).
         """
         strategy, pad = encoding.truncation_strategy(truncation), encoding.padding_strategy(padding)
-        if return_tensors not in ("pt", "np", None):
-            raise ConfigError(f"return_tensors must be 'pt', 'np' or None, got {return_tensors!r}")
+        encoding.check_return_tensors(return_tensors)
         if text is None:
             raise ConfigError("nothing to encode: pass text (a string, a list of strings, or words with "
                               "is_split_into_words=True)")
@@ -266,6 +273,10 @@ class Tokenizer:
             strategy = "do_not_truncate"
         if max_length is None:
             max_length = self.model_max_length
+        if pad != "do_not_pad" and strategy != "do_not_truncate" and pad_to_multiple_of and max_length % pad_to_multiple_of:
+            raise ConfigError(f"truncation to {max_length} tokens and pad_to_multiple_of={pad_to_multiple_of} "
+                              "disagree (rows longer than max_length get cut, then padded past it): make max_length "
+                              "a multiple, as transformers asks")
         a = [self._encode_input(t, is_split_into_words, return_offsets_mapping) for t in texts]
         b = [self._encode_input(t, is_split_into_words, return_offsets_mapping) for t in pairs] if pairs else None
         rows = []
@@ -281,6 +292,7 @@ class Tokenizer:
         width = None
         if pad != "do_not_pad":
             width = max((len(ids) for ids, _ in rows), default=0) if pad == "longest" else max_length
+            width = encoding.round_up(width, pad_to_multiple_of)  # tensor cores' tile, as transformers pads
         out = {"input_ids": [], "token_type_ids": [], "attention_mask": []}
         extra: dict[str, list] = {}
         word_ids: list[list[int | None]] = []
@@ -308,12 +320,7 @@ class Tokenizer:
         if len({len(r) for r in out["input_ids"]}) > 1:
             raise ConfigError("rows have different lengths and cannot make one tensor: use padding=True, "
                               "or return_tensors=None for lists")
-        if return_tensors == "np":
-            arrays = {k: np.array(v, dtype=np.int64) for k, v in out.items()}
-        else:
-            import torch
-
-            arrays = {k: torch.tensor(v, dtype=torch.int64) for k, v in out.items()}
+        arrays = encoding.as_tensors(out, return_tensors)
         return BatchEncoding({k: v.reshape(len(rows), -1, 2) if k == "offset_mapping" else
                               v if k == "length" else v.reshape(len(rows), -1) for k, v in arrays.items()}, word_ids)
 
@@ -409,50 +416,6 @@ class Tokenizer:
                 cb = min(cb + n, ce - 1)
             ids.append(sub[-1])
             spans.append(to_original(ce - 1, ce))
-
-    def decode(self, ids, skip_special_tokens: bool = False) -> str:
-        """Text of ids (a list, a 1-D tensor or array, or one id), as transformers decodes: pieces joined, "▁" ->
-        space, the first piece's leading space dropped; special tokens written as they are unless skipped."""
-        tokens = self.convert_ids_to_tokens(encoding.id_list(ids), skip_special_tokens=skip_special_tokens)
-        return "".join(tokens).replace(SPIECE_UNDERLINE, " ").removeprefix(" " if tokens and tokens[0][:1] == SPIECE_UNDERLINE else "")
-
-    def batch_decode(self, sequences, skip_special_tokens: bool = False) -> list[str]:
-        """`decode` of each row of a batch (lists, or a 2-D tensor or array)."""
-        return [self.decode(row, skip_special_tokens) for row in sequences]
-
-    def convert_ids_to_tokens(self, ids, skip_special_tokens: bool = False) -> list[str] | str:
-        """The pieces of ids (one id gives one piece), as transformers; skip_special_tokens drops <pad>, <unk>,
-        [CLS], [SEP] and [MASK]."""
-        if not isinstance(ids, (list, tuple)) and np.ndim(ids) == 0:
-            return self.pieces[int(ids)]
-        return [self.pieces[i] for i in encoding.id_list(ids) if not (skip_special_tokens and self.special_table[i])]
-
-    def convert_tokens_to_ids(self, tokens: str | list[str]) -> int | list[int]:
-        """The ids of pieces (one piece gives one id); a piece outside the vocabulary is <unk>."""
-        if isinstance(tokens, str):
-            return self.sp.piece_to_id(tokens)
-        return [self.sp.piece_to_id(t) for t in tokens]
-
-    def get_vocab(self) -> dict[str, int]:
-        return {piece: i for i, piece in enumerate(self.pieces)}
-
-    # transformers' names for the special tokens and their ids ([CLS] and [SEP] are also ALBERT's bos and eos)
-    pad_token, unk_token, cls_token, sep_token, mask_token = SPECIALS.values()
-    bos_token, eos_token = SPECIALS["cls_token"], SPECIALS["sep_token"]
-    pad_token_id = property(lambda self: self.pad_id)
-    unk_token_id = property(lambda self: self.unk_id)
-    cls_token_id = bos_token_id = property(lambda self: self.cls_id)
-    sep_token_id = eos_token_id = property(lambda self: self.sep_id)
-    mask_token_id = property(lambda self: self.mask_id)
-
-    @property
-    def all_special_tokens(self) -> list[str]:
-        """In transformers' order: bos, eos, unk, pad, mask (ALBERT's bos and eos are [CLS] and [SEP])."""
-        return [self.bos_token, self.eos_token, self.unk_token, self.pad_token, self.mask_token]
-
-    @property
-    def all_special_ids(self) -> list[int]:
-        return self.convert_tokens_to_ids(self.all_special_tokens)
 
     def word_start_mask(self, ids) -> np.ndarray:
         """(T,) bool: True where a piece starts a word (or is special), for whole-word masking."""

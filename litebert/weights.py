@@ -30,10 +30,14 @@ ENCODER_PREFIX = "albert."
 IGNORED_KEYS = ("albert.embeddings.position_ids", "embeddings.position_ids")  # non-persistent buffers in old HF saves
 
 M = TypeVar("M", bound="PretrainedMixin")
+# transformers' from_pretrained keywords about where and how to download, which litebert's loader has no use for
+HUB_OPTIONS_NOT_TAKEN = {"revision", "cache_dir", "token", "use_auth_token", "force_download", "proxies",
+                         "subfolder", "trust_remote_code", "use_safetensors", "low_cpu_mem_usage"}
 
 
-def resolve_model_dir(name_or_path: str | os.PathLike) -> str:
-    """A local directory as is; otherwise try it as a Hub id (needs network and huggingface_hub)."""
+def resolve_model_dir(name_or_path: str | os.PathLike, local_files_only: bool = False) -> str:
+    """A local directory as is; otherwise try it as a Hub id (needs network and huggingface_hub, unless
+    local_files_only: the Hugging Face cache alone)."""
     path = os.fspath(name_or_path)
     if os.path.isdir(path):
         return path
@@ -42,7 +46,8 @@ def resolve_model_dir(name_or_path: str | os.PathLike) -> str:
     if not looks_like_hub_id(path):
         raise FileNotFoundError(f"no such directory: {path}")
     return fetch_from_hub(path, lambda hub, local: _whole(hub.snapshot_download(
-        path, allow_patterns=["*.json", "*.safetensors", "*.bin", "*.model"], local_files_only=local)))
+        path, allow_patterns=["*.json", "*.safetensors", "*.bin", "*.model"], local_files_only=local)),
+        local_files_only)
 
 
 def _whole(directory: str) -> str:
@@ -97,8 +102,39 @@ class PretrainedMixin:
             if id(module) not in done:
                 init_module_weights(module, self.config.initializer_range)
 
-    def num_parameters(self) -> int:
-        return parameter_count(self)
+    def __call__(self, *args: Any, return_dict: bool | None = None, **kwargs: Any) -> Any:
+        """transformers' return_dict=False gives the outputs as a plain tuple, the fields that are not None in
+        order (`loss, logits = model(**batch, labels=y, return_dict=False)`); litebert's outputs already index
+        and unpack that way, so the flag is taken here, once, not passed down every forward."""
+        out = super().__call__(*args, **kwargs)
+        return (out.to_tuple() if hasattr(out, "to_tuple") else tuple(out)) if return_dict is False else out
+
+    def num_parameters(self, only_trainable: bool = False, exclude_embeddings: bool = False) -> int:
+        """transformers' count: distinct parameters, optionally those that train, or those outside the embeddings."""
+        embeddings = {id(m.weight) for m in self.modules() if exclude_embeddings and isinstance(m, nn.Embedding)}
+        return sum(p.numel() for p in self.parameters()
+                   if id(p) not in embeddings and (p.requires_grad or not only_trainable))
+
+    # transformers' habits on a model: `batch.to(model.device)`, `model.dtype`, the embedding matrices
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(p.dtype for p in self.parameters() if p.is_floating_point())
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return getattr(self, "albert", self).embeddings.word_embeddings
+
+    def get_output_embeddings(self) -> nn.Linear | None:
+        """The MLM decoder (tied to the input embeddings), None for a head without one, as transformers."""
+        return getattr(getattr(self, "predictions", None), "decoder", None)
+
+    def resize_token_embeddings(self, *args: Any, **kwargs: Any) -> None:
+        """Refused: litebert's tokenizer gains pieces only with its embeddings, which one verb does for both."""
+        raise ConfigError("litebert grows a vocabulary and the embeddings together: `litebert extend-vocab` (or "
+                          "litebert.vocab.extend_vocab) adds pieces to spiece.model and rows to the model")
 
     # -- save --------------------------------------------------------------------------------------
     def save_pretrained(self, directory: str | os.PathLike, *, config_only: bool = False,
@@ -131,25 +167,42 @@ class PretrainedMixin:
     # -- load --------------------------------------------------------------------------------------
     @classmethod
     def from_pretrained(cls: type[M], name_or_path: str | os.PathLike, *, dtype: Any = None, torch_dtype: Any = None,
-                        device_map: Any = None, label2id: dict[str, int] | None = None,
-                        **config_overrides: Any) -> M:
+                        device_map: Any = None, label2id: dict[str, int] | None = None, config: Any = None,
+                        local_files_only: bool = False, attn_implementation: str | None = None,
+                        ignore_mismatched_sizes: bool = False, **config_overrides: Any) -> M:
         """Load a model directory (litebert or HF) or a Hub id. Config fields can be overridden, e.g.
         `AlbertForSequenceClassification.from_pretrained(pretrained_dir, num_labels=4)` or `id2label={0: "neg",
         1: "pos"}` (or label2id, as transformers takes it). dtype (torch_dtype, transformers' older name): a torch
         dtype, its name ("bfloat16") or "auto" (the stored weights' dtype); None keeps fp32 (transformers 5's
         default is "auto": litebert's files are fp32 either way). device_map: "cpu", "cuda", "cuda:N", "auto" (a
-        GPU when there is one) or a torch.device; the whole model goes to that one device."""
+        GPU when there is one) or a torch.device; the whole model goes to that one device.
+
+        transformers' loading keywords: config (an AlbertConfig, litebert's or transformers', in place of
+        config.json), local_files_only (a Hub id from the cache alone), ignore_mismatched_sizes (head weights
+        of another shape start fresh, reported, as when re-heading a classifier for other labels; the encoder's
+        must still fit), attn_implementation "sdpa" or "eager" (the same outputs: litebert picks its kernel
+        per call, and output_attentions gives the probabilities either way)."""
+        if attn_implementation not in (None, "sdpa", "eager"):
+            raise ConfigError(f"attn_implementation={attn_implementation!r}: litebert chooses its attention kernel "
+                              "itself (SDPA, which runs flash attention where it can); pass \"sdpa\", \"eager\" or nothing")
         if dtype is not None and torch_dtype is not None and dtype != torch_dtype:
             raise ConfigError(f"dtype={dtype!r} and torch_dtype={torch_dtype!r} disagree; pass one")
         device = _map_device(device_map)
         if label2id is not None:
             config_overrides["id2label"] = _id2label(label2id, config_overrides.get("id2label"))
-        directory = resolve_model_dir(name_or_path)
-        config = AlbertConfig.load(directory)
+        hub_options = sorted(set(config_overrides) & HUB_OPTIONS_NOT_TAKEN)
+        if hub_options:  # not config fields, as the error replace() gives would say
+            raise ConfigError(f"from_pretrained takes no {hub_options[0]}=: litebert loads a local directory, or a "
+                              "Hub id's default revision into the Hugging Face cache (download another with "
+                              "huggingface_hub.snapshot_download and pass its directory)")
+        directory = resolve_model_dir(name_or_path, local_files_only)
+        config = AlbertConfig.load(directory) if config is None else given_config(config)
         if config_overrides:
             config = config.replace(**config_overrides)
         model = cls(config)
         state, path = read_state_dict(directory)
+        if ignore_mismatched_sizes:
+            state = fresh_mismatched_heads(model, state, path)
         model.load_checkpoint_state(state, path)
         model.name_or_path = os.fspath(name_or_path)  # transformers' name; the model card's base model
         dtype = _model_dtype(dtype if dtype is not None else torch_dtype, state)
@@ -216,6 +269,28 @@ class PretrainedMixin:
             if first != key and not torch.equal(state[first], state[key]):
                 raise CheckpointError(f"{path}: {key} differs from {first}, but sharing={self.config.sharing!r} "
                                       "ties them; load it with sharing='none'")
+
+
+def given_config(config: Any) -> AlbertConfig:
+    """from_pretrained's config=: litebert's AlbertConfig, or transformers' (read through its to_dict())."""
+    if isinstance(config, AlbertConfig):
+        return config
+    if not callable(getattr(config, "to_dict", None)):
+        raise ConfigError(f"config must be an AlbertConfig, got {type(config).__name__}")
+    return AlbertConfig.from_dict({k: v for k, v in config.to_dict().items() if v is not None or k in
+                                   ("pad_token_id", "classifier_dropout_prob", "problem_type", "architectures")})
+
+
+def fresh_mismatched_heads(model: nn.Module, state: dict[str, torch.Tensor], path: str) -> dict[str, torch.Tensor]:
+    """ignore_mismatched_sizes: the head weights whose shape differs from the model's left out (they start
+    fresh, and the load reports them); an encoder weight of another shape stays the error it is."""
+    own = model.state_dict()
+    mismatched = [k for k, v in state.items() if k in own and own[k].shape != v.shape
+                  and not k.startswith((ENCODER_PREFIX, "embeddings.", "encoder."))]
+    if mismatched:
+        log.warning("%s: shapes differ, initialised fresh (ignore_mismatched_sizes): %s", path,
+                    ", ".join(f"{k} {tuple(state[k].shape)} -> {tuple(own[k].shape)}" for k in mismatched))
+    return {k: v for k, v in state.items() if k not in mismatched}
 
 
 def _check_finite(state: dict[str, torch.Tensor], path: str) -> None:

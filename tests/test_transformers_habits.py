@@ -337,3 +337,153 @@ def test_metrics_log_writes_tensorboard_events(tmp_path, monkeypatch):
     (tmp_path / "off").mkdir()
     MetricsLog(tmp_path / "off", writes=True, tensorboard=False).write({"step": 1, "loss": 1.0})
     assert os.listdir(tmp_path / "off") == ["metrics.jsonl"]
+
+
+# ----------------------------------------------------------------------------- more of a user's first calls
+
+
+def test_config_names_unnamed_labels_as_transformers(tmp_path):
+    """`model.config.id2label[prediction]` names a prediction of a model whose labels have no names (it was None,
+    a TypeError); label2id and model_type are there too."""
+    ours, theirs = twins("AlbertForSequenceClassification", tmp_path)
+    assert ours.config.id2label == theirs.config.id2label == {0: "LABEL_0", 1: "LABEL_1", 2: "LABEL_2"}
+    assert ours.config.label2id == theirs.config.label2id and ours.config.model_type == theirs.config.model_type
+    assert ours.config.label_names is None and ours.config.replace(num_labels=4).id2label[3] == "LABEL_3"
+    named = tiny_config(id2label={0: "neg", 1: "pos"})
+    assert named.label2id == {"neg": 0, "pos": 1} and named.label_names == ["neg", "pos"]
+
+
+@pytest.mark.parametrize("name", ["AlbertForMaskedLM", "AlbertForSequenceClassification", "AlbertModel"])
+def test_device_dtype_embeddings_and_parameter_counts_as_transformers(name, tmp_path):
+    """`batch.to(model.device)`, `model.dtype`, get_input/output_embeddings and num_parameters' keywords (each an
+    AttributeError or TypeError before)."""
+    from litebert.errors import ConfigError
+
+    ours, theirs = twins(name, tmp_path)
+    assert ours.device == theirs.device and ours.dtype == theirs.dtype == torch.float32
+    assert ours.to(torch.bfloat16).dtype == torch.bfloat16
+    assert torch.equal(ours.get_input_embeddings().weight.float(), theirs.get_input_embeddings().weight.bfloat16().float())
+    assert (ours.get_output_embeddings() is None) == (theirs.get_output_embeddings() is None)
+    if ours.get_output_embeddings() is not None:  # tied, as in transformers
+        assert ours.get_output_embeddings().weight is ours.get_input_embeddings().weight
+    ours.get_input_embeddings().weight.requires_grad_(False)
+    theirs.get_input_embeddings().weight.requires_grad_(False)
+    for kw in ({}, dict(only_trainable=True), dict(exclude_embeddings=True),
+               dict(only_trainable=True, exclude_embeddings=True)):
+        assert ours.num_parameters(**kw) == theirs.num_parameters(**kw), kw
+    with pytest.raises(ConfigError, match="litebert extend-vocab"):
+        ours.resize_token_embeddings(600)
+
+
+@pytest.mark.parametrize("name", HEAD_NAMES)
+def test_return_dict_false_gives_transformers_tuple(name, tmp_path):
+    """`model(**batch, return_dict=False)` is a tuple of the fields that are not None, as transformers' (a
+    TypeError before); return_dict=True is the output object as without it."""
+    ours, theirs = twins(name, tmp_path)
+    x = inputs_for(name)
+    if name == "AlbertForSequenceClassification":
+        x["labels"] = torch.tensor([0, 2])
+    with torch.no_grad():
+        for kw in ({}, dict(output_hidden_states=True)):
+            a, b = ours(**x, **kw, return_dict=False), theirs(**x, **kw, return_dict=False)
+            assert type(a) is type(b) is tuple and len(a) == len(b), kw
+            flat = [t for item in a for t in (item if isinstance(item, tuple) else (item,))]
+            flat_b = [t for item in b for t in (item if isinstance(item, tuple) else (item,))]
+            assert all(torch.allclose(s, t, atol=1e-5) for s, t in zip(flat, flat_b, strict=True))
+        assert list(ours(**x, return_dict=True).keys()) == list(theirs(**x, return_dict=True).keys())
+
+
+def test_decode_cleans_up_spaces_when_asked_as_transformers(both):
+    """clean_up_tokenization_spaces=True joins " ," and " n't" as transformers does (a TypeError before)."""
+    ours, theirs = both
+    ids = theirs("hello , world . don ' t isn't I 'm here !", "you 're ?")["input_ids"]
+    for kw in ({}, dict(clean_up_tokenization_spaces=True), dict(clean_up_tokenization_spaces=False),
+               dict(clean_up_tokenization_spaces=True, skip_special_tokens=True)):
+        assert ours.decode(ids, **kw) == theirs.decode(ids, **kw), kw
+        assert ours.batch_decode([ids, ids[:4]], **kw) == theirs.batch_decode([ids, ids[:4]], **kw), kw
+    tokens = theirs.convert_ids_to_tokens(ids)
+    assert ours.convert_tokens_to_string(tokens) == theirs.convert_tokens_to_string(tokens)
+    assert ours.clean_up_tokenization_spaces == theirs.clean_up_tokenization_spaces
+
+
+def test_encode_takes_text_pair_and_return_tensors_as_transformers(both):
+    """`tok.encode(text, return_tensors="pt")` is a (1, T) int64 tensor and text_pair= names the second text, as
+    in transformers (each a TypeError before)."""
+    import numpy as np
+
+    ours, theirs = both
+    for kw in ({}, dict(text_pair=PAIRS[2]), dict(max_length=8, truncation=True), dict(add_special_tokens=False)):
+        assert ours.encode(TEXTS[0], **kw) == theirs.encode(TEXTS[0], **kw), kw
+        a, b = ours.encode(TEXTS[0], return_tensors="pt", **kw), theirs.encode(TEXTS[0], return_tensors="pt", **kw)
+        assert a.dtype == b.dtype and torch.equal(a, b), kw
+        a, b = ours.encode(TEXTS[0], return_tensors="np", **kw), theirs.encode(TEXTS[0], return_tensors="np", **kw)
+        assert a.dtype == b.dtype and np.array_equal(a, b), kw
+
+
+def test_pad_to_multiple_of_equals_transformers(both):
+    """The width rounded up to a multiple, as a data collator asks for tensor cores (a TypeError before); a cut
+    to a length that is not a multiple is refused, as there."""
+    from litebert.errors import ConfigError
+
+    ours, theirs = both
+    for kw in (dict(padding=True), dict(padding="max_length", max_length=16, truncation=True), dict(padding=False),
+               dict(padding="longest", truncation=True, max_length=16)):
+        for multiple in (1, 8, 16):
+            a = ours(TEXTS, PAIRS, return_tensors=None, pad_to_multiple_of=multiple, **kw)
+            assert dict(a) == dict(theirs(TEXTS, PAIRS, pad_to_multiple_of=multiple, **kw)), (kw, multiple)
+    a = ours(TEXTS, pad_to_multiple_of=8)  # litebert's default call: padded int64 tensors
+    assert a.input_ids.shape[1] % 8 == 0 and torch.equal(a.input_ids, theirs(TEXTS, padding=True, pad_to_multiple_of=8,
+                                                                             return_tensors="pt")["input_ids"])
+    with pytest.raises(ValueError, match="not a multiple"):
+        theirs(TEXTS, padding=True, truncation=True, max_length=10, pad_to_multiple_of=8)
+    with pytest.raises(ConfigError, match="make max_length a multiple"):
+        ours(TEXTS, padding=True, truncation=True, max_length=10, pad_to_multiple_of=8)
+
+
+def test_from_pretrained_takes_transformers_loading_keywords(tmp_path, caplog):
+    """config=, local_files_only, attn_implementation and ignore_mismatched_sizes load as in transformers (each
+    was refused as "AlbertConfig has no field ..."); download options are refused by name."""
+    from litebert.errors import CheckpointError, ConfigError
+
+    ours, _ = twins("AlbertForSequenceClassification", tmp_path)
+    cls, x = type(ours), inputs_for("AlbertForSequenceClassification")
+    expected = ours(**x).logits
+    their_config = transformers.AlbertConfig.from_pretrained(str(tmp_path))
+    for kw in (dict(local_files_only=True), dict(attn_implementation="eager"), dict(attn_implementation="sdpa"),
+               dict(config=their_config), dict(config=ours.config), dict(ignore_mismatched_sizes=True)):
+        model = cls.from_pretrained(tmp_path, **kw).eval()
+        assert torch.allclose(model(**x).logits, expected, atol=1e-6), kw
+    fields = {**vars(cls.from_pretrained(tmp_path, config=their_config).config), "extra": None}
+    assert fields == {**vars(ours.config), "extra": None}
+    with pytest.raises(CheckpointError, match="classifier.bias has shape"):
+        cls.from_pretrained(tmp_path, num_labels=5)
+    with pytest.raises(RuntimeError, match="ignore_mismatched_sizes"):
+        transformers.AlbertForSequenceClassification.from_pretrained(str(tmp_path), num_labels=5)
+    theirs = transformers.AlbertForSequenceClassification.from_pretrained(str(tmp_path), num_labels=5,
+                                                                         ignore_mismatched_sizes=True)
+    with caplog.at_level("WARNING", logger="litebert"):
+        model = cls.from_pretrained(tmp_path, num_labels=5, ignore_mismatched_sizes=True)
+    assert "classifier.bias (3,) -> (5,)" in caplog.text and model.config.id2label == theirs.config.id2label
+    assert torch.equal(model.albert.embeddings.word_embeddings.weight, ours.albert.embeddings.word_embeddings.weight)
+    with pytest.raises(CheckpointError, match="shape"):  # the encoder must still fit
+        cls.from_pretrained(tmp_path, embedding_size=8, ignore_mismatched_sizes=True)
+    for kw, message in [(dict(attn_implementation="flash_attention_2"), "chooses its attention kernel"),
+                        (dict(revision="main"), "takes no revision="), (dict(cache_dir=str(tmp_path)), "cache_dir"),
+                        (dict(config={"hidden_size": 8}), "must be an AlbertConfig")]:
+        with pytest.raises(ConfigError, match=message):
+            cls.from_pretrained(tmp_path, **kw)
+
+
+def test_padding_side_reads_as_transformers_and_left_is_refused(both):
+    """padding_side / truncation_side read "right" as transformers'; setting "left" was kept as an attribute
+    nothing read (rows still padded on the right, silently): it is refused."""
+    from litebert.errors import ConfigError
+
+    ours, theirs = both
+    assert (ours.padding_side, ours.truncation_side) == (theirs.padding_side, theirs.truncation_side)
+    assert ours.model_input_names == theirs.model_input_names
+    ours.padding_side = ours.truncation_side = "right"
+    for side in ("padding_side", "truncation_side"):
+        with pytest.raises(ConfigError, match="right only"):
+            setattr(ours, side, "left")
+    assert ours.padding_side == "right"

@@ -4,6 +4,8 @@ their names, the pair truncation rule of the `tokenizers` library, and BatchEnco
 
 from __future__ import annotations
 
+import numpy as np
+
 from litebert.errors import ConfigError
 from litebert.text.conventions import SPIECE_UNDERLINE
 
@@ -31,6 +33,30 @@ def padding_strategy(padding: bool | str) -> str:
     if padding not in PADDING:
         raise ConfigError(f"padding must be True, False or one of {', '.join(PADDING)}; got {padding!r}")
     return padding
+
+
+def check_return_tensors(return_tensors: str | None) -> None:
+    if return_tensors not in ("pt", "np", None):
+        raise ConfigError(f"return_tensors must be 'pt', 'np' or None, got {return_tensors!r}")
+
+
+def as_tensors(rows: dict[str, list], return_tensors: str) -> dict:
+    """Equal-length rows of ids as int64 arrays ("np") or tensors ("pt"), as transformers returns them."""
+    check_return_tensors(return_tensors)
+    if return_tensors == "np":
+        return {k: np.array(v, dtype=np.int64) for k, v in rows.items()}
+    import torch
+
+    return {k: torch.tensor(v, dtype=torch.int64) for k, v in rows.items()}
+
+
+def round_up(width: int, multiple: int | None) -> int:
+    """transformers' pad_to_multiple_of: the padded width rounded up to a multiple (None: as it is)."""
+    if multiple is None:
+        return width
+    if isinstance(multiple, bool) or not isinstance(multiple, int) or multiple < 1:
+        raise ConfigError(f"pad_to_multiple_of must be a positive integer, got {multiple!r}")
+    return -(-width // multiple) * multiple
 
 
 def id_list(ids) -> list[int]:

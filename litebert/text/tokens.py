@@ -1,0 +1,107 @@
+"""The half of transformers' tokenizer interface that reads the vocabulary alone: ids <-> pieces, decoding, the
+special tokens by transformers' names. Tokenizer (litebert/tokenizer.py) takes it as a base class, kept apart so
+that the encoding algorithm reads on its own there.
+
+A subclass provides `pieces` (id -> piece), `sp` (the SentencePieceProcessor), `special_table` ((V,) bool) and
+the ids pad_id, unk_id, cls_id, sep_id, mask_id.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from litebert.errors import ConfigError
+from litebert.text import encoding
+from litebert.text.conventions import SPECIALS, SPIECE_UNDERLINE
+
+
+def clean_up_tokenization(text: str) -> str:
+    """transformers' clean_up_tokenization_spaces=True: the spaces a word-level tokenizer put before
+    punctuation and English contractions, taken out of decoded text."""
+    for spaced, joined in ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
+                           (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")):
+        text = text.replace(spaced, joined)
+    return text
+
+
+class TokenNames:
+    """ids, pieces and text, answered as transformers' AlbertTokenizer answers them."""
+
+    clean_up_tokenization_spaces = False  # AlbertTokenizer's default in transformers 5
+    model_input_names = ["input_ids", "token_type_ids", "attention_mask"]
+
+    # transformers' padding_side / truncation_side: litebert pads and cuts on the right only, so setting "left"
+    # is refused here rather than kept as an attribute nothing reads (a silent no-op).
+    @property
+    def padding_side(self) -> str:
+        return "right"
+
+    @padding_side.setter
+    def padding_side(self, side: str) -> None:
+        if side != "right":
+            raise ConfigError(f"padding_side={side!r}: litebert pads on the right only (ALBERT's encoder reads "
+                              "[CLS] at position 0)")
+
+    @property
+    def truncation_side(self) -> str:
+        return "right"
+
+    @truncation_side.setter
+    def truncation_side(self, side: str) -> None:
+        if side != "right":
+            raise ConfigError(f"truncation_side={side!r}: litebert cuts on the right only; cut the text before "
+                              "encoding to keep its end")
+
+    def decode(self, ids, skip_special_tokens: bool = False, clean_up_tokenization_spaces: bool | None = None) -> str:
+        """Text of ids (a list, a 1-D tensor or array, or one id), as transformers decodes: pieces joined, "▁" ->
+        space, the first piece's leading space dropped; special tokens written as they are unless skipped;
+        clean_up_tokenization_spaces (None: the tokenizer's attribute, False) as `clean_up_tokenization`."""
+        tokens = self.convert_ids_to_tokens(encoding.id_list(ids), skip_special_tokens=skip_special_tokens)
+        text = self.convert_tokens_to_string(tokens)
+        if clean_up_tokenization_spaces is None:
+            clean_up_tokenization_spaces = self.clean_up_tokenization_spaces
+        return clean_up_tokenization(text) if clean_up_tokenization_spaces else text
+
+    def batch_decode(self, sequences, skip_special_tokens: bool = False,
+                     clean_up_tokenization_spaces: bool | None = None) -> list[str]:
+        """`decode` of each row of a batch (lists, or a 2-D tensor or array)."""
+        return [self.decode(row, skip_special_tokens, clean_up_tokenization_spaces) for row in sequences]
+
+    def convert_tokens_to_string(self, tokens: list[str]) -> str:
+        return "".join(tokens).replace(SPIECE_UNDERLINE, " ").removeprefix(
+            " " if tokens and tokens[0][:1] == SPIECE_UNDERLINE else "")
+
+    def convert_ids_to_tokens(self, ids, skip_special_tokens: bool = False) -> list[str] | str:
+        """The pieces of ids (one id gives one piece), as transformers; skip_special_tokens drops <pad>, <unk>,
+        [CLS], [SEP] and [MASK]."""
+        if not isinstance(ids, (list, tuple)) and np.ndim(ids) == 0:
+            return self.pieces[int(ids)]
+        return [self.pieces[i] for i in encoding.id_list(ids) if not (skip_special_tokens and self.special_table[i])]
+
+    def convert_tokens_to_ids(self, tokens: str | list[str]) -> int | list[int]:
+        """The ids of pieces (one piece gives one id); a piece outside the vocabulary is <unk>."""
+        if isinstance(tokens, str):
+            return self.sp.piece_to_id(tokens)
+        return [self.sp.piece_to_id(t) for t in tokens]
+
+    def get_vocab(self) -> dict[str, int]:
+        return {piece: i for i, piece in enumerate(self.pieces)}
+
+    # transformers' names for the special tokens and their ids ([CLS] and [SEP] are also ALBERT's bos and eos)
+    pad_token, unk_token, cls_token, sep_token, mask_token = SPECIALS.values()
+    bos_token, eos_token = SPECIALS["cls_token"], SPECIALS["sep_token"]
+    pad_token_id = property(lambda self: self.pad_id)
+    unk_token_id = property(lambda self: self.unk_id)
+    cls_token_id = bos_token_id = property(lambda self: self.cls_id)
+    sep_token_id = eos_token_id = property(lambda self: self.sep_id)
+    mask_token_id = property(lambda self: self.mask_id)
+
+    @property
+    def all_special_tokens(self) -> list[str]:
+        """In transformers' order: bos, eos, unk, pad, mask (ALBERT's bos and eos are [CLS] and [SEP])."""
+        return [self.bos_token, self.eos_token, self.unk_token, self.pad_token, self.mask_token]
+
+    @property
+    def all_special_ids(self) -> list[int]:
+        return self.convert_tokens_to_ids(self.all_special_tokens)
+
