@@ -23,10 +23,10 @@ from litebert.runconfig import given_fields, parse_verb, verb_parser
 from litebert.runtime.device import check_device
 from litebert.runtime.precision import INFERENCE_PRECISIONS
 from litebert.serving.inputs import OutputWriter, input_format, output_format, read_inputs, split_hint
-from litebert.serving.pipeline import pipeline
+from litebert.serving.pipeline import model_members, pipeline
 from litebert.tasks.families import family_of
 from litebert.tasks.fine_tuned import family_for_config
-from litebert.tasks.loading import TaskConfig, check_task_given, evaluate_checkpoint
+from litebert.tasks.loading import TaskConfig, check_task_given, evaluate_checkpoint, load_tokenizer
 from litebert.tasks.records import open_text
 from litebert.weights import resolve_model_dir
 
@@ -175,8 +175,12 @@ def predict_inputs(cfg: TaskConfig, pr: PredictConfig, given: set[str]) -> int:
     if pr.input:  # every line read once before the model loads: a blank or undecodable one is refused at once
         with _open_input(pr.input) as f:
             total = sum(1 for _ in read_inputs(f, pr.input, input_format(pr.input)))
+    tokenizer = None
+    if cfg.tokenizer:  # held to the model as evaluate holds it (a tokenizer of other ids scores without a word)
+        directory = model_members(cfg.model)[0][0]
+        tokenizer = load_tokenizer(cfg, directory, AlbertConfig.load(directory))
     options = {k: getattr(pr, k) for k in ("top_k", "aggregation_strategy") if getattr(pr, k) is not None}
-    pipe = pipeline(task, cfg.model, backend=pr.backend, precision=pr.precision, batch_size=cfg.eval_batch_size,
+    pipe = pipeline(task, cfg.model, tokenizer, backend=pr.backend, precision=pr.precision, batch_size=cfg.eval_batch_size,
                     max_length=cfg.max_length, max_query_length=cfg.max_query_length,
                     doc_stride=cfg.doc_stride if "doc_stride" in given else None,  # else the pipeline's
                     device=pr.device, **options,

@@ -52,6 +52,7 @@ from litebert.training import sweep
 from litebert.training.data import ShuffledData
 from litebert.training.distributed import is_main_process, process_device
 from litebert.training.loop import train
+from litebert.weights import resolve_model_dir
 
 CACHE = "teacher_vectors"
 
@@ -239,6 +240,9 @@ def train_distilled(sentence_cfg, cfg: DistillConfig, train_cfg) -> dict:
     for section, settings in (("sentence", sentence_cfg), ("distill", cfg)):
         sweep.refuse_changed_resume(settings, train_cfg, section)
     main = is_main_process()
+    resolve_model_dir(sentence_cfg.model)  # both models found before any text is read or encoded
+    if not os.path.isdir(cfg.distill):
+        raise FileNotFoundError(f"--distill: no such directory: {cfg.distill}")
 
     def pairs_reader(path: str):
         return read_scored_pairs(path, sentence_cfg.text_columns, "")[0]
