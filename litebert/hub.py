@@ -65,9 +65,10 @@ def fetch_from_hub(repo_id: str, fetch) -> str:
     if not missing.startswith("the Hub has no"):
         try:
             return fetch(huggingface_hub, True)  # a copy downloaded before
-        except Exception:
-            pass
-        missing += ", and the Hugging Face cache holds no copy"
+        except Exception as e:  # not cached (LocalEntryNotFoundError, a FileNotFoundError), or said as it is
+            missing += (", and the Hugging Face cache holds no copy" if isinstance(e, FileNotFoundError) else
+                        f", and its copy in the Hugging Face cache could not be read ({type(e).__name__}: "
+                        f"{str(e).splitlines()[0] if str(e) else ''})")
     namespace, _, rest = repo_id.partition("/")
     if rest and os.path.isdir(namespace):
         missing += f"; {namespace}/ is a directory here: a typo in a path below it?"
