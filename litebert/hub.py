@@ -14,14 +14,14 @@ card) is left as it is.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import threading
 from pathlib import Path
 from typing import Any
 
-from litebert.files import write_text_atomically
+from litebert.errors import CheckpointError
+from litebert.files import read_json_object, write_text_atomically
 
 _HUB_ID = re.compile(r"(?!\.)[\w.-]+(/[\w.-]+)?")
 
@@ -152,6 +152,6 @@ def write_model_card(directory: str | os.PathLike, architecture: str, parameters
     path = Path(directory) / CARD_NAME
     if path.is_file() and MARKER not in path.read_text(encoding="utf-8", errors="replace"):
         return False
-    config = json.loads((Path(directory) / "config.json").read_text(encoding="utf-8"))
+    config = read_json_object(Path(directory) / "config.json", CheckpointError)
     write_text_atomically(path, model_card(architecture, config, parameters, **card))
     return True

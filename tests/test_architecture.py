@@ -256,3 +256,49 @@ def test_no_error_is_caught_whole_and_dropped():
     offenders = [f"{name}:{line}" for name, path in MODULES.items()
                  for line in swallowed(path.read_text(encoding="utf-8"))]
     assert not offenders, offenders
+
+
+PARSE_DAMAGE = {"JSONDecodeError", "TOMLDecodeError", "ValueError", "Exception", "BaseException"}
+
+
+def unguarded_parses(source: str) -> list[int]:
+    """Lines where json.load(s) or tomllib.load(s) parses outside a `try` that catches its damage (ValueError
+    or above), in a function that is not a check_replaceable predicate (whose ValueError means "not ours").
+    json.loads(json.dumps(...)) reads no file and is passed over."""
+    tree = ast.parse(source)
+    predicates = {n.args[1].id for n in ast.walk(tree) if isinstance(n, ast.Call) and len(n.args) > 1
+                  and getattr(n.func, "id", None) == "check_replaceable" and isinstance(n.args[1], ast.Name)}
+    found = []
+
+    def visit(node: ast.AST, guarded: bool) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            guarded = node.name in predicates
+        if isinstance(node, ast.Try):
+            caught = {getattr(t, "id", getattr(t, "attr", None)) if t is not None else "BaseException"
+                      for h in node.handlers for t in (h.type.elts if isinstance(h.type, ast.Tuple) else [h.type])}
+            for stmt in node.body:
+                visit(stmt, guarded or bool(caught & PARSE_DAMAGE))
+            for part in [*node.handlers, *node.orelse, *node.finalbody]:
+                visit(part, guarded)
+            return
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and not guarded \
+                and getattr(node.func.value, "id", None) in ("json", "tomllib") and node.func.attr in ("load", "loads") \
+                and not (node.args and isinstance(node.args[0], ast.Call)
+                         and getattr(node.args[0].func, "attr", None) == "dumps"):
+            found.append(node.lineno)
+        for child in ast.iter_child_nodes(node):
+            visit(child, guarded)
+
+    visit(tree, False)
+    return found
+
+
+def test_every_json_and_toml_file_is_parsed_where_damage_becomes_one_line():
+    """A damaged grid.json, summary.json or cache key was a JSONDecodeError traceback (a ValueError, not a
+    LitebertError): parse through files.read_json_object / read_json_as (or runconfig.load_toml), which name
+    the file, or under a handler of the damage."""
+    assert unguarded_parses("import json\nx = json.load(f)\ntry:\n    y = json.loads(s)\nexcept ValueError:\n"
+                            "    y = None\nz = json.loads(json.dumps(v))\n") == [2]
+    offenders = [f"{name}:{line}" for name, path in MODULES.items() if name != "litebert.files"
+                 for line in unguarded_parses(path.read_text(encoding="utf-8"))]
+    assert not offenders, f"parse with litebert.files.read_json_object / read_json_as: {offenders}"

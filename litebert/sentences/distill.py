@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import os
 import random
 from dataclasses import dataclass, field
@@ -41,7 +40,7 @@ import torch.nn.functional as F
 
 from litebert.corpus.documents import iter_documents, resolve_inputs
 from litebert.errors import ConfigError, DataError
-from litebert.files import atomic_open, sha256_named_files, write_json
+from litebert.files import atomic_open, read_json_object, sha256_named_files, write_json
 from litebert.model import AlbertModel
 from litebert.runconfig import check_declared
 from litebert.sentence import SentenceEncoder, embed, sentence_settings
@@ -176,6 +175,14 @@ def distill_items(cfg: DistillConfig, pairs_reader, seed: int) -> tuple[list[str
     return list(sources), items
 
 
+def _cached_key(meta: str) -> dict | None:
+    """The key the cached vectors were made for; None for a damaged one, so they are made again."""
+    try:
+        return read_json_object(meta, DataError)
+    except DataError:
+        return None
+
+
 def teacher_vectors(teacher: str, texts: list[str], cfg: DistillConfig, out_dir: str, write: bool,
                     progress: bool = True, device: torch.device | str = "cpu") -> np.ndarray:
     """The teacher's (N, D) float32 vectors of `texts`, read from OUT_DIR's cache when it was made from the same
@@ -187,12 +194,10 @@ def teacher_vectors(teacher: str, texts: list[str], cfg: DistillConfig, out_dir:
            "teacher_max_length": cfg.teacher_max_length, "texts": len(texts),
            "texts_sha256": hashlib.sha256("\n".join(texts).encode("utf-8")).hexdigest()}
     npy, meta = os.path.join(out_dir, CACHE + ".npy"), os.path.join(out_dir, CACHE + ".json")
-    if os.path.isfile(npy) and os.path.isfile(meta):
-        with open(meta, encoding="utf-8") as f:
-            if json.load(f) == key:
-                cached = np.load(npy)  # allow_pickle is False by default: nothing is unpickled
-                if cached.ndim == 2 and len(cached) == len(texts):
-                    return cached
+    if os.path.isfile(npy) and os.path.isfile(meta) and _cached_key(meta) == key:
+        cached = np.load(npy)  # allow_pickle is False by default: nothing is unpickled
+        if cached.ndim == 2 and len(cached) == len(texts):
+            return cached
     model = load_sentence_model(teacher, max_length=cfg.teacher_max_length, device=device)
     chunk = 16 * cfg.teacher_batch_size
     parts = []
