@@ -180,8 +180,8 @@ def predict_inputs(cfg: TaskConfig, pr: PredictConfig, given: set[str]) -> int:
         directory = model_members(cfg.model)[0][0]
         tokenizer = load_tokenizer(cfg, directory, AlbertConfig.load(directory))
     options = {k: getattr(pr, k) for k in ("top_k", "aggregation_strategy") if getattr(pr, k) is not None}
-    pipe = pipeline(task, cfg.model, tokenizer, backend=pr.backend, precision=pr.precision, batch_size=cfg.eval_batch_size,
-                    max_length=cfg.max_length, max_query_length=cfg.max_query_length,
+    pipe = pipeline(task, cfg.model, tokenizer, backend=pr.backend, precision=pr.precision,
+                    batch_size=cfg.eval_batch_size, max_length=cfg.max_length, max_query_length=cfg.max_query_length,
                     doc_stride=cfg.doc_stride if "doc_stride" in given else None,  # else the pipeline's
                     device=pr.device, **options,
                     **({"max_answer_length": cfg.max_answer_length} if "max_answer_length" in given else {}))

@@ -281,8 +281,9 @@ def unguarded_parses(source: str) -> list[int]:
             for part in [*node.handlers, *node.orelse, *node.finalbody]:
                 visit(part, guarded)
             return
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and not guarded \
-                and getattr(node.func.value, "id", None) in ("json", "tomllib") and node.func.attr in ("load", "loads") \
+        parse = isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+            and getattr(node.func.value, "id", None) in ("json", "tomllib") and node.func.attr in ("load", "loads")
+        if parse and not guarded \
                 and not (node.args and isinstance(node.args[0], ast.Call)
                          and getattr(node.args[0].func, "attr", None) == "dumps"):
             found.append(node.lineno)
