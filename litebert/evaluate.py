@@ -13,12 +13,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
 from litebert import tasks as T
 from litebert.config import AlbertConfig
 from litebert.errors import ConfigError, DataError
 from litebert.files import atomic_open, check_replaceable, write_json
+from litebert.progress import progress_bar
 from litebert.runconfig import given_fields, parse_verb, verb_parser
 from litebert.runtime.device import check_device
 from litebert.runtime.precision import INFERENCE_PRECISIONS
@@ -159,6 +158,14 @@ def _open_input(path: str):
     return open_text(Path(path), newline="" if input_format(path) in ("csv", "tsv") else "\n")
 
 
+def _counted(records, bar):
+    """The records, each counted on `bar` once it was taken (a bar on a terminal, a line now and then in a log)."""
+    with bar:
+        for record in records:
+            yield record
+            bar.update(1)
+
+
 def predict_inputs(cfg: TaskConfig, pr: PredictConfig, given: set[str]) -> int:
     """`litebert predict` on raw inputs: each batch of inputs through the pipeline, written (and flushed) as one
     JSON line per input, {"id" (a JSONL/CSV row's), "input", "output"}, as soon as it is done. `given`: the
@@ -193,8 +200,7 @@ def predict_inputs(cfg: TaskConfig, pr: PredictConfig, given: set[str]) -> int:
     elif pr.input:
         stream = _open_input(pr.input)
         records = read_inputs(stream, pr.input, input_format(pr.input))
-        records = tqdm(records, desc="predict", unit=" inputs", total=total, file=sys.stderr,
-                       disable=None)  # quiet unless a tty
+        records = _counted(records, progress_bar(total, "predict", unit=" inputs"))
     else:
         typed = sys.stdin.isatty()  # typed by hand: answer each line at once; a blank line aligns nothing
         chunk = 1 if typed else chunk

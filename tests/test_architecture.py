@@ -303,3 +303,14 @@ def test_every_json_and_toml_file_is_parsed_where_damage_becomes_one_line():
     offenders = [f"{name}:{line}" for name, path in MODULES.items() if name != "litebert.files"
                  for line in unguarded_parses(path.read_text(encoding="utf-8"))]
     assert not offenders, f"parse with litebert.files.read_json_object / read_json_as: {offenders}"
+
+
+def test_progress_is_shown_one_way():
+    """litebert.progress draws a bar on a terminal and writes a line now and then in a log; a tqdm of a module's
+    own drew nothing in a log (disable=None), so a teacher encoding a corpus for an hour said nothing there."""
+    offenders = [f"{name}:{node.lineno}" for name, path in MODULES.items() if name != "litebert.progress"
+                 for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                 if isinstance(node, (ast.Import, ast.ImportFrom))
+                 and any(m.split(".")[0] == "tqdm" for m in ([a.name for a in node.names] if isinstance(node, ast.Import)
+                                                            else [node.module or ""]))]
+    assert not offenders, f"show progress with litebert.progress.progress_bar: {offenders}"

@@ -42,6 +42,7 @@ from litebert.corpus.documents import iter_documents, resolve_inputs
 from litebert.errors import ConfigError, DataError
 from litebert.files import atomic_open, read_json_object, sha256_named_files, write_json
 from litebert.model import AlbertModel
+from litebert.progress import progress_bar
 from litebert.runconfig import check_declared
 from litebert.sentence import SentenceEncoder, embed, sentence_settings
 from litebert.sentences.directories import Dense, add_dense, load_sentence_model
@@ -187,9 +188,6 @@ def teacher_vectors(teacher: str, texts: list[str], cfg: DistillConfig, out_dir:
                     progress: bool = True, device: torch.device | str = "cpu") -> np.ndarray:
     """The teacher's (N, D) float32 vectors of `texts`, read from OUT_DIR's cache when it was made from the same
     texts by the same teacher at the same length, else computed on `device` (and cached when `write`)."""
-    from tqdm.auto import tqdm
-
-
     key = {"teacher": os.path.abspath(teacher), "teacher_sha256": _directory_sha256(teacher),
            "teacher_max_length": cfg.teacher_max_length, "texts": len(texts),
            "texts_sha256": hashlib.sha256("\n".join(texts).encode("utf-8")).hexdigest()}
@@ -201,7 +199,7 @@ def teacher_vectors(teacher: str, texts: list[str], cfg: DistillConfig, out_dir:
     model = load_sentence_model(teacher, max_length=cfg.teacher_max_length, device=device)
     chunk = 16 * cfg.teacher_batch_size
     parts = []
-    with tqdm(total=len(texts), desc="teacher", disable=None if progress else True, dynamic_ncols=True) as bar:
+    with progress_bar(len(texts), "teacher", enabled=progress) as bar:
         for start in range(0, len(texts), chunk):
             parts.append(model.encode(texts[start:start + chunk], cfg.teacher_batch_size))
             bar.update(len(parts[-1]))
