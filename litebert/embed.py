@@ -138,10 +138,8 @@ def train_sentence_encoder(cfg: SentenceConfig, train_cfg) -> dict:
         raise ConfigError(f"{cfg.model} has {', '.join(after_pooling)} after its pooling, which --train would drop "
                           "(it trains the pooled encoder): distil it further with --distill TEACHER, or train the "
                           "encoder it was made from")
-    tokenizer = Tokenizer.from_pretrained(cfg.model)
-    model = SentenceEncoder.from_pretrained(cfg.model, pooling=cfg.pooling, objective=cfg.objective,
-                                            scale=cfg.scale, max_length=cfg.max_length)
-    pairs, labels = read_pairs(cfg.train, cfg, cfg.max_train_examples)
+    pairs, labels = read_pairs(cfg.train, cfg, cfg.max_train_examples)  # before the model loads
+    eval_pairs, eval_labels = read_pairs(cfg.eval, cfg, cfg.max_eval_examples) if cfg.eval else (None, None)
     if cfg.objective == "contrastive":  # negatives come from the batch, so only the positive pairs are used
         keep = [i for i in range(len(pairs)) if labels is None or labels[i] > 0]
         pairs, labels = [pairs[i] for i in keep], None
@@ -152,7 +150,9 @@ def train_sentence_encoder(cfg: SentenceConfig, train_cfg) -> dict:
         labels = [x / top for x in labels] if top > 1 else labels  # STS 0-5 -> 0-1, the range of a cosine
     if len(pairs) < train_cfg.batch_size:
         raise DataError(f"{cfg.train}: {len(pairs)} usable pairs, fewer than batch_size {train_cfg.batch_size}")
-    eval_pairs, eval_labels = read_pairs(cfg.eval, cfg, cfg.max_eval_examples) if cfg.eval else (None, None)
+    tokenizer = Tokenizer.from_pretrained(cfg.model)
+    model = SentenceEncoder.from_pretrained(cfg.model, pooling=cfg.pooling, objective=cfg.objective,
+                                            scale=cfg.scale, max_length=cfg.max_length)
 
     def collate(indices: list[int], position: int) -> dict[str, torch.Tensor]:
         a = tokenizer([pairs[i][0] for i in indices], max_length=model.max_length)
@@ -246,16 +246,19 @@ def cli(argv: list[str]) -> int:
     if files.evaluate:  # any kind of sentence model directory (litebert.sentences.directories), scored on the same pairs
         benchmark = is_benchmark(files.evaluate)
         pairs, labels = read_pairs(files.evaluate, cfg, cfg.max_eval_examples)
+        for directory in files.compare:  # a mistyped one is refused before --model is scored, not after
+            if not os.path.isdir(directory):
+                raise FileNotFoundError(f"--compare: no such directory: {directory}")
         # --pooling and --max-length are --model's; the --compare directories are scored as they were saved
         scores = score_models([cfg.model, *files.compare], pairs, labels, cfg.pooling, cfg.max_length, batch_size,
                               resolve_device(train_cfg.device), recall=not benchmark)
         print(json.dumps(scores[cfg.model] if not files.compare else scores))
         return 0
-    model = load_sentence_model(cfg.model, cfg.pooling, cfg.max_length)
-    model.encoder.to(resolve_device(train_cfg.device))  # --device: auto is the GPU when there is one
-    sentences = read_rows(Path(files.input), "sentence")  # row i of the .npy is line i
+    sentences = read_rows(Path(files.input), "sentence")  # row i of the .npy is line i; read before the model
     if not sentences:
         raise DataError(f"{files.input}: no sentences")
+    model = load_sentence_model(cfg.model, cfg.pooling, cfg.max_length)
+    model.encoder.to(resolve_device(train_cfg.device))  # --device: auto is the GPU when there is one
     vectors = model.encode(sentences, batch_size, progress=train_cfg.progress)
     with atomic_open(out, "wb") as f:
         np.save(f, vectors)

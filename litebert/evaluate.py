@@ -13,20 +13,19 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
 from litebert import tasks as T
 from litebert.config import AlbertConfig
 from litebert.errors import ConfigError, DataError
 from litebert.files import atomic_open, check_replaceable, write_json
+from litebert.progress import progress_bar
 from litebert.runconfig import given_fields, parse_verb, verb_parser
 from litebert.runtime.device import check_device
 from litebert.runtime.precision import INFERENCE_PRECISIONS
 from litebert.serving.inputs import OutputWriter, input_format, output_format, read_inputs, split_hint
-from litebert.serving.pipeline import pipeline
+from litebert.serving.pipeline import model_members, pipeline
 from litebert.tasks.families import family_of
 from litebert.tasks.fine_tuned import family_for_config
-from litebert.tasks.loading import TaskConfig, check_task_given, evaluate_checkpoint
+from litebert.tasks.loading import TaskConfig, check_task_given, evaluate_checkpoint, load_tokenizer
 from litebert.tasks.records import open_text
 from litebert.weights import resolve_model_dir
 
@@ -159,6 +158,14 @@ def _open_input(path: str):
     return open_text(Path(path), newline="" if input_format(path) in ("csv", "tsv") else "\n")
 
 
+def _counted(records, bar):
+    """The records, each counted on `bar` once it was taken (a bar on a terminal, a line now and then in a log)."""
+    with bar:
+        for record in records:
+            yield record
+            bar.update(1)
+
+
 def predict_inputs(cfg: TaskConfig, pr: PredictConfig, given: set[str]) -> int:
     """`litebert predict` on raw inputs: each batch of inputs through the pipeline, written (and flushed) as one
     JSON line per input, {"id" (a JSONL/CSV row's), "input", "output"}, as soon as it is done. `given`: the
@@ -175,9 +182,13 @@ def predict_inputs(cfg: TaskConfig, pr: PredictConfig, given: set[str]) -> int:
     if pr.input:  # every line read once before the model loads: a blank or undecodable one is refused at once
         with _open_input(pr.input) as f:
             total = sum(1 for _ in read_inputs(f, pr.input, input_format(pr.input)))
+    tokenizer = None
+    if cfg.tokenizer:  # held to the model as evaluate holds it (a tokenizer of other ids scores without a word)
+        directory = model_members(cfg.model)[0][0]
+        tokenizer = load_tokenizer(cfg, directory, AlbertConfig.load(directory))
     options = {k: getattr(pr, k) for k in ("top_k", "aggregation_strategy") if getattr(pr, k) is not None}
-    pipe = pipeline(task, cfg.model, backend=pr.backend, precision=pr.precision, batch_size=cfg.eval_batch_size,
-                    max_length=cfg.max_length, max_query_length=cfg.max_query_length,
+    pipe = pipeline(task, cfg.model, tokenizer, backend=pr.backend, precision=pr.precision,
+                    batch_size=cfg.eval_batch_size, max_length=cfg.max_length, max_query_length=cfg.max_query_length,
                     doc_stride=cfg.doc_stride if "doc_stride" in given else None,  # else the pipeline's
                     device=pr.device, **options,
                     **({"max_answer_length": cfg.max_answer_length} if "max_answer_length" in given else {}))
@@ -189,8 +200,7 @@ def predict_inputs(cfg: TaskConfig, pr: PredictConfig, given: set[str]) -> int:
     elif pr.input:
         stream = _open_input(pr.input)
         records = read_inputs(stream, pr.input, input_format(pr.input))
-        records = tqdm(records, desc="predict", unit=" inputs", total=total, file=sys.stderr,
-                       disable=None)  # quiet unless a tty
+        records = _counted(records, progress_bar(total, "predict", unit=" inputs"))
     else:
         typed = sys.stdin.isatty()  # typed by hand: answer each line at once; a blank line aligns nothing
         chunk = 1 if typed else chunk

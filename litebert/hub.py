@@ -14,14 +14,14 @@ card) is left as it is.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import threading
 from pathlib import Path
 from typing import Any
 
-from litebert.files import write_text_atomically
+from litebert.errors import CheckpointError
+from litebert.files import read_json_object, write_text_atomically
 
 _HUB_ID = re.compile(r"(?!\.)[\w.-]+(/[\w.-]+)?")
 
@@ -67,9 +67,10 @@ def fetch_from_hub(repo_id: str, fetch, local_files_only: bool = False) -> str:
     if not missing.startswith("the Hub has no"):
         try:
             return fetch(huggingface_hub, True)  # a copy downloaded before
-        except Exception:
-            pass
-        missing += ", and the Hugging Face cache holds no copy"
+        except Exception as e:  # not cached (LocalEntryNotFoundError, a FileNotFoundError), or said as it is
+            missing += (", and the Hugging Face cache holds no copy" if isinstance(e, FileNotFoundError) else
+                        f", and its copy in the Hugging Face cache could not be read ({type(e).__name__}: "
+                        f"{str(e).splitlines()[0] if str(e) else ''})")
     namespace, _, rest = repo_id.partition("/")
     if rest and os.path.isdir(namespace):
         missing += f"; {namespace}/ is a directory here: a typo in a path below it?"
@@ -153,6 +154,6 @@ def write_model_card(directory: str | os.PathLike, architecture: str, parameters
     path = Path(directory) / CARD_NAME
     if path.is_file() and MARKER not in path.read_text(encoding="utf-8", errors="replace"):
         return False
-    config = json.loads((Path(directory) / "config.json").read_text(encoding="utf-8"))
+    config = read_json_object(Path(directory) / "config.json", CheckpointError)
     write_text_atomically(path, model_card(architecture, config, parameters, **card))
     return True

@@ -223,3 +223,94 @@ def test_nothing_litebert_reads_is_unpickled():
     offenders = [f"{name}:{where}" for name, path in MODULES.items()
                  for where in unpickling(path.read_text(encoding="utf-8"))]
     assert not offenders, offenders
+
+
+def swallowed(source: str) -> list[int]:
+    """Lines of `except Exception`, `except BaseException` or a bare `except` whose body neither raises, nor
+    uses the error it caught, nor says anything (a log call, a warning, a print)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ExceptHandler):
+            continue
+        caught = node.type.elts if isinstance(node.type, ast.Tuple) else [node.type]
+        if not any(t is None or getattr(t, "id", None) in ("Exception", "BaseException") for t in caught):
+            continue
+        body = [n for stmt in node.body for n in ast.walk(stmt)]
+        raises = any(isinstance(n, ast.Raise) for n in body)
+        uses = node.name is not None and any(isinstance(n, ast.Name) and n.id == node.name for n in body)
+        says = any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in (
+            "debug", "info", "warning", "error", "exception", "critical", "warn") or isinstance(n, ast.Call)
+            and getattr(n.func, "id", None) == "print" for n in body)
+        if not (raises or uses or says):
+            found.append(node.lineno)
+    return found
+
+
+def test_no_error_is_caught_whole_and_dropped():
+    """A handler for any exception that drops it turns a full disk, a network error or a bug into a wrong
+    default without a word (a tokenizer's config that failed to download meant other normalisation). Catch
+    what is expected by name, or say what was caught."""
+    assert swallowed("try:\n    f()\nexcept Exception:\n    pass\ntry:\n    f()\nexcept Exception as e:\n"
+                     "    note(e)\ntry:\n    f()\nexcept:\n    log.warning('x')\ntry:\n    f()\nexcept OSError:\n"
+                     "    pass\n") == [3]
+    offenders = [f"{name}:{line}" for name, path in MODULES.items()
+                 for line in swallowed(path.read_text(encoding="utf-8"))]
+    assert not offenders, offenders
+
+
+PARSE_DAMAGE = {"JSONDecodeError", "TOMLDecodeError", "ValueError", "Exception", "BaseException"}
+
+
+def unguarded_parses(source: str) -> list[int]:
+    """Lines where json.load(s) or tomllib.load(s) parses outside a `try` that catches its damage (ValueError
+    or above), in a function that is not a check_replaceable predicate (whose ValueError means "not ours").
+    json.loads(json.dumps(...)) reads no file and is passed over."""
+    tree = ast.parse(source)
+    predicates = {n.args[1].id for n in ast.walk(tree) if isinstance(n, ast.Call) and len(n.args) > 1
+                  and getattr(n.func, "id", None) == "check_replaceable" and isinstance(n.args[1], ast.Name)}
+    found = []
+
+    def visit(node: ast.AST, guarded: bool) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            guarded = node.name in predicates
+        if isinstance(node, ast.Try):
+            caught = {getattr(t, "id", getattr(t, "attr", None)) if t is not None else "BaseException"
+                      for h in node.handlers for t in (h.type.elts if isinstance(h.type, ast.Tuple) else [h.type])}
+            for stmt in node.body:
+                visit(stmt, guarded or bool(caught & PARSE_DAMAGE))
+            for part in [*node.handlers, *node.orelse, *node.finalbody]:
+                visit(part, guarded)
+            return
+        parse = isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+            and getattr(node.func.value, "id", None) in ("json", "tomllib") and node.func.attr in ("load", "loads")
+        if parse and not guarded \
+                and not (node.args and isinstance(node.args[0], ast.Call)
+                         and getattr(node.args[0].func, "attr", None) == "dumps"):
+            found.append(node.lineno)
+        for child in ast.iter_child_nodes(node):
+            visit(child, guarded)
+
+    visit(tree, False)
+    return found
+
+
+def test_every_json_and_toml_file_is_parsed_where_damage_becomes_one_line():
+    """A damaged grid.json, summary.json or cache key was a JSONDecodeError traceback (a ValueError, not a
+    LitebertError): parse through files.read_json_object / read_json_as (or runconfig.load_toml), which name
+    the file, or under a handler of the damage."""
+    assert unguarded_parses("import json\nx = json.load(f)\ntry:\n    y = json.loads(s)\nexcept ValueError:\n"
+                            "    y = None\nz = json.loads(json.dumps(v))\n") == [2]
+    offenders = [f"{name}:{line}" for name, path in MODULES.items() if name != "litebert.files"
+                 for line in unguarded_parses(path.read_text(encoding="utf-8"))]
+    assert not offenders, f"parse with litebert.files.read_json_object / read_json_as: {offenders}"
+
+
+def test_progress_is_shown_one_way():
+    """litebert.progress draws a bar on a terminal and writes a line now and then in a log; a tqdm of a module's
+    own drew nothing in a log (disable=None), so a teacher encoding a corpus for an hour said nothing there."""
+    offenders = [f"{name}:{node.lineno}" for name, path in MODULES.items() if name != "litebert.progress"
+                 for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                 if isinstance(node, (ast.Import, ast.ImportFrom))
+                 and any(m.split(".")[0] == "tqdm" for m in ([a.name for a in node.names] if isinstance(node, ast.Import)
+                                                            else [node.module or ""]))]
+    assert not offenders, f"show progress with litebert.progress.progress_bar: {offenders}"

@@ -9,6 +9,7 @@ output, no earlier result changed by a refused run.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import importlib
@@ -28,6 +29,7 @@ from test_faults import debris
 
 import litebert
 from litebert import evaluate, files
+from litebert.cli import VERBS
 from litebert.cli import main as litebert_main
 from litebert.errors import ConfigError, LitebertError, NonFiniteError
 from litebert.files import atomic_open, write_dir_atomically
@@ -881,3 +883,178 @@ def test_a_damaged_model_directory_is_one_line_at_evaluate_and_predict(damage, f
         assert "Traceback" not in line and (str(model) in line or "model.safetensors" in line), line
     assert metrics.read_text() == '{\n "accuracy": 0.5\n}\n'
     assert predictions.read_text() == '{"input": "earlier", "output": 1}\n'
+
+
+# ====================================================================================== a path that is not there
+# Every path a verb reads, given as one that does not exist: one line naming it (exit 2), before the verb loads a
+# model, reads other data or writes anything (a typo is no reason to wait for a model, nor to leave an out dir).
+
+MISSING = "no-such-path"
+PATH_RUNS = [  # (verb, the option that names MISSING, argv with the other paths real)
+    ("tokenizer", "inputs", [MISSING, "--out", "o"]),
+    ("tokenizer", "out", ["--out", MISSING, "--encode", "the sea"]),  # --encode reads the tokenizer in --out
+    ("prepare", "inputs", [MISSING, "--tokenizer", "{tok}", "--out", "o", "--no-progress"]),
+    ("prepare", "tokenizer", ["{text}", "--tokenizer", MISSING, "--out", "o", "--no-progress"]),
+    ("pretrain", "data", ["--data", MISSING, "--out-dir", "o", "--no-progress"]),
+    ("pretrain", "model", ["--data", "{data}", "--held-out", "2", "--model", MISSING + ".json", "--out-dir", "o"]),
+    ("pretrain", "init_from", ["--data", "{data}", "--held-out", "2", "--init-from", MISSING, "--out-dir", "o"]),
+    ("pretrain", "held_out_from", ["--data", "{data}", "--held-out", "2", "--held-out-from", MISSING, "--out-dir",
+                                   "o"]),
+    ("pretrain", "eval_data", ["--data", "{data}", "--held-out", "2", "--eval-data", MISSING, "--out-dir", "o"]),
+    ("finetune", "model", ["--model", MISSING, "--data-dir", "{task}", "{table}", "--out-dir", "o"]),
+    ("finetune", "data_dir", ["--model", "{model}", "--data-dir", MISSING, "{table}", "--out-dir", "o"]),
+    ("finetune", "tokenizer", ["--model", "{model}", "--tokenizer", MISSING, "--data-dir", "{task}", "{table}",
+                               "--out-dir", "o"]),
+    ("finetune", "train_file", ["--model", "{model}", "--data-dir", "{task}", "{table}", "--train-file",
+                                MISSING + ".jsonl", "--out-dir", "o"]),
+    ("finetune", "dev_file", ["--model", "{model}", "--data-dir", "{task}", "{table}", "--dev-file",
+                              MISSING + ".jsonl", "--out-dir", "o"]),
+    ("evaluate", "model", ["--model", MISSING, "--data-dir", "{task}", "{table}", "--out", "m.json"]),
+    ("evaluate", "data_dir", ["--model", "{best}", "--data-dir", MISSING, "{table}", "--out", "m.json"]),
+    ("evaluate", "tokenizer", ["--model", "{best}", "--tokenizer", MISSING, "--data-dir", "{task}", "{table}",
+                               "--out", "m.json"]),
+    ("evaluate", "dev_file", ["--model", "{best}", "--data-dir", "{task}", "{table}", "--dev-file",
+                              MISSING + ".jsonl", "--out", "m.json"]),
+    ("predict", "model", ["--model", MISSING, "--text", "the sea", "--out", "p.jsonl"]),
+    ("predict", "tokenizer", ["--model", "{best}", "--tokenizer", MISSING, "--text", "the sea", "--out", "p.jsonl"]),
+    ("predict", "input", ["--model", "{best}", "--input", MISSING, "--out", "p.jsonl"]),
+    ("predict", "data_dir", ["--model", "{best}", "--data-dir", MISSING, "{table}", "--out", "p.jsonl"]),
+    ("predict", "test_file", ["--model", "{best}", "--data-dir", "{task}", "{table}", "--test-file",
+                              MISSING + ".jsonl", "--split", "test", "--out", "p.jsonl"]),
+    ("ensemble", "models", ["--models", "{best}", MISSING, "--data-dir", "{task}", "{table}", "--out", "e"]),
+    ("ensemble", "model", ["--model", MISSING, "--data-dir", "{task}", "{table}", "--out", "e"]),
+    ("ensemble", "dev_file", ["--models", "{best}", "{step}", "--data-dir", "{task}", "{table}", "--dev-file",
+                              MISSING + ".jsonl", "--out", "e"]),
+    ("ensemble", "from_grid", ["--from-grid", MISSING, "--data-dir", "{task}", "{table}", "--out", "e"]),
+    ("ensemble", "data_dir", ["--models", "{best}", "{step}", "--data-dir", MISSING, "{table}", "--out", "e"]),
+    ("ensemble", "tokenizer", ["--models", "{best}", "{step}", "--tokenizer", MISSING, "--data-dir", "{task}",
+                               "{table}", "--out", "e"]),
+    ("embed", "model", ["--model", MISSING, "--input", "{sentences}", "--out", "e.npy"]),
+    ("embed", "input", ["--model", "{model}", "--input", MISSING, "--out", "e.npy"]),
+    ("embed", "evaluate", ["--model", "{model}", "--evaluate", MISSING + ".jsonl"]),
+    ("embed", "compare", ["--model", "{model}", "--evaluate", "{pairs}", "--compare", MISSING]),
+    ("embed", "train", ["--model", "{model}", "--train", MISSING + ".jsonl", "--out-dir", "o"]),
+    ("embed", "eval", ["--model", "{model}", "--train", "{pairs}", "--eval", MISSING + ".jsonl", "--out-dir", "o"]),
+    ("embed", "model@distill", ["--model", MISSING, "--distill", "{model}", "--distill-text", "{sentences}",
+                                "--out-dir", "o"]),
+    ("embed", "model@silver", ["--model", MISSING, "--silver", "{cross}", "--silver-text", "{sentences}",
+                               "--silver-pairs", "9", "--out", "s.jsonl"]),
+    ("embed", "model@train", ["--model", MISSING, "--train", "{pairs}", "--batch-size", "4", "--out-dir", "o"]),
+    ("embed", "model@evaluate", ["--model", MISSING, "--evaluate", "{pairs}"]),
+    ("embed", "distill", ["--model", "{model}", "--distill", MISSING, "--distill-text", "{sentences}", "--out-dir",
+                          "o"]),
+    ("embed", "distill_text", ["--model", "{model}", "--distill", "{model}", "--distill-text", MISSING,
+                               "--out-dir", "o"]),
+    ("embed", "distill_pairs", ["--model", "{model}", "--distill", "{model}", "--distill-pairs", MISSING + ".jsonl",
+                                "--out-dir", "o"]),
+    ("embed", "silver", ["--model", "{model}", "--silver", MISSING, "--silver-text", "{sentences}", "--silver-pairs",
+                         "9", "--out", "s.jsonl"]),
+    ("embed", "silver_text", ["--model", "{model}", "--silver", "{cross}", "--silver-text", MISSING, "--out",
+                              "s.jsonl"]),
+    ("convert", "from_hf", ["--from-hf", MISSING, "--out", "c"]),
+    ("convert", "from_tf", ["--from-tf", MISSING, "--out", "c"]),
+    ("convert", "albert_config", ["--from-tf", "{tf}", "--albert-config", MISSING + ".json", "--out", "c"]),
+    ("export", "model", ["--model", MISSING, "--out", "x"]),
+    ("export", "verify_text", ["--model", "{best}", "--quantize", "int8", "--verify-text", MISSING, "--out", "x"]),
+    ("serve", "model", ["--model", MISSING, "--port", "0"]),
+    ("analyze", "models", [MISSING, "--text", "{sentences}", "--out", "a.png"]),
+    ("analyze", "text", ["{model}", "--text", MISSING, "--out", "a.png"]),
+    ("reproduce", "corpus", ["objective", "--out", "g", "--scale", "tiny", "--corpus", MISSING]),
+    ("reproduce", "extra_corpus", ["data", "--out", "g", "--scale", "tiny", "--corpus", "{text}", "--extra-corpus",
+                                   MISSING]),
+    ("reproduce", "reuse", ["objective", "--out", "g", "--scale", "tiny", "--corpus", "{text}", "--reuse", MISSING]),
+    ("extend-vocab", "model", ["--model", MISSING, "--out", "e", "--words", "{sentences}"]),
+    ("extend-vocab", "words", ["--model", "{model}", "--out", "e", "--words", MISSING]),
+    ("extend-vocab", "corpus", ["--model", "{model}", "--out", "e", "--corpus", MISSING]),
+] + [(verb, "config", ["--config", MISSING + ".toml"]) for verb in sorted(VERBS)]
+# Options of the verbs' config classes that name something but are not read here: where results go, and names
+# that are not paths. A new option that names a file or directory must be in PATH_RUNS or here, with its reason.
+NOT_READ = {
+    "out": "where results go", "out_dir": "where a run goes", "report_dir": "where a report goes",
+    "data_dir": "reproduce: where its tokenizer and data are made (the verbs that read one are in PATH_RUNS)",
+    "task": "a task's name", "split": "a split's name", "pooling": "a pooling's name", "precision": "a name",
+    "text_columns": "column names", "head": "a head's name", "scale": "a scale's name", "parameters": "JSON text",
+    "pre_tokenize": "a segmenter's name", "eval_split": "a split's name", "text": "predict: raw text",
+    # a task's files: each verb reads the split it works on, through one reader (tried above with that split)
+    "finetune test_file": "finetune reads train and dev", "evaluate train_file": "read with --split train",
+    "evaluate test_file": "read with --split test", "predict train_file": "read with --split train",
+    "predict dev_file": "read with --split dev", "ensemble train_file": "an ensemble reads dev and --split",
+    "ensemble test_file": "read with --split test (its default; tried as data_dir above)",
+}
+
+
+def _verb_config_classes(monkeypatch) -> dict[str, list[type]]:
+    """Each verb's config classes, as its verb_parser is given them (the verb run with --help)."""
+    from litebert import runconfig
+    found: dict[str, list[type]] = {}
+
+    def recording(verb, description, groups, **kw):
+        found[verb] = list(groups.values())
+        return real(verb, description, groups, **kw)
+
+    real = runconfig.verb_parser
+    for verb, (target, _) in VERBS.items():
+        module = importlib.import_module(target.split(":")[0])
+        monkeypatch.setattr(module, "verb_parser", recording)
+        with pytest.raises(SystemExit), contextlib.redirect_stdout(io.StringIO()):
+            getattr(module, target.split(":")[1])(["--help"])
+    return found
+
+
+PATH_WORDS = re.compile(r"\b(files?|director(y|ies)|globs?|config\.json|\.jsonl)\b|\bJSON\b", re.I)
+
+
+def test_every_option_that_names_a_path_is_tried_missing(monkeypatch):
+    tried = {(verb, option.split("@")[0]) for verb, option, _ in PATH_RUNS}  # model@distill: --model, in a mode
+    untried = []
+    for verb, classes in _verb_config_classes(monkeypatch).items():
+        for cls in classes:
+            hints = typing.get_type_hints(cls)
+            for f in dataclasses.fields(cls):
+                names_a_path = PATH_WORDS.search(f.metadata.get("help", "")) or f.metadata.get("metavar") in (
+                    "DIR", "FILE", "JSON", "CKPT_PREFIX", "DIR_OR_HUB_ID", "TEACHER", "CROSS_ENCODER")
+                if "str" in str(hints[f.name]) and names_a_path and (verb, f.name) not in tried \
+                        and f.name not in NOT_READ and f"{verb} {f.name}" not in NOT_READ:
+                    untried.append(f"{verb} --{f.name.replace('_', '-')}")
+    assert not untried, f"options naming a path that no PATH_RUNS case gives missing: {untried}"
+
+
+@pytest.fixture(scope="module")
+def path_inputs(root, tok_dir, model_dir, finished_run) -> dict[str, str]:
+    """The real paths PATH_RUNS' argv name: a tokenizer, a model, a fine-tuned run, a cross-encoder, prepared
+    data of several documents, a sentence file and a pairs file."""
+    from litebert.corpus.shards import prepare
+    lines = (root / "text.txt").read_text().splitlines()
+    docs = root / "docs.txt"
+    docs.write_text("\n".join(line if i % 8 else "" for i, line in enumerate(lines, 1)) + "\n")
+    prepare([str(docs)], str(root / "missing_data"), str(tok_dir), max_seq_length=32, num_workers=1, progress=False)
+    sentences = [f"the sea was calm on day {i} and the ship sailed on" for i in range(40)]
+    (root / "sentences.txt").write_text("\n".join(sentences) + "\n")
+    (root / "pairs.jsonl").write_text("".join(json.dumps({"sentence1": a, "sentence2": b, "label": 1}) + "\n"
+                                              for a, b in zip(sentences[::2], sentences[1::2])))
+    data, run, _ = finished_run
+    cross = _tiny_head("AlbertForSequenceClassification", tok_dir, root / "cross", num_labels=1)
+    return {"{cross}": str(cross), "{tok}": str(tok_dir), "{model}": str(model_dir), "{best}": str(run / "best"),
+            "{step}": str(run / "step_4"), "{task}": str(data), "{data}": str(root / "missing_data"),
+            "{text}": str(docs), "{sentences}": str(root / "sentences.txt"), "{pairs}": str(root / "pairs.jsonl"),
+            "{tf}": str(Path(__file__).parent / "fixtures" / "tf_albert_tiny" / "model.ckpt-7")}
+
+
+@pytest.mark.parametrize("verb,option,argv", PATH_RUNS, ids=[f"{v} {o}" for v, o, _ in PATH_RUNS])
+def test_a_path_that_does_not_exist_is_one_line_naming_it_before_any_work(verb, option, argv, path_inputs, capsys,
+                                                                          tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # relative outputs land here, and MISSING is missing here
+    import safetensors.torch
+
+    def no_weights_yet(path, *a, **kw):
+        raise AssertionError(f"{path} was read before {MISSING} was noticed")
+
+    monkeypatch.setattr(safetensors.torch, "load_file", no_weights_yet)
+    argv = [a for arg in argv for a in (["--task", "table", "--text-columns", "text"] if arg == "{table}"
+                                        else [path_inputs.get(arg, arg)])]
+    code = litebert_main([verb, *argv])
+    out, err = capsys.readouterr()
+    assert code == 2 and "Traceback" not in err, (code, err)
+    assert err.count("\n") == 1 and err.startswith(f"litebert {verb}: error: ") and MISSING in err, \
+        f"not one line naming {MISSING}: {err}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [], "a refused run wrote something"

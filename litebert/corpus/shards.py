@@ -26,7 +26,7 @@ from litebert.corpus.documents import chunks_of_documents, iter_documents, resol
 from litebert.corpus.masking import mask_tokens
 from litebert.corpus.pairs import InstanceOptions, check_options, create_instances
 from litebert.errors import ConfigError, DataError
-from litebert.files import fsync_path, write_json
+from litebert.files import fsync_path, read_json_as, write_json
 from litebert.progress import progress_bar
 from litebert.runconfig import parse_verb, verb_parser
 from litebert.tokenizer import Tokenizer
@@ -209,8 +209,7 @@ def recover_dataset(out_dir: str) -> str | None:
     if os.path.isdir(outgoing):
         names_file = os.path.join(outgoing, _OLD_NAMES)
         if not os.path.isfile(os.path.join(out_dir, "meta.json")) and os.path.isfile(names_file):
-            with open(names_file, encoding="utf-8") as f:
-                old = json.load(f)
+            old = read_json_as(names_file, list, DataError)
             for name in _dataset_names(out_dir):
                 if name not in old:
                     os.remove(os.path.join(out_dir, name))

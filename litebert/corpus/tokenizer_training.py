@@ -17,7 +17,7 @@ import sentencepiece as spm
 
 from litebert.corpus.documents import iter_documents, resolve_inputs
 from litebert.errors import ConfigError, DataError
-from litebert.files import write_files_atomically, write_json
+from litebert.files import read_json_object, write_files_atomically, write_json
 from litebert.runconfig import parse_verb, verb_parser
 from litebert.text.conventions import NormalizerOptions, preprocess_text
 from litebert.text.pretokenize import SEGMENTERS, make_segmenter
@@ -244,8 +244,7 @@ def cli(argv: list[str]) -> int:
     tok = train_tokenizer(cfg.inputs or None, cfg.out, cfg.vocab_size, do_lower_case=not cfg.cased,
                           keep_accents=cfg.keep_accents, remove_space=not cfg.keep_space, overwrite=cfg.overwrite,
                           pre_tokenize=cfg.pre_tokenize, **extra)
-    with open(os.path.join(cfg.out, SUMMARY_NAME), encoding="utf-8") as f:
-        summary = json.load(f)
+    summary = read_json_object(os.path.join(cfg.out, SUMMARY_NAME), DataError)
     print(f"wrote {cfg.out}/spiece.model: {tok}; trained on {summary['sentences_sampled']} of "
           f"{summary['sentences']} sentences"
           + (f"; skipped {skipped_words(summary['skipped'])} (counted in {cfg.out}/{SUMMARY_NAME})"

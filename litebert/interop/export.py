@@ -157,17 +157,19 @@ def export_model(model_dir: str | os.PathLike, out_dir: str | os.PathLike, fmt: 
 
     _check_options(fmt, quantize, min_agreement, int8_weights)
     model_dir = resolve_model_dir(model_dir)
-    cls = model_class(AlbertConfig.load(model_dir))
+    config = AlbertConfig.load(model_dir)
+    cls = model_class(config)
+    choices = cls.__name__ == "AlbertForMultipleChoice"
+    if quantize == "int8":  # before the model loads, so that a bad --verify-text fails fast
+        batches, agreement_inputs = agree.verification_batches(model_dir, config, choices, verify_text, verify_samples)
     model = cls.from_pretrained(model_dir).eval()
-    config, choices = model.config, cls.__name__ == "AlbertForMultipleChoice"
+    config = model.config
     T = min(11, config.max_position_embeddings)
     sample = sample_batch(config, (2, 3, T) if choices else (2, T), padded=True)
     with torch.no_grad():
         reference = model(*sample[:1], attention_mask=sample[1], token_type_ids=sample[2])
     output_names = [name for name in reference._fields if isinstance(getattr(reference, name), torch.Tensor)]
     module = InferenceModule(model, output_names).eval()
-    if quantize == "int8":  # before the export, so that a bad --verify-text fails fast
-        batches, agreement_inputs = agree.verification_batches(model_dir, config, choices, verify_text, verify_samples)
     result = ExportResult(os.path.join(os.fspath(out_dir), FORMATS[fmt]), cls.__name__, output_names, None, None)
 
     def fill(tmp: Path) -> None:

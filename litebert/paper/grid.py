@@ -17,8 +17,8 @@ from typing import Any
 from litebert.corpus.documents import iter_documents, resolve_inputs
 from litebert.corpus.shards import prepare
 from litebert.corpus.tokenizer_training import train_tokenizer
-from litebert.errors import ConfigError
-from litebert.files import write_text_atomically
+from litebert.errors import ConfigError, DataError
+from litebert.files import read_json_as, write_text_atomically
 from litebert.paper.experiments import DATA, EXPERIMENTS, SCALES, Experiment, Row, Scale
 from litebert.runconfig import check_declared
 from litebert.text.transformers_files import SPIECE_FILE
@@ -336,10 +336,10 @@ def check_same_settings(recorded: dict[str, Any], settings: dict[str, Any], what
 
 
 def read_json(path: str) -> Any:
+    """None when the grid has not written the file yet; a damaged one is a DataError naming it."""
     if not os.path.isfile(path):
         return None
-    with open(path) as f:
-        return json.load(f)
+    return read_json_as(path, object, DataError)
 
 
 def prepare_row_data(grid: Grid, row: Row) -> None:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import os
 import random
 from dataclasses import dataclass, field
@@ -41,8 +40,9 @@ import torch.nn.functional as F
 
 from litebert.corpus.documents import iter_documents, resolve_inputs
 from litebert.errors import ConfigError, DataError
-from litebert.files import atomic_open, sha256_named_files, write_json
+from litebert.files import atomic_open, read_json_object, sha256_named_files, write_json
 from litebert.model import AlbertModel
+from litebert.progress import progress_bar
 from litebert.runconfig import check_declared
 from litebert.sentence import SentenceEncoder, embed, sentence_settings
 from litebert.sentences.directories import Dense, add_dense, load_sentence_model
@@ -52,6 +52,7 @@ from litebert.training import sweep
 from litebert.training.data import ShuffledData
 from litebert.training.distributed import is_main_process, process_device
 from litebert.training.loop import train
+from litebert.weights import resolve_model_dir
 
 CACHE = "teacher_vectors"
 
@@ -175,27 +176,30 @@ def distill_items(cfg: DistillConfig, pairs_reader, seed: int) -> tuple[list[str
     return list(sources), items
 
 
+def _cached_key(meta: str) -> dict | None:
+    """The key the cached vectors were made for; None for a damaged one, so they are made again."""
+    try:
+        return read_json_object(meta, DataError)
+    except DataError:
+        return None
+
+
 def teacher_vectors(teacher: str, texts: list[str], cfg: DistillConfig, out_dir: str, write: bool,
                     progress: bool = True, device: torch.device | str = "cpu") -> np.ndarray:
     """The teacher's (N, D) float32 vectors of `texts`, read from OUT_DIR's cache when it was made from the same
     texts by the same teacher at the same length, else computed on `device` (and cached when `write`)."""
-    from tqdm.auto import tqdm
-
-
     key = {"teacher": os.path.abspath(teacher), "teacher_sha256": _directory_sha256(teacher),
            "teacher_max_length": cfg.teacher_max_length, "texts": len(texts),
            "texts_sha256": hashlib.sha256("\n".join(texts).encode("utf-8")).hexdigest()}
     npy, meta = os.path.join(out_dir, CACHE + ".npy"), os.path.join(out_dir, CACHE + ".json")
-    if os.path.isfile(npy) and os.path.isfile(meta):
-        with open(meta, encoding="utf-8") as f:
-            if json.load(f) == key:
-                cached = np.load(npy)  # allow_pickle is False by default: nothing is unpickled
-                if cached.ndim == 2 and len(cached) == len(texts):
-                    return cached
+    if os.path.isfile(npy) and os.path.isfile(meta) and _cached_key(meta) == key:
+        cached = np.load(npy)  # allow_pickle is False by default: nothing is unpickled
+        if cached.ndim == 2 and len(cached) == len(texts):
+            return cached
     model = load_sentence_model(teacher, max_length=cfg.teacher_max_length, device=device)
     chunk = 16 * cfg.teacher_batch_size
     parts = []
-    with tqdm(total=len(texts), desc="teacher", disable=None if progress else True, dynamic_ncols=True) as bar:
+    with progress_bar(len(texts), "teacher", enabled=progress) as bar:
         for start in range(0, len(texts), chunk):
             parts.append(model.encode(texts[start:start + chunk], cfg.teacher_batch_size))
             bar.update(len(parts[-1]))
@@ -239,6 +243,9 @@ def train_distilled(sentence_cfg, cfg: DistillConfig, train_cfg) -> dict:
     for section, settings in (("sentence", sentence_cfg), ("distill", cfg)):
         sweep.refuse_changed_resume(settings, train_cfg, section)
     main = is_main_process()
+    resolve_model_dir(sentence_cfg.model)  # both models found before any text is read or encoded
+    if not os.path.isdir(cfg.distill):
+        raise FileNotFoundError(f"--distill: no such directory: {cfg.distill}")
 
     def pairs_reader(path: str):
         return read_scored_pairs(path, sentence_cfg.text_columns, "")[0]

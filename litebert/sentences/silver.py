@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from litebert.config import AlbertConfig
 from litebert.errors import ConfigError
 from litebert.files import atomic_open, check_replaceable, same_path
 from litebert.heads import AlbertForSequenceClassification
@@ -36,6 +37,7 @@ from litebert.runconfig import check_declared
 from litebert.sentences.directories import load_sentence_model
 from litebert.sentences.distill import monolingual_texts
 from litebert.tokenizer import Tokenizer
+from litebert.weights import resolve_model_dir
 
 
 @dataclass
@@ -95,15 +97,21 @@ def sample_pairs(texts: Sequence[str], bi_encoder: str, n: int, seed: int, pool:
 
 
 @torch.no_grad()
+def check_cross_encoder(cross_encoder: str) -> None:
+    """From its config alone, so that a wrong or mistyped --silver is refused before the bi-encoder's work."""
+    config = AlbertConfig.load(resolve_model_dir(cross_encoder))
+    if config.num_labels != 1:
+        raise ConfigError(f"{cross_encoder} has {config.num_labels} outputs; a cross-encoder for silver "
+                          "pairs is a regression model (litebert finetune --regression)")
+
+
 def label_pairs(cross_encoder: str, pairs: Sequence[tuple[str, str]], max_length: int = 128,
                 batch_size: int = 64, device: torch.device | str = "cpu") -> list[float]:
     """The cross-encoder's score (a regression head: `litebert finetune --regression`) of each pair, on the scale
     of the gold scores it was fine-tuned on."""
 
+    check_cross_encoder(cross_encoder)
     model = AlbertForSequenceClassification.from_pretrained(cross_encoder).eval().to(device)
-    if model.config.num_labels != 1:
-        raise ConfigError(f"{cross_encoder} has {model.config.num_labels} outputs; a cross-encoder for silver "
-                          "pairs is a regression model (litebert finetune --regression)")
     tokenizer = Tokenizer.from_pretrained(cross_encoder)
     scores: list[float] = []
     for start in range(0, len(pairs), batch_size):
@@ -155,6 +163,7 @@ def make_silver(cfg: SilverConfig, bi_encoder: str, out: str, seed: int, device:
         raise ConfigError(f"--out {out} is one of the --silver-text files it would be made from: choose another --out")
     check_replaceable(out, _is_pairs_file, "a silver pairs file (JSONL of sentence1, sentence2, label)",
                       hint="choose another --out")
+    check_cross_encoder(cfg.silver)
     texts = monolingual_texts(cfg.silver_text, span=1, seed=seed, limit=cfg.max_silver_texts)
     pairs = sample_pairs(texts, bi_encoder, cfg.silver_pairs, seed, device=device)
     low, high = cfg.score_range

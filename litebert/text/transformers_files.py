@@ -207,10 +207,11 @@ def read_tokenizer_config(config_dir: str) -> tuple[dict, int, dict | None]:
 def download_tokenizer(repo_id: str) -> str:
     """spiece.model of a Hub repo, and its tokenizer_config.json (the normalisation flags) when it has one."""
     def fetch(hub, local: bool) -> str:
+        from huggingface_hub.errors import EntryNotFoundError
         path = hub.hf_hub_download(repo_id, SPIECE_FILE, local_files_only=local)
         try:
             hub.hf_hub_download(repo_id, CONFIG_FILE, local_files_only=local)
-        except Exception:
-            pass
+        except EntryNotFoundError:  # the repo has none: the defaults are its flags
+            pass  # any other failure goes up: a tokenizer loaded with flags not its own would go unnoticed
         return path
     return fetch_from_hub(repo_id, fetch)

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import math
 import os
 import typing
@@ -36,8 +35,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from litebert.errors import ConfigError
-from litebert.files import write_json, write_text_atomically
+from litebert.errors import CheckpointError, ConfigError
+from litebert.files import read_json_object, write_json, write_text_atomically
 from litebert.runconfig import flag_name, load_toml
 from litebert.training.checkpoint import list_checkpoints
 from litebert.training.loop import NonFiniteLossError
@@ -241,8 +240,7 @@ def run_once(run: Run, train: TrainRun) -> tuple[dict[str, Any], str]:
     for name in ("summary.json", FAILED_NAME):
         path = os.path.join(out, name)
         if os.path.isfile(path):
-            with open(path, encoding="utf-8") as f:
-                return json.load(f), "kept"
+            return read_json_object(path, CheckpointError), "kept"
     try:
         return train(run.cfg, run.train_cfg), "trained"
     except NonFiniteLossError as e:  # deterministic given its seed: recorded, not retried on resume
@@ -317,8 +315,10 @@ def scored_once(run: Run, score: ScoreCheckpoint, split: str = "test") -> dict[s
     <run>/scored_<split>.json and read back on every later call."""
     path = os.path.join(run.train_cfg.out_dir, f"scored_{split}.json")
     if os.path.isfile(path):
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)["metrics"]
+        scored = read_json_object(path, CheckpointError)
+        if not isinstance(scored.get("metrics"), dict):
+            raise CheckpointError(f"{path}: no metrics; delete it to score the run again")
+        return scored["metrics"]
     cfg = dataclasses.replace(run.cfg, max_eval_examples=None)
     metrics = score(os.path.join(run.train_cfg.out_dir, "best"), cfg, split)[0].metrics
     write_json(path, {"split": split, "metrics": metrics})
@@ -393,5 +393,4 @@ def read_grid(directory: str | os.PathLike) -> dict[str, Any]:
     path = os.path.join(directory, GRID_NAME)
     if not os.path.isfile(path):
         raise ConfigError(f"{directory} holds no {GRID_NAME}: run the grid first (litebert finetune --seeds ...)")
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    return read_json_object(path, ConfigError)
