@@ -123,6 +123,7 @@ def test_every_verb_takes_its_options_from_a_toml_table(verb, tmp_path, monkeypa
     if verb != "demo":
         (tmp_path / SENTINEL).unlink()
     section, line, extra, expected = TOML_RUNS[verb]
+    (tmp_path / "sentences.txt").write_text("A sentence.\n")  # embed reads its --input before the model
     toml = tmp_path / "run.toml"
     toml.write_text(f"[{section}]\n{line}\n")
     code, out, err = _run([verb, "--config", str(toml), *extra], capsys)

@@ -147,7 +147,7 @@ def test_finetuning_a_hub_id_copies_the_downloaded_tokenizer(model_dir, tmp_path
     """The Hub is faked by its local snapshot: checkpoints need that directory, not the id, to copy spiece.model."""
     resolve = litebert.weights.resolve_model_dir
     monkeypatch.setattr(litebert.weights, "resolve_model_dir",
-                        lambda name: str(model_dir) if name == HUB_ID else resolve(name))
+                        lambda name, *args: str(model_dir) if name == HUB_ID else resolve(name, *args))
     monkeypatch.setattr(F, "resolve_model_dir", litebert.weights.resolve_model_dir)  # finetune's own binding
     monkeypatch.setattr(litebert.tokenizer, "download_tokenizer", lambda repo_id: str(model_dir / "spiece.model"))
     summary = F.finetune(ft_config(HUB_ID), ft_train_config(tmp_path))
