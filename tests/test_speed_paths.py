@@ -297,6 +297,9 @@ def test_a_batch_read_on_the_host_as_unpadded_builds_no_mask_even_on_the_static_
     full, padded = batch(config, padded=False), batch(config)
     assert holds_no_padding(full) and not holds_no_padding(padded)
     assert not holds_no_padding({**full, "packed_positions": torch.arange(B * T)})  # packed: their own path
+    pair = {"input_ids": full["input_ids"], "attention_mask": full["attention_mask"],  # S-ALBERT: two sides,
+            "input_ids_b": padded["input_ids"], "attention_mask_b": padded["attention_mask"]}  # one padded
+    assert not holds_no_padding(pair) and holds_no_padding({**pair, "attention_mask_b": full["attention_mask"]})
     a, b = model_pair(config)
     a.eval(), b.eval()
     results = {}

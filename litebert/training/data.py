@@ -77,10 +77,11 @@ def as_batch_fn(data: ShuffledData | BatchFn, batch_size: int, micro_batch_size:
 
 
 def holds_no_padding(batch: Mapping[str, torch.Tensor]) -> bool:
-    """Whether a micro-batch's attention_mask is all ones (and no packed positions run it padding-free), read
-    where it costs nothing: on the host, before the batch moves to the device (model.batch_without_padding)."""
-    mask = batch.get("attention_mask")
-    return mask is not None and "packed_positions" not in batch and bool(mask.all())
+    """Whether every attention mask of a micro-batch is all ones (and no packed positions run it padding-free),
+    read where it costs nothing: on the host, before the batch moves to the device (model.batch_without_padding
+    then holds for every encoder pass of the step: both sides of a sentence pair, attention_mask_b too)."""
+    masks = [v for k, v in batch.items() if k.startswith("attention_mask")]
+    return bool(masks) and "packed_positions" not in batch and all(bool(m.all()) for m in masks)
 
 
 def count_tokens(batch: Mapping[str, torch.Tensor]) -> int:
