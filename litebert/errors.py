@@ -23,6 +23,9 @@ class InputError(ConfigError):
         super().__init__(f"input {index}: {reason}")
         self.index, self.reason = index, reason
 
+    def __reduce__(self):  # pickled as its arguments: it crosses processes (data workers, a process pool)
+        return type(self), (self.index, self.reason)
+
 
 class DataError(LitebertError):
     """Input data that cannot be read. The message starts with where it is: file:line, or file: JSON path."""

@@ -498,3 +498,16 @@ def test_cuda_graphs_say_once_when_new_batch_shapes_go_uncaptured(monkeypatch, c
     warnings = [r.getMessage() for r in caplog.records if "cuda-graphs" in r.getMessage()]
     assert len(warnings) == 1 and "input_ids (2, 6)" in warnings[0] and "2 batch shapes" in warnings[0]
     assert len(step.graphs) == 2
+
+
+def test_every_litebert_error_crosses_a_process_boundary_as_itself():
+    """A worker's error reaches the loop pickled (data.prefetched); one whose constructor takes other arguments
+    than its message (InputError) did not unpickle, and the loader raised its own error instead."""
+    import pickle
+
+    from litebert import errors
+    samples = {errors.InputError: (3, "too long")}
+    for cls in [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, errors.LitebertError)]:
+        error = cls(*samples.get(cls, ("a message",)))
+        again = pickle.loads(pickle.dumps(error))
+        assert type(again) is cls and str(again) == str(error)
