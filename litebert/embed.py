@@ -46,7 +46,7 @@ from torch import nn
 
 from litebert.errors import ConfigError, DataError
 from litebert.files import atomic_open, check_replaceable, read_npy_header, write_json
-from litebert.runconfig import parse_verb, verb_parser
+from litebert.runconfig import parse_verb, refuse_flags_of_other_modes, verb_parser
 from litebert.runtime.device import resolve_device
 from litebert.sentence import OBJECTIVES, POOLING, SentenceEncoder, embed
 from litebert.sentences.directories import load_sentence_model, read_modules
@@ -210,13 +210,24 @@ def _is_embeddings(path) -> bool:
     return len(shape) == 2 and dtype == np.float32
 
 
+# The options one or two modes read (the others read by all): typed for another mode, they are refused.
+MODE_READERS = {**{f.name: ("distill",) for f in dataclasses.fields(DistillConfig) if f.name != "distill"},
+                **{f.name: ("silver",) for f in dataclasses.fields(SilverConfig) if f.name != "silver"},
+                **{f.name: ("train", "distill") for f in dataclasses.fields(TrainConfig)
+                   if f.name not in ("device", "seed", "progress")},
+                "seed": ("train", "distill", "silver"), "compare": ("evaluate",), "overwrite": ("input",),
+                "out": ("input", "silver"), "objective": ("train",), "scale": ("train",),
+                "max_train_examples": ("train",), "eval": ("train", "distill")}
+
+
 def cli(argv: list[str]) -> int:
     parser = verb_parser("embed", __doc__, {"files": EmbedFiles, "model, data and pooling": SentenceConfig,
                                             "distillation (with --distill; litebert/sentences/distill.py)": DistillConfig,
                                             "silver pairs (with --silver; litebert/sentences/silver.py)": SilverConfig,
                                             "training (with --train or --distill; --seed and --device also "
                                             "embed, evaluate and --silver)": TrainConfig})
-    files, cfg, distill_cfg, silver_cfg, train_cfg = parse_verb(parser, argv)
+    args = parser.parse_args(argv)
+    files, cfg, distill_cfg, silver_cfg, train_cfg = parse_verb(parser, args)
     if not cfg.model:
         raise ConfigError("--model is required: an ALBERT model directory with its tokenizer (see --help)")
     modes = [name for name, value in (("input", files.input), ("evaluate", files.evaluate), ("train", cfg.train),
@@ -224,8 +235,10 @@ def cli(argv: list[str]) -> int:
     if len(modes) != 1:
         raise ConfigError("give exactly one of --input (embed), --evaluate PAIRS, --train PAIRS, --distill TEACHER "
                           "or --silver CROSS_ENCODER")
+    refuse_flags_of_other_modes(args, modes[0], MODE_READERS, "embed")
     if silver_cfg.silver:
-        made = make_silver(silver_cfg, cfg.model, files.out, train_cfg.seed, resolve_device(train_cfg.device))
+        made = make_silver(silver_cfg, cfg.model, files.out, train_cfg.seed, resolve_device(train_cfg.device),
+                           cfg.eval_batch_size)
         print(f"wrote {made['out']}: {made['pairs']} pairs, mean score {made['mean_score']:.3f} ({made['clipped']} "
               f"clipped to {made['score_range'][0]:g}-{made['score_range'][1]:g})")
         return 0

@@ -239,6 +239,18 @@ def parse_verb(parser: argparse.ArgumentParser, argv: list[str] | argparse.Names
     return (*configs, *(dict(toml.get(t, {})) for t in tables if t not in own))
 
 
+def refuse_flags_of_other_modes(args: argparse.Namespace, mode: str, readers: Mapping[str, tuple[str, ...]],
+                                verb: str) -> None:
+    """A verb with modes (one per call) reads some options in some modes only: a flag typed for another mode
+    would be ignored without a word, so it is a ConfigError naming the modes that read it. `readers`: field ->
+    the modes that read it (fields not listed are read by every mode). Only flags count: a --config TOML may
+    hold every mode's options."""
+    for name in sorted(k for k in vars(args) if not k.startswith("_") and k in readers):
+        if mode not in readers[name]:
+            raise ConfigError(f"{flag_name(name)} is read with {' or '.join('--' + m for m in readers[name])}, "
+                              f"not with --{mode}: `litebert {verb}` would ignore it")
+
+
 def given_fields(args: argparse.Namespace) -> set[str]:
     """The fields the user set, by a flag or in --config's tables of the verb (the others are defaults), as
     `parse_verb` found them."""

@@ -233,3 +233,17 @@ def test_help_shows_each_default_once(verb, capsys):
     assert "(default: )" not in help_text
     if verb == "pretrain":
         assert "(default: batch_size / world_size, no accumulation) --" in help_text
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--input", "s.txt", "--out", "e.npy", "--lr", "1e-4"], "--lr is read with --train or --distill, not with --input"),
+    (["--input", "s.txt", "--out", "e.npy", "--distill-text", "c.txt"], "--distill-text is read with --distill"),
+    (["--evaluate", "p.jsonl", "--out", "e.npy"], "--out is read with --input or --silver, not with --evaluate"),
+    (["--train", "p.jsonl", "--compare", "t"], "--compare is read with --evaluate, not with --train"),
+    (["--input", "s.txt", "--out", "e.npy", "--silver-pairs", "9"], "--silver-pairs is read with --silver"),
+])
+def test_a_flag_the_chosen_mode_would_ignore_is_refused_by_name(argv, words, tmp_path, capsys):
+    """embed has five modes; a flag typed for another (--lr while embedding a file) was ignored without a word."""
+    assert litebert_main(["embed", "--model", str(tmp_path / "m"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1, err

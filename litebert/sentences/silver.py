@@ -151,8 +151,8 @@ def _is_pairs_file(path: str) -> bool:
     return isinstance(first, dict) and set(first) == {"sentence1", "sentence2", "label"}
 
 
-def make_silver(cfg: SilverConfig, bi_encoder: str, out: str, seed: int, device: torch.device | str = "cpu"
-                ) -> dict:
+def make_silver(cfg: SilverConfig, bi_encoder: str, out: str, seed: int, device: torch.device | str = "cpu",
+                batch_size: int = 64) -> dict:
     """Sample cfg.silver_pairs pairs of cfg.silver_text with `bi_encoder`, label them with the cross-encoder and
     write them to `out`; returns what was written (the line `litebert embed --silver` prints)."""
     if not cfg.silver_text:
@@ -165,9 +165,9 @@ def make_silver(cfg: SilverConfig, bi_encoder: str, out: str, seed: int, device:
                       hint="choose another --out")
     check_cross_encoder(cfg.silver)
     texts = monolingual_texts(cfg.silver_text, span=1, seed=seed, limit=cfg.max_silver_texts)
-    pairs = sample_pairs(texts, bi_encoder, cfg.silver_pairs, seed, device=device)
+    pairs = sample_pairs(texts, bi_encoder, cfg.silver_pairs, seed, batch_size=batch_size, device=device)
     low, high = cfg.score_range
-    scores, clipped = clip_to_gold_range(label_pairs(cfg.silver, pairs, cfg.silver_max_length, device=device),
+    scores, clipped = clip_to_gold_range(label_pairs(cfg.silver, pairs, cfg.silver_max_length, batch_size, device),
                                          low, high)
     write_pairs(out, pairs, scores)
     return {"out": out, "pairs": len(pairs), "mean_score": float(np.mean(scores)), "clipped": clipped,
