@@ -211,13 +211,13 @@ def _is_embeddings(path) -> bool:
 
 
 # The options one or two modes read (the others read by all): typed for another mode, they are refused.
-MODE_READERS = {**{f.name: ("distill",) for f in dataclasses.fields(DistillConfig) if f.name != "distill"},
-                **{f.name: ("silver",) for f in dataclasses.fields(SilverConfig) if f.name != "silver"},
-                **{f.name: ("train", "distill") for f in dataclasses.fields(TrainConfig)
+MODE_READERS = {**{f.name: ("--distill",) for f in dataclasses.fields(DistillConfig) if f.name != "distill"},
+                **{f.name: ("--silver",) for f in dataclasses.fields(SilverConfig) if f.name != "silver"},
+                **{f.name: ("--train", "--distill") for f in dataclasses.fields(TrainConfig)
                    if f.name not in ("device", "seed", "progress")},
-                "seed": ("train", "distill", "silver"), "compare": ("evaluate",), "overwrite": ("input",),
-                "out": ("input", "silver"), "objective": ("train",), "scale": ("train",),
-                "max_train_examples": ("train",), "eval": ("train", "distill")}
+                "seed": ("--train", "--distill", "--silver"), "compare": ("--evaluate",), "overwrite": ("--input",),
+                "out": ("--input", "--silver"), "objective": ("--train",), "scale": ("--train",),
+                "max_train_examples": ("--train",), "eval": ("--train", "--distill")}
 
 
 def cli(argv: list[str]) -> int:
@@ -235,7 +235,7 @@ def cli(argv: list[str]) -> int:
     if len(modes) != 1:
         raise ConfigError("give exactly one of --input (embed), --evaluate PAIRS, --train PAIRS, --distill TEACHER "
                           "or --silver CROSS_ENCODER")
-    refuse_flags_of_other_modes(args, modes[0], MODE_READERS, "embed")
+    refuse_flags_of_other_modes(args, "--" + modes[0], MODE_READERS, "embed")
     if silver_cfg.silver:
         made = make_silver(silver_cfg, cfg.model, files.out, train_cfg.seed, resolve_device(train_cfg.device),
                            cfg.eval_batch_size)

@@ -18,7 +18,7 @@ from litebert.config import AlbertConfig
 from litebert.errors import ConfigError, DataError
 from litebert.files import atomic_open, check_replaceable, write_json
 from litebert.progress import progress_bar
-from litebert.runconfig import given_fields, parse_verb, verb_parser
+from litebert.runconfig import given_fields, parse_verb, refuse_flags_of_other_modes, verb_parser
 from litebert.runtime.device import check_device
 from litebert.runtime.precision import INFERENCE_PRECISIONS
 from litebert.serving.inputs import OutputWriter, input_format, output_format, read_inputs, split_hint
@@ -105,11 +105,20 @@ PREDICT_HELP = ("Predict with a checkpoint (--model). Raw inputs (--text, --inpu
                 "predicted instead: JSONL (id, prediction), or the GLUE submission format for GLUE tasks.")
 
 
+RAW = "raw inputs (--text, --input, standard input)"
+# What only one of predict's two modes reads: a split's task files, or the pipeline's options for raw inputs.
+PREDICT_READERS = {**{name: ("--data-dir",) for name in ("text_columns", "label_column", "regression", "multi_label",
+                                                         "train_file", "dev_file", "test_file", "max_eval_examples",
+                                                         "split")},
+                   **{name: (RAW,) for name in ("backend", "precision", "top_k", "aggregation_strategy")}}
+
+
 def cli_predict(argv: list[str]) -> int:
     parser = verb_parser("predict", PREDICT_HELP, {"task and model": TaskConfig, "prediction": PredictConfig},
                          other_tables=("train",))
     args = parser.parse_args(argv)
     cfg, pr, _ = parse_verb(parser, args)
+    refuse_flags_of_other_modes(args, "--data-dir" if cfg.data_dir else RAW, PREDICT_READERS, "predict")
     check_replaceable(pr.out, _is_predictions, "a predictions file of litebert predict", cfg.overwrite)
     if not cfg.data_dir:
         return predict_inputs(cfg, pr, given_fields(args))

@@ -243,12 +243,12 @@ def refuse_flags_of_other_modes(args: argparse.Namespace, mode: str, readers: Ma
                                 verb: str) -> None:
     """A verb with modes (one per call) reads some options in some modes only: a flag typed for another mode
     would be ignored without a word, so it is a ConfigError naming the modes that read it. `readers`: field ->
-    the modes that read it (fields not listed are read by every mode). Only flags count: a --config TOML may
-    hold every mode's options."""
+    the modes that read it, as the message names them (fields not listed are read by every mode). Only flags
+    count: a --config TOML may hold every mode's options."""
     for name in sorted(k for k in vars(args) if not k.startswith("_") and k in readers):
         if mode not in readers[name]:
-            raise ConfigError(f"{flag_name(name)} is read with {' or '.join('--' + m for m in readers[name])}, "
-                              f"not with --{mode}: `litebert {verb}` would ignore it")
+            raise ConfigError(f"{flag_name(name)} is read with {' or '.join(readers[name])}, not with {mode}: "
+                              f"`litebert {verb}` would ignore it")
 
 
 def given_fields(args: argparse.Namespace) -> set[str]:

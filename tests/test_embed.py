@@ -247,3 +247,17 @@ def test_a_flag_the_chosen_mode_would_ignore_is_refused_by_name(argv, words, tmp
     assert litebert_main(["embed", "--model", str(tmp_path / "m"), *argv]) == 2
     err = capsys.readouterr().err
     assert words in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--task", "novel_authorship", "--data-dir", "d", "--out", "o.jsonl", "--top-k", "2"],
+     "--top-k is read with raw inputs (--text, --input, standard input), not with --data-dir"),
+    (["--text", "A sentence.", "--split", "test"], "--split is read with --data-dir, not with raw inputs"),
+    (["--text", "A sentence.", "--text-columns", "a", "b"], "--text-columns is read with --data-dir"),
+])
+def test_predict_refuses_a_flag_its_mode_would_ignore(argv, words, tmp_path, capsys):
+    """predict's two modes: a split of a task's files (--data-dir), or raw inputs through the pipeline; each read
+    options the other ignored without a word (--top-k on a split, a split's columns on raw text)."""
+    assert litebert_main(["predict", "--model", str(tmp_path / "m"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1, err
