@@ -261,3 +261,12 @@ def test_predict_refuses_a_flag_its_mode_would_ignore(argv, words, tmp_path, cap
     assert litebert_main(["predict", "--model", str(tmp_path / "m"), *argv]) == 2
     err = capsys.readouterr().err
     assert words in err and err.count("\n") == 1, err
+
+
+def test_export_refuses_the_int8_checks_options_without_int8(tmp_path, capsys):
+    """--force, --min-agreement, --verify-text ... decide what happens to an int8 model; without --quantize int8
+    there is none, and they were ignored without a word."""
+    assert litebert_main(["export", "--model", str(tmp_path / "m"), "--out", str(tmp_path / "o"),
+                          "--min-agreement", "0.5"]) == 2
+    err = capsys.readouterr().err
+    assert "--min-agreement is read with --quantize int8, not with --quantize none" in err and err.count("\n") == 1

@@ -42,7 +42,7 @@ from litebert.heads import model_class
 from litebert.interop import agreement as agree
 from litebert.interop import quantize as q
 from litebert.interop.quantize import share_transposed_initializers
-from litebert.runconfig import parse_verb, verb_parser
+from litebert.runconfig import parse_verb, refuse_flags_of_other_modes, verb_parser
 from litebert.text.transformers_files import TOKENIZER_FILES
 from litebert.weights import resolve_model_dir, weights_digest
 
@@ -355,7 +355,11 @@ def cli(argv: list[str]) -> int:
         "example:\n  litebert export --model out/sst2/best --out out/sst2-onnx --format onnx\n"
         "  litebert export --model out/sst2/best --out out/sst2-onnx --quantize int8 --verify-text dev.txt\n"
         "inputs: input_ids, attention_mask, token_type_ids (int64); ONNX verification needs onnxruntime"))
-    (cfg,) = parse_verb(parser, argv)
+    args = parser.parse_args(argv)
+    (cfg,) = parse_verb(parser, args)
+    int8_only = ("--quantize int8",)  # the int8 check's options: without it there is no int8 model to check
+    refuse_flags_of_other_modes(args, f"--quantize {cfg.quantize}", dict.fromkeys(
+        ("min_agreement", "force", "verify_text", "verify_samples", "int8_weights"), int8_only), "export")
     print(export_model(cfg.model, cfg.out, cfg.format, verify=cfg.verify, quantize=cfg.quantize,
                        min_agreement=cfg.min_agreement, force=cfg.force, verify_text=cfg.verify_text or None,
                        verify_samples=cfg.verify_samples, int8_weights=cfg.int8_weights).summary())
