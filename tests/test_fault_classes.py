@@ -1058,3 +1058,28 @@ def test_a_path_that_does_not_exist_is_one_line_naming_it_before_any_work(verb, 
     assert err.count("\n") == 1 and err.startswith(f"litebert {verb}: error: ") and MISSING in err, \
         f"not one line naming {MISSING}: {err}"
     assert sorted(p.name for p in tmp_path.iterdir()) == [], "a refused run wrote something"
+
+
+# -- a flag the chosen mode would ignore (runconfig.refuse_flags_of_other_modes; embed's in test_embed.py) ---------
+
+@pytest.mark.parametrize("argv, words", [
+    (["--task", "novel_authorship", "--data-dir", "d", "--out", "o.jsonl", "--top-k", "2"],
+     "--top-k is read with raw inputs (--text, --input, standard input), not with --data-dir"),
+    (["--text", "A sentence.", "--split", "test"], "--split is read with --data-dir, not with raw inputs"),
+    (["--text", "A sentence.", "--text-columns", "a", "b"], "--text-columns is read with --data-dir"),
+])
+def test_predict_refuses_a_flag_its_mode_would_ignore(argv, words, tmp_path, capsys):
+    """predict's two modes: a split of a task's files (--data-dir), or raw inputs through the pipeline; each read
+    options the other ignored without a word (--top-k on a split, a split's columns on raw text)."""
+    assert litebert_main(["predict", "--model", str(tmp_path / "m"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1, err
+
+
+def test_export_refuses_the_int8_checks_options_without_int8(tmp_path, capsys):
+    """--force, --min-agreement, --verify-text ... decide what happens to an int8 model; without --quantize int8
+    there is none, and they were ignored without a word."""
+    assert litebert_main(["export", "--model", str(tmp_path / "m"), "--out", str(tmp_path / "o"),
+                          "--min-agreement", "0.5"]) == 2
+    err = capsys.readouterr().err
+    assert "--min-agreement is read with --quantize int8, not with --quantize none" in err and err.count("\n") == 1
