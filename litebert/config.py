@@ -180,16 +180,26 @@ class AlbertConfig:
             del out["problem_type"]
         return out
 
+    @staticmethod
+    def without_derived(data: dict[str, Any]) -> dict[str, Any]:
+        """`data` (a config.json, or a [model] table a run recorded from to_dict) less what to_dict derives for
+        transformers: label2id and model_type (which must be albert) dropped, and id2label's default names
+        (LABEL_i) read as a label count, so that the table sets fields again (`pretrain --config` of a run's
+        train_config.toml)."""
+        if data.get("model_type", "albert") != "albert":
+            raise ConfigError(f"invalid AlbertConfig: model_type is {data['model_type']!r}, not 'albert'")
+        out = {k: v for k, v in data.items() if k not in ("label2id", "model_type")}
+        id2label = out.get("id2label")
+        if isinstance(id2label, dict) and all(str(v) == f"LABEL_{k}" for k, v in id2label.items()):
+            out["id2label"], out["num_labels"] = None, len(id2label)  # HF's default names: keep the count only
+        return out
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "AlbertConfig":
         names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        data = cls.without_derived(data)
         known = {k: v for k, v in data.items() if k in names}
-        extra = {k: v for k, v in data.items() if k not in names and k not in ("label2id", "model_type")}
-        if data.get("model_type", "albert") != "albert":
-            raise ConfigError(f"invalid AlbertConfig: model_type is {data['model_type']!r}, not 'albert'")
-        id2label = known.get("id2label")
-        if isinstance(id2label, dict) and all(str(v) == f"LABEL_{k}" for k, v in id2label.items()):
-            known["id2label"], known["num_labels"] = None, len(id2label)  # HF's default names: keep the count only
+        extra = {k: v for k, v in data.items() if k not in names}
         if "id2label" not in known and "num_labels" not in known and "_num_labels" in extra:
             known["num_labels"] = extra["_num_labels"]
         return cls(**known, extra=extra)

@@ -85,6 +85,11 @@ class PretrainConfig:
 
 def build_model(cfg: PretrainConfig, overrides: dict[str, Any], vocab_size: int, max_seq_length: int
                 ) -> AlbertForPreTraining:
+    if "vocab_size" in overrides:  # a recorded [model] (a run's train_config.toml) names the size it trained with
+        if overrides["vocab_size"] != vocab_size:
+            raise ConfigError(f"[model] vocab_size {overrides['vocab_size']} is not the data's tokenizer's "
+                              f"{vocab_size}: the vocabulary comes from the data (--data)")
+        overrides = {k: v for k, v in overrides.items() if k != "vocab_size"}
     if cfg.init_from:
         model = AlbertForPreTraining.from_pretrained(cfg.init_from, **overrides)
         if model.config.vocab_size != vocab_size:
@@ -367,6 +372,8 @@ def cli(argv: list[str]) -> int:
         "run); their [model] table sets AlbertConfig fields. Scale out: torchrun --nproc-per-node N -m "
         "litebert.cli pretrain ..."))
     cfg, train_cfg, overrides = parse_verb(parser, argv)
+    overrides = AlbertConfig.without_derived(overrides)  # a run's own train_config.toml [model] comes back
+    overrides = {k: v for k, v in overrides.items() if not (k == "id2label" and v is None)}
     unknown = set(overrides) - {f.name for f in dataclasses.fields(AlbertConfig)}
     if unknown:
         raise ConfigError(f"[model]: unknown AlbertConfig fields {', '.join(sorted(unknown))}")

@@ -3,6 +3,7 @@
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -112,6 +113,26 @@ def test_same_seed_gives_the_same_loss_sequence(prepared, tmp_path):
         runs.append([json.loads(line).get("loss") for line in open(tmp_path / name / "metrics.jsonl")])
         assert summary["steps"] == 5
     assert runs[0] == runs[1] and len([x for x in runs[0] if x is not None]) == 5
+
+
+def test_a_runs_own_train_config_toml_repeats_and_resumes_it(prepared, tmp_path, capsys):
+    """`--config OUT/train_config.toml` is the way to repeat or resume a run without retyping its flags (a resume
+    refuses other settings). Its [model] table, written from the config's to_dict, held vocab_size (a TypeError
+    against the data's) and, since configs carry transformers' derived keys, label2id and model_type (refused as
+    unknown fields)."""
+    out = tmp_path / "run"
+    assert litebert_main(["pretrain", "--config", model_toml(tmp_path / "m.toml"), "--data", str(prepared / "data"),
+                          "--held-out", "64", "--max-steps", "2", "--batch-size", "8", "--warmup-steps", "1",
+                          "--out-dir", str(out), "--no-progress"]) == 0
+    recorded = out / "train_config.toml"
+    assert litebert_main(["pretrain", "--config", str(recorded), "--resume", "--max-steps", "3"]) == 0
+    assert json.loads((out / "summary.json").read_text())["steps"] == 3
+    assert litebert_main(["pretrain", "--config", str(recorded), "--out-dir", str(tmp_path / "again")]) == 0
+    capsys.readouterr()
+    wrong = tmp_path / "wrong.toml"
+    wrong.write_text(re.sub(r"(?m)^vocab_size = \d+$", "vocab_size = 7", recorded.read_text()))
+    assert litebert_main(["pretrain", "--config", str(wrong), "--out-dir", str(tmp_path / "w")]) == 2
+    assert "[model] vocab_size 7 is not the data's tokenizer's 1000" in capsys.readouterr().err
 
 
 def test_a_resume_with_another_dropout_is_refused(prepared, tmp_path):
