@@ -95,6 +95,8 @@ def cli_evaluate(argv: list[str]) -> int:
     metrics = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in metrics.items()}
     if ev.out:
         write_json(ev.out, metrics, indent=1)
+    print(f"litebert evaluate: {task.name}, {ev.split} split of {cfg.data_dir}: {len(examples)} examples scored",
+          file=sys.stderr)  # what the JSON on stdout is a score of
     print(json.dumps(metrics, indent=1))
     return 0
 

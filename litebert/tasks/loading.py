@@ -10,6 +10,7 @@ import hashlib
 import logging
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -73,7 +74,8 @@ class TaskConfig:
 
     model: str = field(default="", metadata={"help": "pretrained model directory (litebert or HF), or a Hub id"})
     task: str = field(default="novel_authorship", metadata={
-        "help": f"a registered task ({', '.join(TASKS)}) or 'table' (any CSV/TSV/JSONL, see --text-columns)"})
+        "help": f"a registered task ({', '.join(TASKS)}) or 'table' (any CSV/TSV/JSONL, see --text-columns); "
+                "required with --data-dir (default: novel_authorship, the demo's task, for raw inputs and recipes)"})
     data_dir: str = field(default="", metadata={"help": "the task's directory (train/dev/test files as distributed)"})
     tokenizer: str | None = field(default=None, metadata={"help": "tokenizer directory (default: --model's)"})
     max_length: int | None = field(default=None, metadata={"range": "[4, inf)",
@@ -110,11 +112,15 @@ class TaskConfig:
             family_of(TASKS[self.task]).check_settings(self.max_length, self.max_query_length)
 
 
+BUNDLED_TASKS = Path(__file__).resolve().parents[1] / "data"  # the demo's tasks ship with the package
+
+
 def resolve_task(cfg: TaskConfig) -> Task:
     if not cfg.model:
         raise ConfigError("--model is required: the directory of a pretrained (or, to evaluate, fine-tuned) model")
     if not cfg.data_dir:
-        raise ConfigError("--data-dir is required: the task's directory with its train/dev/test files")
+        raise ConfigError("--data-dir is required: the task's directory with its train/dev/test files (the demo's "
+                          f"task is bundled: --task novel_authorship --data-dir {BUNDLED_TASKS / 'novel_authorship'})")
     if cfg.task in TASKS:
         return TASKS[cfg.task]
     if cfg.task != "table":
