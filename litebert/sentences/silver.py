@@ -96,7 +96,6 @@ def sample_pairs(texts: Sequence[str], bi_encoder: str, n: int, seed: int, pool:
     return pairs
 
 
-@torch.no_grad()
 def check_cross_encoder(cross_encoder: str) -> None:
     """From its config alone, so that a wrong or mistyped --silver is refused before the bi-encoder's work."""
     config = AlbertConfig.load(resolve_model_dir(cross_encoder))
@@ -105,6 +104,7 @@ def check_cross_encoder(cross_encoder: str) -> None:
                           "pairs is a regression model (litebert finetune --regression)")
 
 
+@torch.no_grad()
 def label_pairs(cross_encoder: str, pairs: Sequence[tuple[str, str]], max_length: int = 128,
                 batch_size: int = 64, device: torch.device | str = "cpu") -> list[float]:
     """The cross-encoder's score (a regression head: `litebert finetune --regression`) of each pair, on the scale
