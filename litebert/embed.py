@@ -238,7 +238,7 @@ def cli(argv: list[str]) -> int:
     refuse_flags_of_other_modes(args, "--" + modes[0], MODE_READERS, "embed")
     if silver_cfg.silver:
         made = make_silver(silver_cfg, cfg.model, files.out, train_cfg.seed, resolve_device(train_cfg.device),
-                           cfg.eval_batch_size)
+                           cfg.eval_batch_size, cfg.pooling, cfg.max_length)  # --model's, as in the other modes
         print(f"wrote {made['out']}: {made['pairs']} pairs, mean score {made['mean_score']:.3f} ({made['clipped']} "
               f"clipped to {made['score_range'][0]:g}-{made['score_range'][1]:g})")
         return 0
