@@ -210,14 +210,16 @@ def _is_embeddings(path) -> bool:
     return len(shape) == 2 and dtype == np.float32
 
 
-# The options one or two modes read (the others read by all): typed for another mode, they are refused.
+# The options only some modes read (the others read by all): typed for another mode, they are refused.
 MODE_READERS = {**{f.name: ("--distill",) for f in dataclasses.fields(DistillConfig) if f.name != "distill"},
                 **{f.name: ("--silver",) for f in dataclasses.fields(SilverConfig) if f.name != "silver"},
                 **{f.name: ("--train", "--distill") for f in dataclasses.fields(TrainConfig)
                    if f.name not in ("device", "seed", "progress")},
                 "seed": ("--train", "--distill", "--silver"), "compare": ("--evaluate",), "overwrite": ("--input",),
                 "out": ("--input", "--silver"), "objective": ("--train",), "scale": ("--train",),
-                "max_train_examples": ("--train",), "eval": ("--train", "--distill")}
+                "max_train_examples": ("--train",), "eval": ("--train", "--distill"),
+                **{name: ("--evaluate", "--train", "--distill")  # pairs files' options: --input, --silver read text
+                   for name in ("text_columns", "label_column", "max_eval_examples")}}
 
 
 def cli(argv: list[str]) -> int:
