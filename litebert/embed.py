@@ -210,14 +210,16 @@ def _is_embeddings(path) -> bool:
     return len(shape) == 2 and dtype == np.float32
 
 
-# The options one or two modes read (the others read by all): typed for another mode, they are refused.
+# The options only some modes read (the others read by all): typed for another mode, they are refused.
 MODE_READERS = {**{f.name: ("--distill",) for f in dataclasses.fields(DistillConfig) if f.name != "distill"},
                 **{f.name: ("--silver",) for f in dataclasses.fields(SilverConfig) if f.name != "silver"},
                 **{f.name: ("--train", "--distill") for f in dataclasses.fields(TrainConfig)
                    if f.name not in ("device", "seed", "progress")},
                 "seed": ("--train", "--distill", "--silver"), "compare": ("--evaluate",), "overwrite": ("--input",),
                 "out": ("--input", "--silver"), "objective": ("--train",), "scale": ("--train",),
-                "max_train_examples": ("--train",), "eval": ("--train", "--distill")}
+                "max_train_examples": ("--train",), "eval": ("--train", "--distill"),
+                **{name: ("--evaluate", "--train", "--distill")  # pairs files' options: --input, --silver read text
+                   for name in ("text_columns", "label_column", "max_eval_examples")}}
 
 
 def cli(argv: list[str]) -> int:
@@ -238,7 +240,7 @@ def cli(argv: list[str]) -> int:
     refuse_flags_of_other_modes(args, "--" + modes[0], MODE_READERS, "embed")
     if silver_cfg.silver:
         made = make_silver(silver_cfg, cfg.model, files.out, train_cfg.seed, resolve_device(train_cfg.device),
-                           cfg.eval_batch_size)
+                           cfg.eval_batch_size, cfg.pooling, cfg.max_length)  # --model's, as in the other modes
         print(f"wrote {made['out']}: {made['pairs']} pairs, mean score {made['mean_score']:.3f} ({made['clipped']} "
               f"clipped to {made['score_range'][0]:g}-{made['score_range'][1]:g})")
         return 0

@@ -409,6 +409,55 @@ def test_non_finite_scores_and_a_collapsed_encoder_are_errors_not_nan_metrics(tm
         pair_metrics(same, same, [0.0, 1.0, 2.0, 3.0])
 
 
+def tiny_cross_encoder(student, path):
+    """A regression head (one output) on the student's tokenizer: random, but what --silver accepts."""
+    from litebert.heads import AlbertForSequenceClassification
+
+    shutil.copytree(student, path)
+    torch.manual_seed(0)
+    AlbertForSequenceClassification(AlbertConfig(vocab_size=1000, num_labels=1, **TINY)).save_pretrained(path)
+    return path
+
+
+def test_silver_samples_with_the_pooling_and_length_given_for_its_bi_encoder(student, text_file, tmp_path,
+                                                                            monkeypatch):
+    """--pooling and --max-length are --model's in every mode of embed; --silver, whose --model is the bi-encoder
+    that picks the nearest neighbours, loaded it without them (its directory's mean pooling, 128 tokens)."""
+    from litebert.sentences import silver
+
+    cross = tiny_cross_encoder(student, tmp_path / "cross")
+    loaded = []
+
+    def recording(path, pooling=None, max_length=None, device="cpu"):
+        loaded.append((os.fspath(path), pooling, max_length))
+        return load_sentence_model(path, pooling, max_length, device)
+
+    monkeypatch.setattr(silver, "load_sentence_model", recording)
+    assert litebert_main(["embed", "--model", str(student), "--silver", str(cross), "--silver-text", str(text_file),
+                          "--silver-pairs", "6", "--out", str(tmp_path / "silver.jsonl"), "--pooling", "cls",
+                          "--max-length", "24", "--silver-max-length", "48", "--device", "cpu"]) == 0
+    assert loaded == [(str(student), "cls", 24)]
+
+
+def test_the_cross_encoder_labels_silver_pairs_without_recording_gradients(student, tmp_path, monkeypatch):
+    """label_pairs lost its @torch.no_grad() to check_cross_encoder, written in between: every chunk's forward kept
+    its activations for a backward that never comes (gigabytes for a base cross-encoder on a GPU)."""
+    from litebert.heads import AlbertForSequenceClassification
+    from litebert.sentences import silver
+
+    cross = tiny_cross_encoder(student, tmp_path / "cross")
+    recorded = []
+
+    class Recording(AlbertForSequenceClassification):
+        def forward(self, *args, **kwargs):
+            recorded.append(torch.is_grad_enabled())
+            return super().forward(*args, **kwargs)
+
+    monkeypatch.setattr(silver, "AlbertForSequenceClassification", Recording)
+    scores = silver.label_pairs(str(cross), [("A fine day.", "The sea was calm."), ("Yes.", "No.")], 32, 1)
+    assert len(scores) == 2 and recorded == [False, False]
+
+
 def test_silver_scores_keep_the_gold_scale_and_a_wrong_range_is_refused():
     """The cross-encoder's scores were clipped to [0, 1] whatever the gold's scale: on STS 0-5 every similar pair
     became 1, and the concatenated gold + silver file was then divided by 5 (silver squashed to 0-0.2)."""

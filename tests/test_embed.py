@@ -241,6 +241,13 @@ def test_help_shows_each_default_once(verb, capsys):
     (["--evaluate", "p.jsonl", "--out", "e.npy"], "--out is read with --input or --silver, not with --evaluate"),
     (["--train", "p.jsonl", "--compare", "t"], "--compare is read with --evaluate, not with --train"),
     (["--input", "s.txt", "--out", "e.npy", "--silver-pairs", "9"], "--silver-pairs is read with --silver"),
+    # a pairs file's options: --input and --silver read plain text
+    (["--input", "s.txt", "--out", "e.npy", "--text-columns", "a", "b"],
+     "--text-columns is read with --evaluate or --train or --distill, not with --input"),
+    (["--silver", "x", "--silver-text", "c.txt", "--out", "s.jsonl", "--max-eval-examples", "5"],
+     "--max-eval-examples is read with --evaluate or --train or --distill, not with --silver"),
+    (["--silver", "x", "--silver-text", "c.txt", "--out", "s.jsonl", "--label-column", "score"],
+     "--label-column is read with --evaluate or --train or --distill, not with --silver"),
 ])
 def test_a_flag_the_chosen_mode_would_ignore_is_refused_by_name(argv, words, tmp_path, capsys):
     """embed has five modes; a flag typed for another (--lr while embedding a file) was ignored without a word."""

@@ -811,6 +811,15 @@ def test_the_spread_reads_the_fine_tuning_seeds_as_crossed_not_nested():
                                                                                   + np.var(seed, ddof=1)))
 
 
+def test_a_seed_that_scored_nan_splits_no_spread():
+    """max(0, NaN) is 0: one NaN score made the pretraining and fine-tuning-seed variances a confident 0.0 (the
+    report's "SD 0.0"), beside a NaN residual and share. Like one seed, it leaves nothing to split."""
+    groups = {"1": [0.8, float("nan")], "2": [0.7, 0.75], "3": [0.9, 0.85]}
+    assert stats.spread_sources(groups) is None
+    assert stats.spread_sources({"1": [0.8, float("inf")], "2": [0.7, 0.75]}) is None
+    assert stats.spread_sources({"1": [0.8, 0.8], "2": [0.8, 0.8]})["pretraining_share"] == 0.0  # constant: no spread
+
+
 PAPER_TABLES = SHARED_DATA.parent / "paper" / "albert_tables.md"
 
 

@@ -477,6 +477,23 @@ def test_a_batch_a_worker_cannot_build_is_its_own_one_line_error(tmp_path):
     assert prefetched(batch_fn, 0, 1, 10, False) is batch_fn
 
 
+def test_a_worker_error_that_ends_train_leaves_no_worker_running(tmp_path):
+    """A bug in a batch function (not a LitebertError) comes through the loader's iterator, which the error's
+    traceback holds: dropping the iterator at train's end did not stop its workers, which ran on while the caller
+    held the error, and after it until a garbage collection."""
+    import multiprocessing
+
+    def batch_fn(step, micro, rank, world_size):
+        if step == 3:
+            raise RuntimeError("a bug in the batch function")
+        return toy_batches(8, 8)(step, micro, rank, world_size)
+
+    before = set(multiprocessing.active_children())
+    with pytest.raises(RuntimeError, match="a bug in the batch function") as caught:
+        train(make_toy(), batch_fn, toy_config(tmp_path, data_workers=2))
+    assert set(multiprocessing.active_children()) == before, caught.value  # the error still held here
+
+
 def test_cuda_graphs_say_once_when_new_batch_shapes_go_uncaptured(monkeypatch, caplog):
     """Past MAX_GRAPHS captured shapes every new shape ran eagerly, silently: a run with widths varying by batch
     lost the graphs' speed on most steps with no word of it."""

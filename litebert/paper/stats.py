@@ -194,9 +194,13 @@ def spread_sources(by_pretrain_seed: Mapping[str, Sequence[float]]) -> dict[str,
     (interaction and noise). A one-way analysis, which treats the fine-tuning seeds as nested, subtracts the
     fine-tuning seeds' own variance / r from the pretraining variance (its between-checkpoint term has none of it:
     the same seeds sit in every group). Estimates below zero are taken as zero. `finetuning_variance` is the
-    fine-tuning side whole (seed + residual): the spread a new fine-tuning seed brings to one checkpoint."""
+    fine-tuning side whole (seed + residual): the spread a new fine-tuning seed brings to one checkpoint.
+    None where nothing can be split: one seed on either side, or a seed that scored NaN (the clamp at zero would
+    report its NaN estimates as no variance at all)."""
     groups = [list(v) for v in by_pretrain_seed.values() if v]
     if len(groups) < 2 or any(len(g) != len(groups[0]) for g in groups) or len(groups[0]) < 2:
+        return None
+    if not all(math.isfinite(v) for g in groups for v in g):
         return None
     k, r = len(groups), len(groups[0])
     grand = sum(map(sum, groups)) / (k * r)

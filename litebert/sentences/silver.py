@@ -67,16 +67,18 @@ class SilverConfig:
 
 
 def sample_pairs(texts: Sequence[str], bi_encoder: str, n: int, seed: int, pool: int = 5000,
-                 batch_size: int = 64, device: torch.device | str = "cpu") -> list[tuple[str, str]]:
+                 batch_size: int = 64, device: torch.device | str = "cpu", pooling: str | None = None,
+                 max_length: int | None = None) -> list[tuple[str, str]]:
     """n distinct pairs from `texts` (a pair and its reverse are one): up to n // 2 nearest-neighbour pairs by
-    `bi_encoder` among a seeded pool, each sentence of the pool asked once, and random pairs for the rest."""
+    `bi_encoder` among a seeded pool, each sentence of the pool asked once, and random pairs for the rest.
+    `pooling` and `max_length` override the bi-encoder directory's, as `litebert embed` does for its --model."""
 
     texts = list(dict.fromkeys(t for t in texts if t.strip()))
     if len(texts) < 3 or n > len(texts) * (len(texts) - 1) // 2:
         raise ConfigError(f"{n} distinct silver pairs need more distinct texts than {len(texts)}")
     rng = random.Random(seed)
     pool_texts = rng.sample(texts, min(pool, len(texts)))
-    vectors = load_sentence_model(bi_encoder, device=device).encode(pool_texts, batch_size)
+    vectors = load_sentence_model(bi_encoder, pooling, max_length, device=device).encode(pool_texts, batch_size)
     vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
     queries = rng.sample(range(len(pool_texts)), min(n // 2, len(pool_texts)))
     similarity = vectors[queries] @ vectors.T  # (n/2, P)
@@ -96,7 +98,6 @@ def sample_pairs(texts: Sequence[str], bi_encoder: str, n: int, seed: int, pool:
     return pairs
 
 
-@torch.no_grad()
 def check_cross_encoder(cross_encoder: str) -> None:
     """From its config alone, so that a wrong or mistyped --silver is refused before the bi-encoder's work."""
     config = AlbertConfig.load(resolve_model_dir(cross_encoder))
@@ -105,6 +106,7 @@ def check_cross_encoder(cross_encoder: str) -> None:
                           "pairs is a regression model (litebert finetune --regression)")
 
 
+@torch.no_grad()
 def label_pairs(cross_encoder: str, pairs: Sequence[tuple[str, str]], max_length: int = 128,
                 batch_size: int = 64, device: torch.device | str = "cpu") -> list[float]:
     """The cross-encoder's score (a regression head: `litebert finetune --regression`) of each pair, on the scale
@@ -152,7 +154,7 @@ def _is_pairs_file(path: str) -> bool:
 
 
 def make_silver(cfg: SilverConfig, bi_encoder: str, out: str, seed: int, device: torch.device | str = "cpu",
-                batch_size: int = 64) -> dict:
+                batch_size: int = 64, pooling: str | None = None, max_length: int | None = None) -> dict:
     """Sample cfg.silver_pairs pairs of cfg.silver_text with `bi_encoder`, label them with the cross-encoder and
     write them to `out`; returns what was written (the line `litebert embed --silver` prints)."""
     if not cfg.silver_text:
@@ -165,7 +167,8 @@ def make_silver(cfg: SilverConfig, bi_encoder: str, out: str, seed: int, device:
                       hint="choose another --out")
     check_cross_encoder(cfg.silver)
     texts = monolingual_texts(cfg.silver_text, span=1, seed=seed, limit=cfg.max_silver_texts)
-    pairs = sample_pairs(texts, bi_encoder, cfg.silver_pairs, seed, batch_size=batch_size, device=device)
+    pairs = sample_pairs(texts, bi_encoder, cfg.silver_pairs, seed, batch_size=batch_size, device=device,
+                         pooling=pooling, max_length=max_length)
     low, high = cfg.score_range
     scores, clipped = clip_to_gold_range(label_pairs(cfg.silver, pairs, cfg.silver_max_length, batch_size, device),
                                          low, high)

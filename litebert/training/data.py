@@ -129,7 +129,12 @@ class PrefetchedBatches:
         return item
 
     def close(self) -> None:
-        """Stop the workers (the loader's iterator shuts them down when it is dropped)."""
+        """Stop the workers now, not when the loader's iterator is freed: an error raised through it (a worker's
+        bug, a KeyboardInterrupt while waiting for a batch) holds it in its traceback, and its workers would live
+        as long as the error, then until a garbage collection."""
+        shutdown = getattr(self._batches, "_shutdown_workers", None)  # what the iterator's __del__ calls
+        if shutdown is not None:
+            shutdown()
         self._batches, self._expected = None, None
 
 
