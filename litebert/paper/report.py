@@ -352,11 +352,12 @@ def report(grid: Grid, results: Mapping[str, Any], state: Mapping[str, Any], plo
                for task, s in e.get("spread_sources", {}).items()]
     if sources:
         lines += ["Where the downstream spread comes from (two-way random effects: each pretraining seed fine-tuned "
-                  "with the same fine-tuning seeds, crossed; litebert.paper.stats.spread_sources):", ""]
+                  "with the same fine-tuning seeds, crossed; litebert.paper.stats.spread_sources). SDs of the "
+                  "parts, in points; their variances add up, the SDs do not:", ""]
         lines += [f"- {name}, {task}: {s['pretraining_share']:.0%} from pretraining seeds (SD "
                   f"{100 * math.sqrt(s['pretraining_variance']):.1f}), fine-tuning SD "
                   f"{100 * math.sqrt(s['finetuning_variance']):.1f}"
-                  + (f" (of which the fine-tuning seed itself, alike for every checkpoint, "
+                  + (f" (its seed's effect alike for every checkpoint: SD "
                      f"{100 * math.sqrt(s['finetuning_seed_variance']):.1f})" if "finetuning_seed_variance" in s else "")
                   for name, task, s in sources]
         lines.append("")
