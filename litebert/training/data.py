@@ -103,7 +103,7 @@ class PrefetchedBatches:
     loop left the GPU idle for it every step.
 
     An ask out of order (the first, or after a resume) starts the workers again from there. Workers are forked
-    (a batch_fn is usually a closure, which spawn could not send); close() stops them."""
+    (a batch_fn is usually a closure, which spawn could not send); stop_workers() stops them."""
 
     def __init__(self, batch_fn: BatchFn, workers: int, accumulation: int, max_steps: int, pin_memory: bool):
         self.batch_fn, self.workers, self.accumulation, self.max_steps = batch_fn, workers, accumulation, max_steps
@@ -116,7 +116,7 @@ class PrefetchedBatches:
         if index >= total:  # past the steps the run was started for: nothing to prefetch
             return self.batch_fn(step, micro, rank, world_size)
         if self._batches is None or self._expected != (index, rank, world_size):
-            self.close()
+            self.stop_workers()
             loader = DataLoader(_MicroBatches(self.batch_fn, index, total, self.accumulation, rank, world_size),
                                 batch_size=None, num_workers=self.workers, pin_memory=self.pin_memory,
                                 prefetch_factor=2, multiprocessing_context="fork",
@@ -128,7 +128,7 @@ class PrefetchedBatches:
             raise item.error
         return item
 
-    def close(self) -> None:
+    def stop_workers(self) -> None:
         """Stop the workers now, not when the loader's iterator is freed: an error raised through it (a worker's
         bug, a KeyboardInterrupt while waiting for a batch) holds it in its traceback, and its workers would live
         as long as the error, then until a garbage collection."""

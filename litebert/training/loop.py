@@ -163,8 +163,8 @@ def train(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, eval
         # DDP holds the process group: released first, the group is freed (its threads joined) here. Whatever a
         # reference cycle still holds (a Run reached from itself, an exception's traceback) is collected now: one
         # left to interpreter shutdown aborts the process ("terminate called without an active exception").
-        if run is not None and hasattr(run.batch_fn, "close"):
-            run.batch_fn.close()  # the worker processes of data.prefetched
+        if run is not None and hasattr(run.batch_fn, "stop_workers"):  # data.prefetched's (a user's batch_fn
+            run.batch_fn.stop_workers()  # may have a close() of its own, not ours to call)
         run = None
         gc.collect()
         teardown_distributed(env)
