@@ -36,6 +36,7 @@ def test_quick_demo_runs_every_stage_and_prints_a_summary(tmp_path, capsys):
     assert summary["pretrain128"]["steps"] == 10 and summary["pretrain128"]["seq_length"] == 128
     assert summary["pretrain128"]["init_from"] == summary["pretrain"]["checkpoint"]
     assert "continued 0." in out and "at start" in out
+    assert "--quick: a smoke run of every stage" in out and summary["quick"] is True  # its numbers say nothing
     assert set(summary["finetune"]) == set(summary["few_labels"]) == {"pretrained", "from_scratch"}
     # The few-label point: the same two inits on the task's first 54 training passages, the same dev split,
     # QUICK_FEW_LABEL_SEEDS seeds each (FEW_LABEL_SEEDS in a whole demo), their mean and every seed's score printed.
