@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import json
 import math
 import os
@@ -78,6 +79,10 @@ def load_toml(path: str | os.PathLike, sections: tuple[str, ...] | None = None) 
     `sections`, any other top-level key is an error."""
     if not os.path.exists(path) and (BUNDLED_CONFIGS / f"{path}.toml").is_file():
         path = BUNDLED_CONFIGS / f"{path}.toml"
+    if not os.path.exists(path):  # a mistyped recipe name: say which names there are
+        bundled = ", ".join(sorted(p.stem for p in BUNDLED_CONFIGS.glob("*.toml")))
+        raise FileNotFoundError(errno.ENOENT, f"No such file or directory (nor a bundled recipe: {bundled})",
+                                os.fspath(path))
     try:
         with open(path, "rb") as fh:
             data = tomllib.load(fh)

@@ -179,3 +179,11 @@ def test_a_toml_file_that_is_not_utf8_is_one_line(tmp_path, capsys):
     assert litebert_main(["params", "--config", str(bad)]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"litebert params: error: {bad}: not UTF-8 text (invalid start byte at byte 17)", err
+
+
+def test_a_mistyped_recipe_name_lists_the_bundled_ones(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert litebert_main(["pretrain", "--config", "demo_small"]) == 2
+    err = capsys.readouterr().err
+    assert "demo_small: No such file or directory (nor a bundled recipe: cpu_long, demo, paper_base)" in err, err
+    assert err.count("\n") == 1
