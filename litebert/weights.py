@@ -252,9 +252,11 @@ class PretrainedMixin:
         # Warnings, not info: a head that silently starts from random weights (e.g. the encoder's directory
         # given instead of the fine-tuned one) looks like a working model until its accuracy is checked.
         if missing:
-            log.warning("%s: initialised fresh: %s", path, ", ".join(sorted({k.rsplit('.', 1)[0] for k in missing})))
+            log.warning("%s: initialised fresh: %s (random until trained: expected when fine-tuning starts from a "
+                        "pretrained model, wrong when loading a fine-tuned one)", path,
+                        ", ".join(sorted({k.rsplit('.', 1)[0] for k in missing})))
         if unexpected or heads_left_out:
-            log.warning("%s: not used by %s: %s", path, type(self).__name__,
+            log.warning("%s: not used by %s: %s (the checkpoint's other heads, left out)", path, type(self).__name__,
                         ", ".join(sorted({k.rsplit('.', 1)[0] for k in unexpected + heads_left_out})))
 
     def _check_shared_copies_agree(self, state: dict[str, torch.Tensor], path: str) -> None:
