@@ -69,9 +69,10 @@ LONG_PHASE = dict(max_steps=600, warmup_steps=50, lr=5e-3, eval_every=200, save_
 FEW_LABELS = 54
 FEW_LABEL_STEPS = dict(max_steps=200, warmup_steps=20)
 FEW_LABEL_SEEDS = 3
-QUICK = dict(max_steps=40, eval_every=20, save_every=20, warmup_steps=4)  # --quick: a smoke run of every stage
+QUICK = dict(max_steps=40, eval_every=20, save_every=20, warmup_steps=4, log_every=5)  # --quick: a smoke run,
+# logged often enough that its plots are curves, not single points
 QUICK_FEW_LABEL_SEEDS = 2  # enough for a mean and its spread; 40 steps teach nothing a third seed would show
-QUICK_LONG_PHASE = dict(max_steps=10, eval_every=10, save_every=10, warmup_steps=2)
+QUICK_LONG_PHASE = dict(max_steps=10, eval_every=10, save_every=10, warmup_steps=2, log_every=2)
 
 
 DEMO_MARKER = ".litebert-demo"  # written first into a demo's directory
