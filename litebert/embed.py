@@ -226,8 +226,8 @@ def cli(argv: list[str]) -> int:
     parser = verb_parser("embed", __doc__, {"files": EmbedFiles, "model, data and pooling": SentenceConfig,
                                             "distillation (with --distill; litebert/sentences/distill.py)": DistillConfig,
                                             "silver pairs (with --silver; litebert/sentences/silver.py)": SilverConfig,
-                                            "training (with --train or --distill; --seed and --device also "
-                                            "embed, evaluate and --silver)": TrainConfig})
+                                            "training (with --train or --distill; --device in every mode, "
+                                            "--seed also with --silver)": TrainConfig})
     args = parser.parse_args(argv)
     files, cfg, distill_cfg, silver_cfg, train_cfg = parse_verb(parser, args)
     if not cfg.model:
