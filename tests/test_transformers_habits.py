@@ -487,3 +487,16 @@ def test_padding_side_reads_as_transformers_and_left_is_refused(both):
         with pytest.raises(ConfigError, match="right only"):
             setattr(ours, side, "left")
     assert ours.padding_side == "right"
+
+
+def test_a_pipeline_answers_model_device_and_tokenizer_as_transformers(tok_dir, tmp_path):
+    """`pipe.model`, `pipe.device` and `pipe.tokenizer` are what transformers users reach for after building one
+    (to move a batch, to inspect a config); `pipe.model` was an AttributeError."""
+    import litebert
+    saved_classifier(tok_dir, tmp_path / "clf", tokenizer_first=False)
+    ours = litebert.pipeline("text-classification", model=str(tmp_path / "clf"), device="cpu")
+    theirs = transformers.pipeline("text-classification", model=str(tmp_path / "clf"), device="cpu")
+    assert ours.device == theirs.device == torch.device("cpu")
+    assert ours.model.config.id2label == {i: n for i, n in theirs.model.config.id2label.items()}
+    assert type(ours.model).__name__ == type(theirs.model).__name__ == "AlbertForSequenceClassification"
+    assert ours.tokenizer("Anne walked.")["input_ids"].tolist() == [theirs.tokenizer("Anne walked.")["input_ids"]]

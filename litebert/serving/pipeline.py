@@ -167,6 +167,20 @@ class Pipeline:
         return self.backends[0]
 
     @property
+    def model(self):
+        """transformers' `pipe.model`: the (first member's) PyTorch model; an ONNX Runtime backend has none."""
+        model = getattr(self.backend, "model", None)
+        if model is None:
+            raise AttributeError(f"pipe.model: the {self.backend.name} backend runs an exported graph, not a PyTorch "
+                                 "model (litebert.AlbertForSequenceClassification.from_pretrained loads one)")
+        return model
+
+    @property
+    def device(self) -> torch.device:
+        """transformers' `pipe.device`: where the model runs."""
+        return torch.device(getattr(self.backend, "device", "cpu"))
+
+    @property
     def precision(self) -> str:
         """What runs: the backend's precision ("auto" until the first batch has chosen fp32 or bf16)."""
         return self.backend.precision
