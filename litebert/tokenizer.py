@@ -80,6 +80,7 @@ class Tokenizer(TokenNames):
         self.options = NormalizerOptions(do_lower_case, keep_accents, remove_space)
         self.num_threads = num_threads  # sentencepiece batch threads; data workers set 1 to avoid oversubscription
         self.model_max_length = model_max_length  # the model's positions (transformers' name): what truncation=True cuts to
+        self.name_or_path = os.path.dirname(model_file)  # from_pretrained: what it was given (a Hub id, a path)
         self.vocab_size = self.sp.get_piece_size()
         ids = {k: self.sp.piece_to_id(v) for k, v in SPECIALS.items()}
         self.pad_id, self.unk_id = ids["pad_token"], ids["unk_token"]
@@ -114,7 +115,9 @@ class Tokenizer(TokenNames):
         else:
             raise FileNotFoundError(f"no such directory: {path}")
         options, model_max_length, pre_tokenizer = read_tokenizer_config(config_dir)
-        return cls(model_file, **options, model_max_length=model_max_length, pre_tokenizer=pre_tokenizer)
+        tokenizer = cls(model_file, **options, model_max_length=model_max_length, pre_tokenizer=pre_tokenizer)
+        tokenizer.name_or_path = path  # transformers' name: what it was loaded from, as given
+        return tokenizer
 
     def save_pretrained(self, out_dir: str) -> None:
         """Write spiece.model and what transformers reads (text.transformers_files.save_tokenizer says which

@@ -500,3 +500,10 @@ def test_a_pipeline_answers_model_device_and_tokenizer_as_transformers(tok_dir, 
     assert ours.model.config.id2label == {i: n for i, n in theirs.model.config.id2label.items()}
     assert type(ours.model).__name__ == type(theirs.model).__name__ == "AlbertForSequenceClassification"
     assert ours.tokenizer("Anne walked.")["input_ids"].tolist() == [theirs.tokenizer("Anne walked.")["input_ids"]]
+
+
+def test_tokenizer_special_tokens_map_and_name_or_path_as_transformers(tok_dir):
+    ours = Tokenizer.from_pretrained(str(tok_dir))
+    theirs = transformers.AutoTokenizer.from_pretrained(str(tok_dir))
+    assert ours.special_tokens_map == {k: str(v) for k, v in theirs.special_tokens_map.items()}
+    assert ours.name_or_path == theirs.name_or_path == str(tok_dir)

@@ -105,3 +105,10 @@ class TokenNames:
     def all_special_ids(self) -> list[int]:
         return self.convert_tokens_to_ids(self.all_special_tokens)
 
+    @property
+    def special_tokens_map(self) -> dict[str, str]:
+        """transformers' roles -> tokens (what `tokenizer.special_tokens_map` prints there)."""
+        return {"bos_token": self.bos_token, "eos_token": self.eos_token, "unk_token": self.unk_token,
+                "sep_token": self.sep_token, "pad_token": self.pad_token, "cls_token": self.cls_token,
+                "mask_token": self.mask_token}
+
