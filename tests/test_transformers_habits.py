@@ -10,6 +10,7 @@ import json
 import os
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
@@ -507,3 +508,27 @@ def test_tokenizer_special_tokens_map_and_name_or_path_as_transformers(tok_dir):
     theirs = transformers.AutoTokenizer.from_pretrained(str(tok_dir))
     assert ours.special_tokens_map == {k: str(v) for k, v in theirs.special_tokens_map.items()}
     assert ours.name_or_path == theirs.name_or_path == str(tok_dir)
+
+
+@pytest.mark.parametrize("options", [{}, {"return_tensors": "pt"}, {"padding": "max_length", "max_length": 20},
+                                     {"pad_to_multiple_of": 8, "return_tensors": "np"},
+                                     {"return_attention_mask": False}])
+def test_pad_equals_transformers_and_feeds_its_data_collator(tok_dir, options):
+    """`tokenizer.pad` is what transformers' data collators call (DataCollatorWithPadding, so Trainer); litebert's
+    Tokenizer had none, so it could not stand in for AlbertTokenizer there."""
+    ours, theirs = Tokenizer.from_pretrained(str(tok_dir)), transformers.AutoTokenizer.from_pretrained(str(tok_dir))
+    texts = ["Anne walked to the town.", "Yes.", "It was a fine day, and the sea was calm."]
+    features = [{"input_ids": ours.encode(t), "label": i} for i, t in enumerate(texts)]
+    assert features == [{"input_ids": theirs(t)["input_ids"], "label": i} for i, t in enumerate(texts)]
+    a, b = ours.pad(features, **options), theirs.pad(features, **options)
+    assert sorted(a) == sorted(b)
+    for key in b:
+        assert np.array_equal(np.asarray(a[key]), np.asarray(b[key])), key
+    one = ours.pad(features[1], padding="max_length", max_length=6)  # one example: its row, not a batch
+    assert one["input_ids"] == theirs.pad(features[1], padding="max_length", max_length=6)["input_ids"]
+    scored = [{**f, "label": 0.5 * i} for i, f in enumerate(features)]  # a regression's float scores stay floats
+    assert ours.pad(scored, return_tensors="pt")["label"].dtype == theirs.pad(scored, return_tensors="pt")["label"].dtype
+    batch = transformers.DataCollatorWithPadding(ours, return_tensors="pt")(features)
+    assert batch["input_ids"].shape == (3, max(len(f["input_ids"]) for f in features))
+    assert batch["labels"].tolist() == [0, 1, 2] and batch["attention_mask"].sum().item() == sum(
+        len(f["input_ids"]) for f in features)

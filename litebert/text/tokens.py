@@ -14,6 +14,19 @@ from litebert.errors import ConfigError
 from litebert.text import encoding
 from litebert.text.conventions import SPECIALS, SPIECE_UNDERLINE
 
+# What `pad` fills each padded row's end with (transformers' values: the pad id, token type 0, no attention, special)
+PAD_VALUES = {"input_ids": lambda tok: tok.pad_id, "token_type_ids": lambda tok: 0,
+              "attention_mask": lambda tok: 0, "special_tokens_mask": lambda tok: 1}
+
+
+def _as_tensor(value, return_tensors: str):
+    """A passed-through feature (labels) as an array or tensor of its own dtype (float scores stay floats)."""
+    if return_tensors == "np":
+        return np.asarray(value)
+    import torch
+
+    return torch.as_tensor(value)  # a list of floats: float32, as transformers makes it
+
 
 def clean_up_tokenization(text: str) -> str:
     """transformers' clean_up_tokenization_spaces=True: the spaces a word-level tokenizer put before
@@ -104,6 +117,43 @@ class TokenNames:
     @property
     def all_special_ids(self) -> list[int]:
         return self.convert_tokens_to_ids(self.all_special_tokens)
+
+    def pad(self, encoded_inputs, padding: bool | str = True, max_length: int | None = None,
+            pad_to_multiple_of: int | None = None, return_attention_mask: bool | None = None,
+            return_tensors: str | None = None) -> encoding.BatchEncoding:
+        """transformers' `tokenizer.pad`, what its data collators call (DataCollatorWithPadding): features
+        (a list of {input_ids, ...} or one dict of rows) padded on the right; input_ids with <pad>, token_type_ids
+        and attention_mask (made when absent, unless return_attention_mask=False) with 0, special_tokens_mask with
+        1; other keys (labels) passed through, made tensors with the rest when return_tensors asks."""
+        if isinstance(encoded_inputs, (list, tuple)):
+            if not encoded_inputs:
+                raise ConfigError("pad: no features to pad")
+            batch = {k: [feature[k] for feature in encoded_inputs] for k in encoded_inputs[0]}
+        else:
+            batch = dict(encoded_inputs)
+        if "input_ids" not in batch:
+            raise ConfigError(f"pad: features need input_ids, got {sorted(batch)}")
+        first = batch["input_ids"][0] if len(batch["input_ids"]) else None
+        one = first is not None and not isinstance(first, (list, tuple)) and np.ndim(first) == 0  # an example's row
+        rows = {k: [encoding.id_list(v)] if one else [encoding.id_list(r) for r in v]
+                for k, v in batch.items() if k in PAD_VALUES}
+        lengths = [len(r) for r in rows["input_ids"]]
+        if "attention_mask" not in rows and return_attention_mask is not False:
+            rows["attention_mask"] = [[1] * n for n in lengths]
+        if return_attention_mask is False:
+            rows.pop("attention_mask", None)
+        strategy = encoding.padding_strategy(padding)
+        width = None if strategy == "do_not_pad" else encoding.round_up(
+            max(lengths, default=0) if strategy == "longest" else (max_length or self.model_max_length),
+            pad_to_multiple_of)
+        for key, value in rows.items():
+            rows[key] = [r + [PAD_VALUES[key](self)] * (width - len(r)) if width and len(r) < width else r
+                         for r in value]
+        passed = {k: v for k, v in batch.items() if k not in PAD_VALUES}  # labels and the like, as they are
+        if return_tensors is not None:
+            rows = encoding.as_tensors(rows, return_tensors)  # int64, as transformers makes ids
+            passed = {k: _as_tensor(v, return_tensors) if np.ndim(v) >= 1 else v for k, v in passed.items()}
+        return encoding.BatchEncoding({**passed, **{k: v[0] if one else v for k, v in rows.items()}})
 
     @property
     def special_tokens_map(self) -> dict[str, str]:
