@@ -374,6 +374,12 @@ def test_feature_extraction_equals_transformers_and_sentence_embeddings_pool_it(
     texts = [" ".join(r["text"].split()[:25]) for r in rows("novel_authorship", 6)]
     ours = litebert.pipeline("feature-extraction", models["mlm"])(texts)
     assert_same(ours, hf_pipeline("feature-extraction", models["mlm"])(texts), atol=1e-4)
+    tensors = litebert.pipeline("feature-extraction", models["mlm"], return_tensors=True)(texts)
+    theirs = hf_pipeline("feature-extraction", models["mlm"], return_tensors=True)(texts)
+    assert all(isinstance(t, torch.Tensor) and t.shape == h.shape for t, h in zip(tensors, theirs))
+    torch.testing.assert_close(tensors[0], theirs[0].float(), atol=1e-4, rtol=0)
+    with pytest.raises(ValueError, match="return_tensors must be True or False"):
+        litebert.pipeline("feature-extraction", models["mlm"], return_tensors="pt")
     vectors = litebert.pipeline("sentence-embeddings", models["mlm"])(texts)
     np.testing.assert_allclose(vectors, [np.mean(o[0], axis=0) for o in ours], atol=1e-5)
     encoder = SentenceEncoder.from_pretrained(models["mlm"], pooling="cls")  # an S-ALBERT directory
@@ -709,3 +715,11 @@ def test_read_inputs_formats():
     assert [(r.id, r.input) for r in records] == [("7", {"question": "q", "options": ["a", "b", "c"]}),
                                                   ("8", {"question": "r", "options": ["x", "y"]})]
     assert [r.where for r in records] == ["t.csv:2", "t.csv:3"]
+
+
+def test_the_server_refuses_return_tensors_which_json_cannot_carry():
+    from litebert.serving.requests import RequestError, parse_parameters
+    with pytest.raises(RequestError, match="return_tensors is for Python callers"):
+        parse_parameters({"inputs": "a", "parameters": {"return_tensors": True}}, lambda p: None)
+    assert parse_parameters({"inputs": "a", "parameters": {"return_tensors": False}}, lambda p: None) == {
+        "return_tensors": False}

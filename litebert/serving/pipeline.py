@@ -123,7 +123,7 @@ TASKS: dict[str, Task] = {
     "question-answering": Task(present_span, AlbertForQuestionAnswering, max_length=384, windowed=True,
                                options={"top_k": 1, "handle_impossible_answer": False, "max_answer_len": None}),
     "multiple-choice": Task(present_choice, AlbertForMultipleChoice, options={"top_k": LEGACY}),
-    "feature-extraction": Task(present_hidden, family=lambda d: Encoder(None)),
+    "feature-extraction": Task(present_hidden, family=lambda d: Encoder(None), options={"return_tensors": False}),
     "sentence-embeddings": Task(present_vector,
                                 family=lambda d: Encoder(_sentence_settings(d).get("pooling", "mean"))),
 }
@@ -304,9 +304,16 @@ def check_max_answer_len(value: Any) -> None:
         raise ConfigError(f"max_answer_len must be a positive integer, got {value!r}")
 
 
+def check_return_tensors(value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ConfigError(f"return_tensors must be True or False, got {value!r}")
+
+
 OPTION_CHECKS: dict[str, Callable[[Any], None]] = {  # a call option's value -> None, or a one-line ConfigError
     "top_k": check_top_k, "function_to_apply": check_function, "max_answer_len": check_max_answer_len,
-    "aggregation_strategy": check_aggregation, "ignore_labels": check_ignore_labels, "targets": check_targets}
+    "aggregation_strategy": check_aggregation, "ignore_labels": check_ignore_labels, "targets": check_targets,
+    "return_tensors": check_return_tensors}
+
 
 
 def check_batch_size(batch_size: Any) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import numpy as np
+import torch
 
 from litebert.serving.options import qa_answers, target_ids
 from litebert.text.conventions import SPIECE_UNDERLINE
@@ -71,8 +72,11 @@ def present_span(pipe: Any, answer, example, options: dict) -> dict | list[dict]
     return rows[0] if options.get("top_k", 1) == 1 else rows
 
 
-def present_hidden(pipe: Any, answer, example, options: dict) -> list:
-    return [answer.tolist()]  # (1, T, H), as transformers' feature-extraction
+def present_hidden(pipe: Any, answer, example, options: dict) -> list | torch.Tensor:
+    """(1, T, H), as transformers' feature-extraction: nested lists, or a tensor with return_tensors=True."""
+    if options.get("return_tensors"):
+        return torch.as_tensor(answer)[None]
+    return [answer.tolist()]
 
 
 def present_vector(pipe: Any, answer, example, options: dict) -> list:

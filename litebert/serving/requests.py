@@ -91,6 +91,8 @@ def parse_parameters(payload: Any, check: Callable[[dict], Any] | None) -> dict:
                                 f"{type(params).__name__}")
     if params and check is None:
         raise RequestError(422, "this model takes no parameters")
+    if params.get("return_tensors"):  # a tensor is no JSON: the answer is the nested lists already
+        raise RequestError(422, "parameters: return_tensors is for Python callers; the server answers JSON lists")
     if params:
         try:
             check(params)
