@@ -195,8 +195,11 @@ class Tokenizer(TokenNames):
             sub = sub[1:] if len(sub[0]) == 1 else [sub[0][1:]] + sub[1:]
         return [self.sp.piece_to_id(p) for p in sub] + [self.sp.piece_to_id(piece[-1])]
 
-    def tokenize(self, text: str) -> list[str]:
-        return [self.pieces[i] for i in self._encode_plain([text])[0]]
+    def tokenize(self, text: str, pair: str | None = None, add_special_tokens: bool = False) -> list[str]:
+        """The pieces of a text (or a pair), with [CLS]/[SEP] when add_special_tokens, as transformers'."""
+        if not add_special_tokens and pair is None:
+            return [self.pieces[i] for i in self._encode_plain([text])[0]]
+        return self.convert_ids_to_tokens(self.encode(text, pair, add_special_tokens=add_special_tokens))
 
     def encode(self, text: str, pair: str | None = None, add_special_tokens: bool = True,
                max_length: int | None = None, truncation: bool | str = "longest_first", *,

@@ -532,3 +532,10 @@ def test_pad_equals_transformers_and_feeds_its_data_collator(tok_dir, options):
     assert batch["input_ids"].shape == (3, max(len(f["input_ids"]) for f in features))
     assert batch["labels"].tolist() == [0, 1, 2] and batch["attention_mask"].sum().item() == sum(
         len(f["input_ids"]) for f in features)
+
+
+def test_tokenize_takes_a_pair_and_add_special_tokens_as_transformers(both):
+    ours, theirs = both
+    for args, kwargs in ((("Anne walked to Lyme.",), {}), (("Anne walked to Lyme.",), {"add_special_tokens": True}),
+                         (("Anne walked.", "Yes."), {}), (("Anne walked.", "Yes."), {"add_special_tokens": True})):
+        assert ours.tokenize(*args, **kwargs) == theirs.tokenize(*args, **kwargs), (args, kwargs)
