@@ -1083,3 +1083,11 @@ def test_export_refuses_the_int8_checks_options_without_int8(tmp_path, capsys):
                           "--min-agreement", "0.5"]) == 2
     err = capsys.readouterr().err
     assert "--min-agreement is read with --quantize int8, not with --quantize none" in err and err.count("\n") == 1
+
+
+def test_reproduce_refuses_jobs_at_the_paper_scale_which_runs_nothing(tmp_path, capsys):
+    assert litebert_main(["reproduce", "sharing", "--scale", "paper", "--out", str(tmp_path / "p"), "--jobs", "3",
+                          "--corpus", str(tmp_path / "c.txt")]) == 2
+    err = capsys.readouterr().err
+    assert "--jobs is read with --scale cpu or --scale gpu or --scale tiny, not with --scale paper" in err
+    assert err.count("\n") == 1 and not (tmp_path / "p").exists()

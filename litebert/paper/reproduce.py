@@ -65,7 +65,7 @@ from litebert.paper.recipes import (
     write_recipe,
 )
 from litebert.paper.record import kept_record, machine, restore_runs, reuse_runs, reuse_sources, write_report
-from litebert.runconfig import parse_verb, verb_parser
+from litebert.runconfig import parse_verb, refuse_flags_of_other_modes, verb_parser
 from litebert.tokenizer import Tokenizer
 from litebert.training.distributed import world_size
 from litebert.training.metrics_log import METRICS_NAME, read_metrics
@@ -404,7 +404,10 @@ def reproduce(cfg: ReproduceConfig, command: str | None = None) -> dict[str, Any
 
 def cli(argv: list[str]) -> int:
     parser = verb_parser("reproduce", __doc__, {"experiment and grid": ReproduceConfig})
-    (cfg,) = parse_verb(parser, argv)
+    args = parser.parse_args(argv)
+    (cfg,) = parse_verb(parser, args)
+    runs_here = ("--scale cpu", "--scale gpu", "--scale tiny")  # the paper scale writes commands, runs nothing
+    refuse_flags_of_other_modes(args, f"--scale {cfg.scale}", {"jobs": runs_here}, "reproduce")
     reproduce(cfg, "litebert reproduce " + shlex.join(argv))
     return 0
 
