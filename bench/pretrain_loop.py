@@ -8,6 +8,7 @@ each step's tokens/s (its batch's tokens, padding included, over the step's wall
 from the run's metrics.jsonl (log_every 1), the first --warmup steps of every run left out. Every run trains on the
 same batches in the same order. Sides are `--data-workers N` for each N of --workers. Reported per side: the
 median tokens/s over all its runs' steps; `speedup` is its median against the first side's (0: built in step).
+`batch_build_ms`: the host time one batch takes to build (what a step without workers waits for).
 
     python bench/pretrain_loop.py --data .gpu/work/data128 --device cuda --precision bf16 --gpu-scale
     python bench/pretrain_loop.py --data .gpu/work/data128 --device cuda --preset albert-base-v2 --batch-size 64
@@ -22,11 +23,14 @@ import itertools
 import os
 import statistics
 import tempfile
+import time
 
 from common import base_parser, configure, emit, machine
 
 from litebert.cli import main as litebert_main
+from litebert.corpus.dataset import PretrainDataset
 from litebert.paper.experiments import SCALES
+from litebert.pretrain import Batches, sentence_task
 from litebert.training.metrics_log import read_metrics
 
 
@@ -52,6 +56,19 @@ def one_run(args, workers: int, out_dir: str, config: str | None) -> list[float]
         raise SystemExit(f"litebert {' '.join(argv)} failed")
     records = read_metrics(os.path.join(out_dir, "metrics.jsonl"))
     return [r["tokens_per_s"] for r in records if "tokens_per_s" in r and r["step"] > args.warmup]
+
+
+def batch_build_ms(data: str, batch_size: int, batches: int = 8) -> float:
+    """Host milliseconds to build one training batch as the loop asks for it (dynamic masking included): what a
+    step waits for without workers. The median of `batches` batches after one untimed."""
+    dataset = PretrainDataset(data)
+    build = Batches(dataset, seed=0, task=sentence_task(dataset, "auto"))
+    times = []
+    for i in range(batches + 1):
+        start = time.perf_counter()
+        build([j % len(dataset) for j in range(i * batch_size, (i + 1) * batch_size)], i * batch_size)
+        times.append(time.perf_counter() - start)
+    return round(1000 * statistics.median(times[1:]), 2)
 
 
 def main() -> None:
@@ -82,6 +99,7 @@ def main() -> None:
     emit({"bench": "pretrain_loop", "model": "gpu scale" if args.gpu_scale else args.preset, "data": args.data,
           "batch": args.batch_size, "steps_per_run": args.steps, "runs_per_side": args.repeats,
           "precision": args.precision, "cuda_graphs": args.cuda_graphs, "padding_free": args.padding_free,
+          "batch_build_ms": batch_build_ms(args.data, args.batch_size),
           "sides": {f"data_workers={w}": {"tokens_per_s": round(statistics.median(r)),
                                           "speedup": round(statistics.median(r) / first, 3)}
                     for w, r in rates.items()}, **machine()})

@@ -371,4 +371,4 @@ def test_pretrain_loop_times_real_runs_with_and_without_data_workers(tmp_path):
     inline, ahead = r["sides"]["data_workers=0"], r["sides"]["data_workers=1"]
     assert inline["speedup"] == 1.0 and inline["tokens_per_s"] > 0 and ahead["tokens_per_s"] > 0
     assert ahead["speedup"] == pytest.approx(ahead["tokens_per_s"] / inline["tokens_per_s"], abs=2e-3)
-    assert r["runs_per_side"] == 2 and "cpu" in r and r["model"] == "tiny"
+    assert r["runs_per_side"] == 2 and "cpu" in r and r["model"] == "tiny" and r["batch_build_ms"] > 0
