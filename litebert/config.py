@@ -184,14 +184,15 @@ class AlbertConfig:
     def without_derived(data: dict[str, Any]) -> dict[str, Any]:
         """`data` (a config.json, or a [model] table a run recorded from to_dict) less what to_dict derives for
         transformers: label2id and model_type (which must be albert) dropped, and id2label's default names
-        (LABEL_i) read as a label count, so that the table sets fields again (`pretrain --config` of a run's
+        (LABEL_i) read as a label count alone, so that the table sets fields again (`pretrain --config` of a run's
         train_config.toml)."""
         if data.get("model_type", "albert") != "albert":
             raise ConfigError(f"invalid AlbertConfig: model_type is {data['model_type']!r}, not 'albert'")
         out = {k: v for k, v in data.items() if k not in ("label2id", "model_type")}
         id2label = out.get("id2label")
         if isinstance(id2label, dict) and all(str(v) == f"LABEL_{k}" for k, v in id2label.items()):
-            out["id2label"], out["num_labels"] = None, len(id2label)  # HF's default names: keep the count only
+            del out["id2label"]  # HF's default names: keep the count only
+            out["num_labels"] = len(id2label)
         return out
 
     @classmethod

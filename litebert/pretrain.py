@@ -373,7 +373,6 @@ def cli(argv: list[str]) -> int:
         "litebert.cli pretrain ..."))
     cfg, train_cfg, overrides = parse_verb(parser, argv)
     overrides = AlbertConfig.without_derived(overrides)  # a run's own train_config.toml [model] comes back
-    overrides = {k: v for k, v in overrides.items() if not (k == "id2label" and v is None)}
     unknown = set(overrides) - {f.name for f in dataclasses.fields(AlbertConfig)}
     if unknown:
         raise ConfigError(f"[model]: unknown AlbertConfig fields {', '.join(sorted(unknown))}")
