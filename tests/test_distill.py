@@ -247,6 +247,39 @@ def test_distilled_student_approaches_the_teacher_loads_in_sentence_transformers
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
 
 
+def test_the_teacher_is_loaded_once_and_let_go_before_the_student_trains(student, teacher, text_file, tmp_path,
+                                                                         monkeypatch):
+    """Its vectors and its scores on --eval come from one load, and its memory (a GPU's, under --device cuda) is
+    free while the student trains."""
+    import gc
+    import weakref
+
+    from litebert.sentences import distill
+
+    loaded, real_load, real_train = [], distill.load_sentence_model, distill.train
+
+    def counting_load(*args, **kwargs):
+        model = real_load(*args, **kwargs)
+        loaded.append(weakref.ref(model))
+        return model
+
+    def train_after_the_teacher_is_gone(*args, **kwargs):
+        gc.collect()
+        assert [ref() for ref in loaded] == [None]
+        return real_train(*args, **kwargs)
+
+    monkeypatch.setattr(distill, "load_sentence_model", counting_load)
+    monkeypatch.setattr(distill, "train", train_after_the_teacher_is_gone)
+    lines = corpus_lines(20)
+    (tmp_path / "eval.jsonl").write_text("".join(json.dumps({"sentence1": lines[i], "sentence2": lines[i + 1],
+                                                             "score": i % 5}) + "\n" for i in range(0, 18, 2)))
+    cfg = SentenceConfig(model=str(student), eval=str(tmp_path / "eval.jsonl"), max_length=32, label_column="score")
+    dcfg = DistillConfig(distill=str(teacher), distill_text=[str(text_file)], distill_span=2)
+    summary = train_distilled(cfg, dcfg, TrainConfig(optimizer="adamw", lr=3e-3, batch_size=16, max_steps=2,
+                                                     save_every=0, progress=False, out_dir=str(tmp_path / "run")))
+    assert len(loaded) == 1 and summary["teacher_eval"] and summary["steps"] == 2
+
+
 def test_cli_distills_and_compares_in_one_command(student, teacher, text_file, tmp_path, capsys):
     pairs = tmp_path / "pairs.jsonl"
     lines = corpus_lines(20)

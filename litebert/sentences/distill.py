@@ -28,11 +28,12 @@ ignores a pretraining checkpoint's heads).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import os
 import random
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
@@ -45,7 +46,7 @@ from litebert.model import AlbertModel
 from litebert.progress import progress_bar
 from litebert.runconfig import check_declared
 from litebert.sentence import SentenceEncoder, embed, sentence_settings
-from litebert.sentences.directories import Dense, add_dense, load_sentence_model
+from litebert.sentences.directories import Dense, SentenceModel, add_dense, load_sentence_model
 from litebert.sentences.sts import is_benchmark, pair_scores, read_benchmark, read_scored_pairs
 from litebert.tokenizer import Tokenizer
 from litebert.training import sweep
@@ -185,9 +186,11 @@ def _cached_key(meta: str) -> dict | None:
 
 
 def teacher_vectors(teacher: str, texts: list[str], cfg: DistillConfig, out_dir: str, write: bool,
-                    progress: bool = True, device: torch.device | str = "cpu") -> np.ndarray:
+                    progress: bool = True, device: torch.device | str = "cpu",
+                    load: Callable[[], SentenceModel] | None = None) -> np.ndarray:
     """The teacher's (N, D) float32 vectors of `texts`, read from OUT_DIR's cache when it was made from the same
-    texts by the same teacher at the same length, else computed on `device` (and cached when `write`)."""
+    texts by the same teacher at the same length, else computed on `device` (and cached when `write`). `load`:
+    the teacher already loaded (or loaded once for several uses) by the caller."""
     key = {"teacher": os.path.abspath(teacher), "teacher_sha256": _directory_sha256(teacher),
            "teacher_max_length": cfg.teacher_max_length, "texts": len(texts),
            "texts_sha256": hashlib.sha256("\n".join(texts).encode("utf-8")).hexdigest()}
@@ -196,7 +199,7 @@ def teacher_vectors(teacher: str, texts: list[str], cfg: DistillConfig, out_dir:
         cached = np.load(npy)  # allow_pickle is False by default: nothing is unpickled
         if cached.ndim == 2 and len(cached) == len(texts):
             return cached
-    model = load_sentence_model(teacher, max_length=cfg.teacher_max_length, device=device)
+    model = load() if load else load_sentence_model(teacher, max_length=cfg.teacher_max_length, device=device)
     chunk = 16 * cfg.teacher_batch_size
     parts = []
     with progress_bar(len(texts), "teacher", enabled=progress) as bar:
@@ -255,8 +258,11 @@ def train_distilled(sentence_cfg, cfg: DistillConfig, train_cfg) -> dict:
         raise DataError(f"{len(items)} distillation texts, fewer than batch_size {train_cfg.batch_size}")
     os.makedirs(train_cfg.out_dir, exist_ok=True)
     device = process_device(train_cfg.device)  # the teacher encodes where the student trains
+    # Loaded at most once, for its vectors (unless cached) and its scores on --eval, and let go before training
+    load_teacher = functools.cache(lambda: load_sentence_model(cfg.distill, max_length=cfg.teacher_max_length,
+                                                               device=device))
     targets = teacher_vectors(cfg.distill, texts, cfg, train_cfg.out_dir, write=main,
-                              progress=train_cfg.progress and main, device=device)
+                              progress=train_cfg.progress and main, load=load_teacher)
     tokenizer = Tokenizer.from_pretrained(sentence_cfg.model)
     model = DistillStudent.from_pretrained(sentence_cfg.model, targets.shape[1], pooling=sentence_cfg.pooling,
                                            max_length=sentence_cfg.max_length)
@@ -279,10 +285,9 @@ def train_distilled(sentence_cfg, cfg: DistillConfig, train_cfg) -> dict:
                                eval_pairs, eval_labels, recall)
 
         if main:
-
-            teacher = load_sentence_model(cfg.distill, max_length=cfg.teacher_max_length, device=device)
-            teacher_scores = pair_scores(lambda t: teacher.encode(t, cfg.teacher_batch_size), eval_pairs,
+            teacher_scores = pair_scores(lambda t: load_teacher().encode(t, cfg.teacher_batch_size), eval_pairs,
                                          eval_labels, recall)
+    load_teacher.cache_clear()  # the teacher's memory (on a GPU, the card's) goes back before the student trains
 
     tokenizer_dir = os.path.join(train_cfg.out_dir, "tokenizer")
     tokenizer.save_pretrained(tokenizer_dir)
