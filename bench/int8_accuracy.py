@@ -60,8 +60,10 @@ def main() -> None:
         paths = {"torch_fp32": ("torch", "fp32", args.model), "torch_int8": ("torch", "int8", args.model),
                  "onnx_fp32": ("onnx", "fp32", os.path.join(tmp, "per-tensor")),
                  **{side: ("onnx", "int8", os.path.join(tmp, w)) for w, side in int8_sides.items()}}
-        answers = {name: litebert.pipeline("text-classification", directory, backend=backend,
-                                           precision=precision, batch_size=32)(texts)
+        # measured, not refused: the torch int8 pipeline's own check off, as the exports above were forced
+        unchecked = {"torch_int8": {"min_agreement": 0}}
+        answers = {name: litebert.pipeline("text-classification", directory, backend=backend, precision=precision,
+                                           batch_size=32, **unchecked.get(name, {}))(texts)
                    for name, (backend, precision, directory) in paths.items()}
         sizes = {"onnx_fp32": os.path.getsize(exports["per-tensor"].path),
                  **{int8_sides[w]: os.path.getsize(e.int8_path) for w, e in exports.items()}}

@@ -65,6 +65,8 @@ class PredictConfig:
     precision: str = field(default="fp32", metadata={
         "choices": INFERENCE_PRECISIONS,
         "help": "torch: fp32, bf16, int8 or auto (bf16 where measured faster here); onnxruntime: fp32 or int8"})
+    min_agreement: float | None = field(default=None, metadata={"range": "[0, 1]", "help": "int8 made here: the "
+        "share of fp32's predictions it must keep on 256 random inputs (default 0.95; 0: unchecked)"})
     top_k: int | None = field(default=None, metadata={"range": "[1, inf)",
         "help": "fill-mask, text-classification, multiple-choice: answers per input"})
     aggregation_strategy: str | None = field(default=None, metadata={
@@ -112,7 +114,8 @@ RAW = "raw inputs (--text, --input, standard input)"
 PREDICT_READERS = {**{name: ("--data-dir",) for name in ("text_columns", "label_column", "regression", "multi_label",
                                                          "train_file", "dev_file", "test_file", "max_eval_examples",
                                                          "split")},
-                   **{name: (RAW,) for name in ("backend", "precision", "top_k", "aggregation_strategy")}}
+                   **{name: (RAW,) for name in ("backend", "precision", "min_agreement", "top_k",
+                                                "aggregation_strategy")}}
 
 
 def cli_predict(argv: list[str]) -> int:
@@ -201,7 +204,7 @@ def predict_inputs(cfg: TaskConfig, pr: PredictConfig, given: set[str]) -> int:
     pipe = pipeline(task, cfg.model, tokenizer, backend=pr.backend, precision=pr.precision,
                     batch_size=cfg.eval_batch_size, max_length=cfg.max_length, max_query_length=cfg.max_query_length,
                     doc_stride=cfg.doc_stride if "doc_stride" in given else None,  # else the pipeline's
-                    device=pr.device, **options,
+                    device=pr.device, min_agreement=pr.min_agreement, **options,
                     **({"max_answer_length": cfg.max_answer_length} if "max_answer_length" in given else {}))
     chunk, stream = cfg.eval_batch_size, None
     if pr.text:

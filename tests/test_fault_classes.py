@@ -1067,6 +1067,8 @@ def test_a_path_that_does_not_exist_is_one_line_naming_it_before_any_work(verb, 
      "--top-k is read with raw inputs (--text, --input, standard input), not with --data-dir"),
     (["--text", "A sentence.", "--split", "test"], "--split is read with --data-dir, not with raw inputs"),
     (["--text", "A sentence.", "--text-columns", "a", "b"], "--text-columns is read with --data-dir"),
+    (["--task", "novel_authorship", "--data-dir", "d", "--min-agreement", "0.5"],
+     "--min-agreement is read with raw inputs (--text, --input, standard input), not with --data-dir"),
 ])
 def test_predict_refuses_a_flag_its_mode_would_ignore(argv, words, tmp_path, capsys):
     """predict's two modes: a split of a task's files (--data-dir), or raw inputs through the pipeline; each read

@@ -525,28 +525,50 @@ def test_the_torch_backend_moves_batches_to_the_models_device_and_answers_on_the
             litebert.pipeline(model=models["authorship"], device="cuda")
 
 
-def test_int8_and_auto_precisions(models, tmp_path):
+def test_int8_and_auto_precisions(models, tmp_path, capsys):
+    from litebert.interop.agreement import QuantizeError
     from litebert.interop.export import ExportError, export_model
     from litebert.interop.quantize import int8_weight_order
     from litebert.runtime.cpu import bf16_supported
     texts = [r["text"] for r in rows("novel_authorship", 8)]
     fp32 = litebert.pipeline(model=models["authorship"], top_k=None)(texts)
 
+    # this tiny classifier keeps 96-97% of its predictions in int8 on random ids (per-tensor or per-column weights):
+    # `litebert export` refuses it below 99% unless forced; int8 made by a pipeline (either backend) is held to
+    # 95% unless told otherwise, and a refusal names the way to keep it anyway
     int8 = litebert.pipeline(model=models["authorship"], precision="int8", top_k=None)
+    assert 0.95 <= int8.backend.agreement.fraction < 0.99 and int8.backend.agreement.total == 256
     quantized = [m for m in int8.backend.model.modules() if isinstance(m, torch.ao.nn.quantized.dynamic.Linear)]
     assert len(quantized) >= 4  # FFN in and out, attention output, packed QKV, classifier...
-    # this tiny classifier keeps 96-97% of its predictions in int8 (per-tensor or per-column weights): `litebert
-    # export` refuses it below 99% unless forced, and the pipeline's refusal names the way to keep it anyway
+    with pytest.raises(QuantizeError, match=r"int8 9[0-9.]+% of predictions unchanged \(2[0-9]+/256\).* against "
+                                            "fp32 on 256 random inputs.*below 0.99.*min_agreement=0"):
+        litebert.pipeline(model=models["authorship"], precision="int8", min_agreement=0.99)
+    assert litebert.pipeline(model=models["authorship"], precision="int8", min_agreement=0).backend.agreement is None
+    with pytest.raises(ConfigError, match="min_agreement .* checks int8 against fp32; this runs in fp32"):
+        litebert.pipeline(model=models["authorship"], min_agreement=0.5)
     found = "; ".join(f"{scheme} weights 9[0-9.]+% of predictions unchanged.*" for scheme in int8_weight_order())
-    with pytest.raises(ExportError, match=f"int8 model not kept: {found}"
+    with pytest.raises(ExportError, match=f"int8 model not kept: {found}min_agreement=0.*"
                                           "litebert export --model .* --quantize int8 --force.*give DIR as the model"):
-        litebert.pipeline(model=models["authorship"], backend="onnx", precision="int8")  # exported on the fly
+        litebert.pipeline(model=models["authorship"], backend="onnx", precision="int8", min_agreement=0.99)
+    assert litebert.pipeline(model=models["authorship"], backend="onnx", precision="int8")  # exported on the fly
     export_model(models["authorship"], tmp_path / "int8", quantize="int8", force=True)
     onnx_int8 = litebert.pipeline(model=tmp_path / "int8", backend="onnx", precision="int8", top_k=None)
     assert onnx_int8.backend.path.endswith("model.int8.onnx")
+    with pytest.raises(ConfigError, match="model.int8.onnx was checked when it was exported"):
+        litebert.pipeline(model=tmp_path / "int8", backend="onnx", precision="int8", min_agreement=0.9)
     for out in (int8(texts), onnx_int8(texts)):
         assert sum(a[0]["label"] == f[0]["label"] for a, f in zip(out, fp32)) >= 7
         assert max(abs(a[0]["score"] - f[0]["score"]) for a, f in zip(out, fp32)) < 0.1
+
+    # predict (and serve): the check's refusal is one line naming the flag that keeps the model anyway
+    argv = ["predict", "--model", str(models["authorship"]), "--precision", "int8", "--text", texts[0]]
+    assert litebert_main([*argv, "--min-agreement", "0.99"]) == 2
+    err = capsys.readouterr().err
+    assert "below 0.99" in err and "--min-agreement 0" in err and err.count("\n") == 1, err
+    assert litebert_main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["output"]["label"] == int8(texts[0])[0]["label"]
+    assert litebert_main(["predict", "--model", str(models["authorship"]), "--min-agreement", "0.9", "--text", "a"]) == 2
+    assert "checks int8 against fp32; this runs in fp32" in capsys.readouterr().err
 
     auto = litebert.pipeline(model=models["authorship"], precision="auto", top_k=None)
     out = auto(texts)  # the first batch measures fp32 against bf16, then runs in the faster

@@ -377,7 +377,7 @@ def test_the_verb_takes_flags_and_a_toml_and_refuses_bad_limits(tmp_path, monkey
     cfg = calls["cfg"]
     assert (cfg.model, cfg.port, cfg.max_batch_size, cfg.max_wait_ms, cfg.batching) == ("m", 9, 4, 2.0, False)
     assert calls["pipeline"] == {"task": "fill-mask", "model": "m", "backend": "torch", "precision": "fp32",
-                                 "device": "auto"}
+                                 "device": "auto", "min_agreement": None}
 
     assert cli.main(["serve", "--model", "m", "--max-batch-size", "0"]) == 2
     assert "litebert serve: error: --max-batch-size must be in [1, inf), got 0" in capsys.readouterr().err
@@ -422,6 +422,7 @@ def test_a_tiny_real_model_served_answers_what_its_pipeline_answers(tmp_path):
 @pytest.fixture(scope="module")
 def tiny_heads(tmp_path_factory) -> dict[str, Path]:
     """Random tiny models (a classifier, a tagger, a masked LM) sharing a tokenizer trained in a blink."""
+    import torch
     from fixtures.tokenizers import train_tiny_tokenizer
 
     from litebert.config import AlbertConfig
@@ -430,6 +431,7 @@ def tiny_heads(tmp_path_factory) -> dict[str, Path]:
 
     root = tmp_path_factory.mktemp("heads")
     tok = train_tiny_tokenizer(root)
+    torch.manual_seed(0)
     base = AlbertConfig(vocab_size=tok.vocab_size, embedding_size=16, hidden_size=32, num_hidden_layers=1,
                         num_attention_heads=2, intermediate_size=64, max_position_embeddings=128)
     heads = {"classifier": (AlbertForSequenceClassification, {"id2label": {0: "negative", 1: "positive"}}),
@@ -480,6 +482,27 @@ def test_serve_parameters_are_call_options_checked_at_startup(tiny_heads, monkey
         assert cli.main(["serve", "--model", model, "--parameters", bad]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and words in err, err
+
+
+def test_serve_checks_the_int8_it_makes_and_min_agreement_sets_the_bar(tiny_heads, monkeypatch, capsys):
+    """--precision int8 serves a model quantized at start, checked against fp32 as export checks its int8 (this
+    random classifier changes a few near-ties); --min-agreement sets the bar (0: unchecked), and is refused
+    where nothing is quantized."""
+    from litebert import cli
+    from litebert.serving import server
+
+    model = str(tiny_heads["classifier"])
+    assert cli.main(["serve", "--model", model, "--precision", "int8", "--min-agreement", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "against fp32 on 256 random inputs of up to 128 tokens, below 1" in err and "--min-agreement 0" in err
+    for bar in ("0.9", "0"):
+        served = {}
+        monkeypatch.setattr(server, "serve", lambda predictor, cfg: served.setdefault("pipe", predictor))
+        assert cli.main(["serve", "--model", model, "--precision", "int8", "--min-agreement", bar]) == 0
+        checked = served["pipe"].backend.agreement
+        assert served["pipe"].precision == "int8" and (checked.fraction >= 0.9 if bar == "0.9" else checked is None)
+    assert cli.main(["serve", "--model", model, "--min-agreement", "0.5"]) == 2
+    assert "checks int8 against fp32; this runs in fp32" in capsys.readouterr().err
 
 
 def test_a_load_levels_rate_is_its_requests_over_its_printed_seconds_even_for_a_short_run():

@@ -94,21 +94,27 @@ def quantize_model(model: nn.Module) -> nn.Module:
 
 def load_int8_model(model_dir: str | os.PathLike, check_samples: int = 256, min_agreement: float = 0.99
                     ) -> tuple[nn.Module, Agreement | None]:
-    """The model in `model_dir` (its config.json's class) as int8, ready to call under torch.inference_mode,
-    and its agreement with fp32 on `check_samples` random inputs (None with 0). Raises QuantizeError below
-    `min_agreement` or on NaN/inf. The default is export's check, 256 inputs: at 0.99 they tolerate two
-    changed predictions, where 64 would tolerate none (on an Intel CPU with AMX a classifier's int8 changed one
-    prediction in 1024 random inputs, a near-tie, and 64 inputs refused what export accepted)."""
-
+    """The model in `model_dir` (its config.json's class) as int8, checked by `checked_int8`."""
     model_dir = resolve_model_dir(model_dir)
-    config = AlbertConfig.load(model_dir)
-    cls = model_class(config)
-    model = cls.from_pretrained(model_dir).eval()
+    model = model_class(AlbertConfig.load(model_dir)).from_pretrained(model_dir)
+    return checked_int8(model, check_samples, min_agreement, model_dir)
+
+
+def checked_int8(model: nn.Module, check_samples: int = 256, min_agreement: float = 0.99, source: str = "the model"
+                 ) -> tuple[nn.Module, Agreement | None]:
+    """`quantize_model(model)`, ready to call under torch.inference_mode, and its agreement with fp32 on
+    `check_samples` random inputs (None with 0). Raises QuantizeError below `min_agreement` or on NaN/inf. The
+    default is export's check, 256 inputs: at 0.99 they tolerate two changed predictions, where 64 would
+    tolerate none (on an Intel CPU with AMX a classifier's int8 changed one prediction in 1024 random inputs, a
+    near-tie, and 64 inputs refused what export accepted)."""
+    if not 0.0 <= min_agreement <= 1.0:
+        raise ConfigError(f"min_agreement is a fraction in [0, 1], got {min_agreement}")
+    model = model.eval()
     int8 = quantize_model(model)
     if not check_samples:
         return int8, None
-    batches, inputs = verification_batches(model_dir, model.config, cls.__name__ == "AlbertForMultipleChoice",
-                                           n=check_samples)
+    choices = type(model).__name__ == "AlbertForMultipleChoice"
+    batches, inputs = verification_batches("", model.config, choices, n=check_samples)
     with torch.inference_mode():
         out = model(*batches[0][:1], attention_mask=batches[0][1], token_type_ids=batches[0][2])
     names = [name for name in out._fields if isinstance(getattr(out, name), torch.Tensor)]
@@ -118,7 +124,7 @@ def load_int8_model(model_dir: str | os.PathLike, check_samples: int = 256, min_
                                          for name in names]
     found = compare(outputs(model), outputs(int8), names, batches, model.config.problem_type)
     if found.fraction < min_agreement:
-        raise QuantizeError(f"{model_dir}: int8 {found.summary()} against fp32 on {inputs}, below {min_agreement:g}")
+        raise QuantizeError(f"{source}: int8 {found.summary()} against fp32 on {inputs}, below {min_agreement:g}")
     return int8, found
 
 

@@ -17,8 +17,9 @@ import torch
 
 from litebert.errors import ConfigError
 from litebert.files import read_json_object
+from litebert.interop.agreement import QuantizeError
 from litebert.interop.export import EXPORT_RECORD, ExportError, export_model
-from litebert.interop.quantize import INT8_ONNX, quantize_model
+from litebert.interop.quantize import INT8_ONNX, checked_int8
 from litebert.runtime.device import resolve_device
 from litebert.runtime.precision import (
     EXPORTED_PRECISIONS,
@@ -43,7 +44,8 @@ class Backend(Protocol):
     precision: str
 
     @classmethod
-    def load(cls, family: Family, directory: str, precision: str) -> "Backend": ...
+    def load(cls, family: Family, directory: str, precision: str, device: str = "cpu",
+             min_agreement: float | None = None) -> "Backend": ...
 
     def __call__(self, batch: dict[str, torch.Tensor]) -> Any: ...
 
@@ -61,21 +63,24 @@ class TorchBackend:
 
     name, PRECISIONS, DEVICES = "torch", INFERENCE_PRECISIONS, ("cpu", "cuda")
 
-    def __init__(self, model: torch.nn.Module, precision: str = "fp32", device: str | torch.device = "cpu"):
+    def __init__(self, model: torch.nn.Module, precision: str = "fp32", device: str | torch.device = "cpu",
+                 min_agreement: float | None = None, source: str = "the model"):
         check_precision(TorchBackend, precision)
         self.device = torch.device(device)
         if precision == "int8" and self.device.type != "cpu":
             raise ConfigError(f"int8 runs on the CPU (torch.ao dynamic quantization), not on {self.device}: use "
                               "fp32 or bf16 there")
-        if precision == "int8":
-            model = quantize_model(model)
+        if precision == "int8":  # checked against fp32 as export checks its int8
+            model, self.agreement = int8_or_why_not(model, INT8_MIN_AGREEMENT if min_agreement is None
+                                                    else min_agreement, source)
         self.model, self.precision = model.eval().to(self.device), precision
         self.choice: PrecisionChoice | None = None  # what "auto" measured, after the first batch
 
     @classmethod
-    def load(cls, family: Family, directory: str, precision: str, device: str = "cpu") -> "TorchBackend":
+    def load(cls, family: Family, directory: str, precision: str, device: str = "cpu",
+             min_agreement: float | None = None) -> "TorchBackend":
         check_precision(cls, precision)  # before the weights are read
-        return cls(family.load(directory), precision, device)
+        return cls(family.load(directory), precision, device, min_agreement, directory)
 
     def __call__(self, batch: dict[str, torch.Tensor]):
         inputs = {k: batch[k].to(self.device, non_blocking=True) for k in MODEL_INPUTS}
@@ -85,6 +90,23 @@ class TorchBackend:
             logging.getLogger("litebert").info("pipeline: %s", self.choice)
         with torch.inference_mode(), autocast(self.precision, self.device.type):
             return self.model(**inputs)  # on the device: each family takes to the CPU only what it reads
+
+
+# The bar for int8 made here, on random token ids: below export's 0.99 for files it writes, because a fine-tuned
+# model has many near-ties on random ids that real text does not (the demo's classifier: 252/256 unchanged on
+# random ids, 744/746 on its dev texts), while an int8 path that is broken (a saturating kernel) changes far more.
+INT8_MIN_AGREEMENT = 0.95
+
+
+def int8_or_why_not(model: torch.nn.Module, min_agreement: float, source: str):
+    """(int8 model, its Agreement with fp32; None when unchecked), or a QuantizeError that says how to go on."""
+    try:
+        int8, found = checked_int8(model, 256 if min_agreement else 0, min_agreement, source)
+        logging.getLogger("litebert").info("pipeline: int8 %s", found.summary() if found else "unchecked")
+        return int8, found
+    except QuantizeError as e:
+        raise QuantizeError(f"{e}: serve it in fp32 or bf16, try the onnxruntime backend's int8, or keep this one "
+                            "anyway with min_agreement=0 (litebert serve --min-agreement 0)") from None
 
 
 class MissingOutput(ConfigError, AttributeError):
@@ -121,21 +143,27 @@ class OnnxBackend:
         self.output_names = [o.name for o in self.session.get_outputs()]
 
     @classmethod
-    def load(cls, family: Family, directory: str, precision: str, device: str = "cpu") -> "OnnxBackend":
+    def load(cls, family: Family, directory: str, precision: str, device: str = "cpu",
+             min_agreement: float | None = None) -> "OnnxBackend":
         check_precision(cls, precision)
         path = os.path.join(directory, cls.FILES[precision])
         if os.path.isfile(path):
+            if min_agreement is not None:
+                raise ConfigError(f"min_agreement checks an int8 model made here; {path} was checked when it was "
+                                  "exported (litebert export --min-agreement)")
             refuse_stale_export(directory, path)
             return cls(path, precision)
         tmp = tempfile.TemporaryDirectory(prefix="litebert-onnx-")
         try:
-            export_model(directory, tmp.name, "onnx", quantize="int8" if precision == "int8" else "none")
+            export_model(directory, tmp.name, "onnx", quantize="int8" if precision == "int8" else "none",
+                         min_agreement=INT8_MIN_AGREEMENT if min_agreement is None else min_agreement)
         except ExportError as e:  # its "--force" is export's flag: say how to reach it from here
             if precision != "int8":
                 raise
-            raise ExportError(f"{e}. To use this int8 model anyway, export it once (`litebert export --model "
-                              f"{directory} --out DIR --quantize int8 --force`, or --verify-text with your own "
-                              f"inputs) and give DIR as the model") from None
+            raise ExportError(f"{e}. To use this int8 model anyway, pass min_agreement=0 (litebert serve "
+                              f"--min-agreement 0), or export it once (`litebert export --model {directory} --out "
+                              "DIR --quantize int8 --force`, or --verify-text with your own inputs) and give DIR as "
+                              "the model") from None
         return cls(os.path.join(tmp.name, cls.FILES[precision]), precision, keep=tmp)
 
     def __call__(self, batch: dict[str, torch.Tensor]) -> GraphOutputs:

@@ -326,7 +326,7 @@ def pipeline(task: str | None = None, model: str | os.PathLike | torch.nn.Module
              precision: str | None = None, batch_size: int = 16, max_length: int | None = None,
              doc_stride: int | None = None, max_query_length: int = 64, max_answer_length: int = 15,
              device: str | int | torch.device = "cpu", dtype: Any = None, torch_dtype: Any = None,
-             **options: Any) -> Pipeline:
+             min_agreement: float | None = None, **options: Any) -> Pipeline:
     """A pipeline for `task` (default: the checkpoint's) on the model directory (or Hub id) `model`.
 
     model: a model directory, a Hub id, a litebert model object (then tokenizer= is needed; the torch
@@ -341,7 +341,10 @@ def pipeline(task: str | None = None, model: str | os.PathLike | torch.nn.Module
     (default 128, at most half a window), questions keep max_query_length tokens, answers at most
     max_answer_length (default 15 tokens, transformers' max_answer_len; also a call option under that name).
     device: "cpu" (default), "cuda", "cuda:N", "auto" (a GPU when there is one), a torch.device, or an int as
-    transformers (-1 the CPU, N the GPU cuda:N); the torch backend only, int8 on the CPU only. Other keywords
+    transformers (-1 the CPU, N the GPU cuda:N); the torch backend only, int8 on the CPU only.
+    min_agreement: int8 made here (either backend) is checked against fp32 on 256 random inputs, as `litebert
+    export` checks it, and refused when fewer than this share of its predictions are unchanged (default 0.95,
+    below export's 0.99: backends.INT8_MIN_AGREEMENT says why; 0: unchecked). Other keywords
     are the task's call options (top_k, aggregation_strategy, function_to_apply, targets, ...), given once here
     instead of at every call; truncation=True or "longest_first" (every task's) is what litebert always does.
     """
@@ -376,12 +379,14 @@ def pipeline(task: str | None = None, model: str | os.PathLike | torch.nn.Module
     if backend not in BACKENDS:
         raise ConfigError(f"unknown backend {backend!r}; choose from torch or onnxruntime")
     device = backend_device(BACKENDS[backend], device, precision)
+    if min_agreement is not None and precision != "int8":
+        raise ConfigError(f"min_agreement (serve's --min-agreement) checks int8 against fp32; this runs in {precision}")
     if directory is None:
         if BACKENDS[backend] is not TorchBackend:
             raise ConfigError(f"a model object runs on the torch backend; for {backend}, give its directory")
-        backends = [TorchBackend(object_model(family, model), precision, device)]
+        backends = [TorchBackend(object_model(family, model), precision, device, min_agreement)]
     else:
-        backends = [BACKENDS[backend].load(family, d, precision, device) for d in members]
+        backends = [BACKENDS[backend].load(family, d, precision, device, min_agreement) for d in members]
     where = directory if weights is None else os.fspath(model)  # an ensemble is named by its own directory
     return Pipeline(name, spec, family, backends, tokenizer, where, labels, settings, calibration, options, batch_size,
                     weights)

@@ -83,6 +83,8 @@ class ServeConfig:
         "help": "torch: fp32, bf16, int8 or auto (bf16 where measured faster here); onnxruntime: fp32 or int8"})
     device: str = field(default="cpu", metadata={
         "help": "cpu, cuda, cuda:N or auto (a GPU when there is one); the torch backend"})
+    min_agreement: float | None = field(default=None, metadata={"range": "[0, 1]", "help": "int8 made at start: "
+        "the share of fp32's predictions it must keep on 256 random inputs (default 0.95; 0: unchecked)"})
     host: str = field(default="127.0.0.1", metadata={"help": "address to listen on (0.0.0.0: every interface)"})
     port: int = field(default=8000, metadata={"range": "[0, 65535]",
         "help": "port to listen on (0: any free port, printed at start)"})
@@ -448,7 +450,6 @@ def serve(predictor: Predictor, cfg: ServeConfig) -> dict:
 
 
 def cli(argv: list[str]) -> int:
-
     parser = verb_parser("serve", __doc__, {"server": ServeConfig}, epilog=(
         "example:\n  litebert serve --model out/novel_authorship/best --port 8000\n"
         "  curl -s localhost:8000/predict -d '{\"inputs\": [\"a first text\", \"a second\"]}'\n"
@@ -457,7 +458,8 @@ def cli(argv: list[str]) -> int:
     (cfg,) = parse_verb(parser, argv)
     cfg.check()  # before the model is loaded
 
-    pipe = pipeline(task=cfg.task, model=cfg.model, backend=cfg.backend, precision=cfg.precision, device=cfg.device)
+    pipe = pipeline(task=cfg.task, model=cfg.model, backend=cfg.backend, precision=cfg.precision, device=cfg.device,
+                    min_agreement=cfg.min_agreement)
     if defaults := cfg.default_parameters():  # call options, refused in one line as a request's would be
         pipe.set_defaults(defaults)
     serve(pipe, cfg)
