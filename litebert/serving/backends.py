@@ -106,7 +106,7 @@ def int8_or_why_not(model: torch.nn.Module, min_agreement: float, source: str):
         return int8, found
     except QuantizeError as e:
         raise QuantizeError(f"{e}: serve it in fp32 or bf16, try the onnxruntime backend's int8, or keep this one "
-                            "anyway with min_agreement=0 (litebert serve --min-agreement 0)") from None
+                            "anyway with min_agreement=0 (--min-agreement 0 of litebert serve and predict)") from None
 
 
 class MissingOutput(ConfigError, AttributeError):
@@ -154,16 +154,20 @@ class OnnxBackend:
             refuse_stale_export(directory, path)
             return cls(path, precision)
         tmp = tempfile.TemporaryDirectory(prefix="litebert-onnx-")
-        try:
-            export_model(directory, tmp.name, "onnx", quantize="int8" if precision == "int8" else "none",
-                         min_agreement=INT8_MIN_AGREEMENT if min_agreement is None else min_agreement)
-        except ExportError as e:  # its "--force" is export's flag: say how to reach it from here
-            if precision != "int8":
-                raise
-            raise ExportError(f"{e}. To use this int8 model anyway, pass min_agreement=0 (litebert serve "
-                              f"--min-agreement 0), or export it once (`litebert export --model {directory} --out "
-                              "DIR --quantize int8 --force`, or --verify-text with your own inputs) and give DIR as "
-                              "the model") from None
+        if precision != "int8":
+            export_model(directory, tmp.name, "onnx")
+        else:  # export's schemes are tried toward its own 0.99 and the closest kept; this backend's bar decides
+            made = export_model(directory, tmp.name, "onnx", quantize="int8", force=True)
+            bar = INT8_MIN_AGREEMENT if min_agreement is None else min_agreement
+            logging.getLogger("litebert").info("pipeline: int8 %s", made.agreement.summary())
+            if made.agreement.fraction < bar:
+                found = "; ".join(f"{scheme} weights {a.summary()}" for scheme, a in
+                                  [(made.int8_weights, made.agreement), *made.int8_tried])
+                raise ExportError(f"int8 model not kept: {found} against PyTorch fp32 on {made.agreement_inputs}, "
+                                  f"below {bar:g}. To use it anyway, pass min_agreement=0 (--min-agreement 0 of "
+                                  f"litebert serve and predict), or export it once (`litebert export --model "
+                                  f"{directory} --out DIR --quantize int8 --force`, or --verify-text with your own "
+                                  "inputs) and give DIR as the model")
         return cls(os.path.join(tmp.name, cls.FILES[precision]), precision, keep=tmp)
 
     def __call__(self, batch: dict[str, torch.Tensor]) -> GraphOutputs:
