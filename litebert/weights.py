@@ -133,6 +133,24 @@ class PretrainedMixin:
         """The MLM decoder (tied to the input embeddings), None for a head without one, as transformers."""
         return getattr(getattr(self, "predictions", None), "decoder", None)
 
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        """transformers' setter, of the same shape (resize_token_embeddings says why a vocabulary grows
+        elsewhere). The MLM decoder is tied to it at once: transformers waits for tie_weights(), but litebert
+        saves a tied decoder once, so an untied one in between would be lost from model.safetensors."""
+        old = self.get_input_embeddings().weight
+        if not isinstance(value, nn.Embedding) or value.weight.shape != old.shape:
+            raise ConfigError(f"set_input_embeddings takes an nn.Embedding of shape {tuple(old.shape)}, got "
+                              f"{type(value).__name__} {tuple(getattr(value, 'weight', old).shape)}")
+        getattr(self, "albert", self).embeddings.word_embeddings = value
+        self.tie_weights()
+
+    def tie_weights(self) -> None:
+        """Make the MLM decoder's weight the word embeddings' again, as transformers' tie_weights (a head
+        without a decoder has nothing to tie)."""
+        decoder = self.get_output_embeddings()
+        if decoder is not None:
+            decoder.weight = self.get_input_embeddings().weight
+
     def resize_token_embeddings(self, *args: Any, **kwargs: Any) -> None:
         """Refused: litebert's tokenizer gains pieces only with its embeddings, which one verb does for both."""
         raise ConfigError("litebert grows a vocabulary and the embeddings together: `litebert extend-vocab` (or "
