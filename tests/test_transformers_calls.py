@@ -99,3 +99,37 @@ def test_special_token_helpers_equal_transformers(both):
     with_unk = [ours.unk_id, ours.pad_id, ours.mask_id, 7]
     assert ours.get_special_tokens_mask(with_unk, already_has_special_tokens=True) == \
         theirs.get_special_tokens_mask(with_unk, already_has_special_tokens=True)
+
+
+LONG = "Anne Elliot walked along the shore at Lyme, and the wind was cold. " * 3
+
+
+def as_lists(encoding) -> dict:
+    return {k: v.tolist() if hasattr(v, "tolist") else v for k, v in encoding.items()}
+
+
+@pytest.mark.parametrize("args, kw", [
+    ((LONG,), dict(max_length=20, truncation=True, stride=4)),
+    (([LONG, "hi there"],), dict(max_length=16, truncation=True, stride=3, padding=True, return_tensors="pt")),
+    (("what is it?", LONG), dict(max_length=24, truncation="only_second", stride=5, return_offsets_mapping=True,
+                                 padding="max_length", return_tensors="pt")),
+    ((LONG, "what?"), dict(max_length=24, truncation="only_first", stride=2, return_special_tokens_mask=True)),
+    ((["x y z"],), dict(max_length=20, truncation=True, stride=2))])
+def test_overflowing_windows_with_stride_equal_transformers(both, args, kw):
+    """return_overflowing_tokens and stride were TypeErrors: long texts now give transformers' windows, with
+    overflow_to_sample_mapping, offsets and word_ids() per window."""
+    ours, theirs = both
+    a = ours(*args, return_overflowing_tokens=True, **{"padding": False, "return_tensors": None, **kw})
+    b = theirs(*args, return_overflowing_tokens=True, **kw)
+    assert as_lists(a) == as_lists(b) and len(a["input_ids"]) == len(b["input_ids"]) >= 1
+    assert [a.word_ids(i) for i in range(len(a["input_ids"]))] == [b.word_ids(i) for i in range(len(b["input_ids"]))]
+
+
+def test_stride_alone_and_windows_without_room_are_refused_by_name(both):
+    ours, _ = both
+    with pytest.raises(ConfigError, match="stride=4"):
+        ours(LONG, max_length=20, truncation=True, stride=4)  # transformers ignores it without overflow, silently
+    with pytest.raises(ConfigError, match="stride=18"):
+        ours(LONG, max_length=20, truncation=True, stride=18, return_overflowing_tokens=True)
+    with pytest.raises(ConfigError, match="only_second"):
+        ours("q?", LONG, max_length=20, truncation=True, return_overflowing_tokens=True)
