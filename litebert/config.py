@@ -223,6 +223,32 @@ class AlbertConfig:
         except (TypeError, ConfigError) as e:
             raise ConfigError(f"{path}: {e}") from None
 
+    # transformers' names for the same IO, and its in-place update
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike, **overrides: Any) -> "AlbertConfig":
+        """A local model directory's config.json (or the file), with overrides as from_pretrained's."""
+        config = cls.load(path)
+        return config.replace(**overrides) if overrides else config
+
+    def save_pretrained(self, directory: str | os.PathLike) -> str:
+        return self.save(directory)
+
+    def to_json_string(self, use_diff: bool = True) -> str:
+        """config.json's text; use_diff (transformers' default) keeps only what differs from the defaults
+        (litebert's: albert-base-v2's shapes, where transformers' class defaults are xxlarge's) and model_type."""
+        data = self.to_dict()
+        if use_diff:
+            defaults = AlbertConfig().to_dict()
+            data = {k: v for k, v in data.items() if k == "model_type" or k not in defaults or defaults[k] != v}
+        return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+    def update(self, config_dict: dict[str, Any]) -> None:
+        """transformers' in-place update, checked as a new config is: an unknown name or a bad value is a
+        ConfigError (transformers sets any attribute, so a misspelt one silently changes nothing)."""
+        changed = self.replace(**config_dict)
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, getattr(changed, f.name))
+
     @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> "AlbertConfig":
         if name not in PRESETS:

@@ -274,7 +274,7 @@ def cli(argv: list[str]) -> int:
         raise DataError(f"{files.input}: no sentences")
     model = load_sentence_model(cfg.model, cfg.pooling, cfg.max_length)
     model.encoder.to(resolve_device(train_cfg.device))  # --device: auto is the GPU when there is one
-    vectors = model.encode(sentences, batch_size, progress=train_cfg.progress)
+    vectors = model.encode(sentences, batch_size, show_progress_bar=train_cfg.progress)
     with atomic_open(out, "wb") as f:
         np.save(f, vectors)
     print(f"wrote {out}: {vectors.shape[0]} x {vectors.shape[1]} ({model.pooling} pooling)")

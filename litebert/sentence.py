@@ -122,6 +122,10 @@ class SentenceEncoder(PretrainedMixin, nn.Module):
         write_json(os.path.join(directory, "modules.json"), [
             {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
             {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}])
+        # what sentence-transformers' similarity() reads (it writes prompts and versions there too; none apply)
+        write_json(os.path.join(directory, "config_sentence_transformers.json"),
+                   {"model_type": "SentenceTransformer", "prompts": {}, "default_prompt_name": None,
+                    "similarity_fn_name": "cosine"})
         write_json(os.path.join(directory, "sentence_bert_config.json"),
                     {"max_seq_length": self.max_length, "do_lower_case": False})
         write_json(os.path.join(directory, "1_Pooling", "config.json"), {

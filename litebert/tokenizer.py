@@ -247,7 +247,8 @@ class Tokenizer(TokenNames):
                  is_split_into_words: bool = False, return_offsets_mapping: bool = False,
                  return_special_tokens_mask: bool = False, return_length: bool = False,
                  return_token_type_ids: bool | None = None, return_attention_mask: bool | None = None,
-                 pad_to_multiple_of: int | None = None) -> "BatchEncoding":
+                 pad_to_multiple_of: int | None = None, return_overflowing_tokens: bool = False,
+                 stride: int = 0) -> "BatchEncoding":
         """Encode a text, a pair or a batch, called as transformers' tokenizers are, with their results.
 
         `tok(texts, text_pair, truncation=True, padding="max_length", max_length=128, return_tensors="pt")` equals
@@ -261,12 +262,17 @@ class Tokenizer(TokenNames):
         return_tensors=None for transformers' lists (flat for one text). truncation=None (the default) cuts only
         when max_length is given, as transformers does without padding; with no max_length nothing is cut, and a
         row longer than model_max_length warns, as in transformers (the model would refuse it).
-        Offsets (return_offsets_mapping) follow AlbertTokenizerFast, except that a quote written as `` or ''
+        return_overflowing_tokens: a text longer than max_length gives several rows, `stride` tokens
+        overlapping, and overflow_to_sample_mapping names each row's input (a pair windows the side that
+        truncation="only_first"/"only_second" names). Offsets (return_offsets_mapping) follow AlbertTokenizerFast, except that a quote written as `` or ''
         spans both characters (transformers: the second), and so does a letter with the accents normalisation
         strips after it (transformers: the letter alone; conventions.vanishes says why).
         """
         strategy, pad = encoding.truncation_strategy(truncation), encoding.padding_strategy(padding)
         encoding.check_return_tensors(return_tensors)
+        if stride < 0 or (stride and not return_overflowing_tokens):  # transformers ignores it then, silently
+            raise ConfigError(f"stride={stride} overlaps the windows of return_overflowing_tokens=True: pass both, "
+                              "or a stride >= 0")
         if text is None:
             raise ConfigError("nothing to encode: pass text (a string, a list of strings, or words with "
                               "is_split_into_words=True)")
@@ -285,13 +291,8 @@ class Tokenizer(TokenNames):
                               "a multiple, as transformers asks")
         a = [self._encode_input(t, is_split_into_words, return_offsets_mapping) for t in texts]
         b = [self._encode_input(t, is_split_into_words, return_offsets_mapping) for t in pairs] if pairs else None
-        rows = []
-        for i in range(len(texts)):
-            pieces_a, pieces_b = a[i], (b[i] if b is not None else None)
-            # one (id, word index, offsets) triple per token travels through truncation and [CLS]/[SEP]
-            ids, types = self._assemble(pieces_a, pieces_b, add_special_tokens, max_length, strategy,
-                                        encoding.added_special)
-            rows.append((ids, types))
+        rows, samples = self._rows(a, b, add_special_tokens, max_length, strategy,
+                                   stride if return_overflowing_tokens else None)
         if implicit and any(len(ids) > self.model_max_length for ids, _ in rows):
             warnings.warn(f"a row has {max(len(ids) for ids, _ in rows)} tokens, more than model_max_length "
                           f"{self.model_max_length}: the model cannot take it (truncation=True cuts it)", stacklevel=2)
@@ -319,6 +320,8 @@ class Tokenizer(TokenNames):
         for key, keep in (("token_type_ids", return_token_type_ids), ("attention_mask", return_attention_mask)):
             if keep is False:
                 del out[key]
+        if return_overflowing_tokens:  # one row per window, and the text it came from
+            out["overflow_to_sample_mapping"], single = samples, False
         if return_tensors is None:
             if single:
                 out = {k: (v[0] if k != "length" else v) for k, v in out.items()}
@@ -328,7 +331,26 @@ class Tokenizer(TokenNames):
                               "or return_tensors=None for lists")
         arrays = encoding.as_tensors(out, return_tensors)
         return BatchEncoding({k: v.reshape(len(rows), -1, 2) if k == "offset_mapping" else
-                              v if k == "length" else v.reshape(len(rows), -1) for k, v in arrays.items()}, word_ids)
+                              v if k in ("length", "overflow_to_sample_mapping") else v.reshape(len(rows), -1)
+                              for k, v in arrays.items()}, word_ids)
+
+    def _rows(self, a: list[list[tuple]], b: list[list[tuple]] | None, add_special_tokens: bool, max_length: int,
+              strategy: str, stride: int | None) -> tuple[list[tuple[list, list[int]]], list[int]]:
+        """(tokens, token types) of each row, and the input each came from: one row per input, or with
+        return_overflowing_tokens (stride not None) one per window (encoding.windows). Each token is an (id,
+        word index, offsets) triple, carried through truncation and [CLS]/[SEP]."""
+        rows, samples = [], []
+        n_special = (2 if b is None else 3) if add_special_tokens else 0
+        for i, pieces_a in enumerate(a):
+            pieces_b = b[i] if b is not None else None
+            parts = [(pieces_a, pieces_b)]
+            if stride is not None and strategy != "do_not_truncate":
+                parts = encoding.windows(pieces_a, pieces_b, max_length - n_special, strategy, stride)
+            for part_a, part_b in parts:
+                rows.append(self._assemble(part_a, part_b, add_special_tokens, max_length, strategy,
+                                           encoding.added_special))
+                samples.append(i)
+        return rows, samples
 
     def _encode_input(self, text: str | list[str], split_into_words: bool, offsets: bool) -> list[tuple]:
         """(id, word index, (start, end)) per token of one input: a text (word index 0) or a list of words, each

@@ -21,10 +21,10 @@ from litebert.errors import CheckpointError, ConfigError, NonFiniteError
 from litebert.files import sha256_file
 from litebert.hub import fetch_from_hub, looks_like_hub_id, write_model_card
 from litebert.text.transformers_files import match_model_max_length
+from litebert.weight_shards import INDEX_NAME, WEIGHTS_NAME, read_sharded, shard_bytes, sharded_digest, write_weights
 
 log = logging.getLogger("litebert")
 
-WEIGHTS_NAME = "model.safetensors"
 LEGACY_WEIGHTS_NAME = "pytorch_model.bin"
 ENCODER_PREFIX = "albert."
 IGNORED_KEYS = ("albert.embeddings.position_ids", "embeddings.position_ids")  # non-persistent buffers in old HF saves
@@ -63,7 +63,7 @@ def weights_digest(directory: str | os.PathLike) -> str | None:
     for name in (WEIGHTS_NAME, LEGACY_WEIGHTS_NAME):
         if os.path.isfile(os.path.join(directory, name)):
             return sha256_file(os.path.join(directory, name))
-    return None
+    return sharded_digest(directory)
 
 
 def read_state_dict(directory: str) -> tuple[dict[str, torch.Tensor], str]:
@@ -76,6 +76,8 @@ def read_state_dict(directory: str) -> tuple[dict[str, torch.Tensor], str]:
             return load_file(path), path
         except (SafetensorError, OSError, RuntimeError) as e:
             raise CheckpointError(f"{path}: corrupt or truncated safetensors file ({e})") from None
+    if os.path.isfile(os.path.join(directory, INDEX_NAME)):  # save_pretrained(max_shard_size=...)'s layout
+        return read_sharded(directory), os.path.join(directory, INDEX_NAME)
     path = os.path.join(directory, LEGACY_WEIGHTS_NAME)
     if os.path.isfile(path):
         try:
@@ -86,7 +88,7 @@ def read_state_dict(directory: str) -> tuple[dict[str, torch.Tensor], str]:
         if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
             raise CheckpointError(f"{path}: not a state dict of tensors")
         return state, path
-    raise FileNotFoundError(f"{directory}: no {WEIGHTS_NAME} or {LEGACY_WEIGHTS_NAME}")
+    raise FileNotFoundError(f"{directory}: no {WEIGHTS_NAME}, {INDEX_NAME} or {LEGACY_WEIGHTS_NAME}")
 
 
 class PretrainedMixin:
@@ -131,6 +133,24 @@ class PretrainedMixin:
         """The MLM decoder (tied to the input embeddings), None for a head without one, as transformers."""
         return getattr(getattr(self, "predictions", None), "decoder", None)
 
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        """transformers' setter, of the same shape (resize_token_embeddings says why a vocabulary grows
+        elsewhere). The MLM decoder is tied to it at once: transformers waits for tie_weights(), but litebert
+        saves a tied decoder once, so an untied one in between would be lost from model.safetensors."""
+        old = self.get_input_embeddings().weight
+        if not isinstance(value, nn.Embedding) or value.weight.shape != old.shape:
+            raise ConfigError(f"set_input_embeddings takes an nn.Embedding of shape {tuple(old.shape)}, got "
+                              f"{type(value).__name__} {tuple(getattr(value, 'weight', old).shape)}")
+        getattr(self, "albert", self).embeddings.word_embeddings = value
+        self.tie_weights()
+
+    def tie_weights(self) -> None:
+        """Make the MLM decoder's weight the word embeddings' again, as transformers' tie_weights (a head
+        without a decoder has nothing to tie)."""
+        decoder = self.get_output_embeddings()
+        if decoder is not None:
+            decoder.weight = self.get_input_embeddings().weight
+
     def resize_token_embeddings(self, *args: Any, **kwargs: Any) -> None:
         """Refused: litebert's tokenizer gains pieces only with its embeddings, which one verb does for both."""
         raise ConfigError("litebert grows a vocabulary and the embeddings together: `litebert extend-vocab` (or "
@@ -138,11 +158,19 @@ class PretrainedMixin:
 
     # -- save --------------------------------------------------------------------------------------
     def save_pretrained(self, directory: str | os.PathLike, *, config_only: bool = False,
-                        card: dict[str, Any] | None = None) -> None:
+                        card: dict[str, Any] | None = None, safe_serialization: bool = True,
+                        max_shard_size: int | str | None = None) -> None:
         """Write config.json, model.safetensors and a model card (README.md: litebert.hub; `card` adds
         license, metrics or a training summary). Tied weights are stored once; layers that partial sharing
-        ties are stored under every layer's name (equal values), so transformers computes the same thing."""
-        from safetensors.torch import save_file
+        ties are stored under every layer's name (equal values), so transformers computes the same thing.
+        max_shard_size ("200MB", bytes): transformers' sharded layout (litebert.weight_shards); None, one file
+        (transformers 5's default of 50GB is one file for every ALBERT). safe_serialization=False is refused:
+        litebert writes no pickles (transformers 5 writes safetensors whatever it says)."""
+        if safe_serialization is not True:
+            raise ConfigError("save_pretrained(safe_serialization=False): litebert writes safetensors only "
+                              "(transformers 5 also ignores False); pass True or leave it out")
+        if max_shard_size is not None:
+            shard_bytes(max_shard_size)  # a bad size is refused before anything is written
         directory = os.fspath(directory)
         os.makedirs(directory, exist_ok=True)
         self.config.architectures = [type(self).__name__]
@@ -157,9 +185,7 @@ class PretrainedMixin:
             ptr = tensor.untyped_storage().data_ptr()
             tensors[key] = tensor.detach().clone().contiguous() if ptr in seen else tensor.detach().contiguous()
             seen.add(ptr)
-        tmp = os.path.join(directory, WEIGHTS_NAME + ".tmp")
-        save_file(tensors, tmp, metadata={"format": "pt"})
-        os.replace(tmp, os.path.join(directory, WEIGHTS_NAME))
+        write_weights(tensors, directory, max_shard_size)
         source = getattr(self, "name_or_path", None)  # what from_pretrained loaded: the base model
         base = source if source and not (os.path.exists(source) and os.path.samefile(source, directory)) else None
         write_model_card(directory, type(self).__name__, self.num_parameters(), **{"base_model": base, **(card or {})})
@@ -169,7 +195,8 @@ class PretrainedMixin:
     def from_pretrained(cls: type[M], name_or_path: str | os.PathLike, *, dtype: Any = None, torch_dtype: Any = None,
                         device_map: Any = None, label2id: dict[str, int] | None = None, config: Any = None,
                         local_files_only: bool = False, attn_implementation: str | None = None,
-                        ignore_mismatched_sizes: bool = False, **config_overrides: Any) -> M:
+                        ignore_mismatched_sizes: bool = False, output_loading_info: bool = False,
+                        **config_overrides: Any) -> M | tuple[M, dict[str, Any]]:
         """Load a model directory (litebert or HF) or a Hub id. Config fields can be overridden, e.g.
         `AlbertForSequenceClassification.from_pretrained(pretrained_dir, num_labels=4)` or `id2label={0: "neg",
         1: "pos"}` (or label2id, as transformers takes it). dtype (torch_dtype, transformers' older name): a torch
@@ -181,7 +208,8 @@ class PretrainedMixin:
         config.json), local_files_only (a Hub id from the cache alone), ignore_mismatched_sizes (head weights
         of another shape start fresh, reported, as when re-heading a classifier for other labels; the encoder's
         must still fit), attn_implementation "sdpa" or "eager" (the same outputs: litebert picks its kernel
-        per call, and output_attentions gives the probabilities either way)."""
+        per call, and output_attentions gives the probabilities either way), output_loading_info (returns
+        (model, info): transformers' missing_keys, unexpected_keys, mismatched_keys sets and error_msgs)."""
         if attn_implementation not in (None, "sdpa", "eager"):
             raise ConfigError(f"attn_implementation={attn_implementation!r}: litebert chooses its attention kernel "
                               "itself (SDPA, which runs flash attention where it can); pass \"sdpa\", \"eager\" or nothing")
@@ -201,16 +229,24 @@ class PretrainedMixin:
             config = config.replace(**config_overrides)
         model = cls(config)
         state, path = read_state_dict(directory)
+        mismatched: set = set()
         if ignore_mismatched_sizes:
-            state = fresh_mismatched_heads(model, state, path)
-        model.load_checkpoint_state(state, path)
+            state, mismatched = fresh_mismatched_heads(model, state, path)
+        missing, unexpected = model.load_checkpoint_state(state, path)
         model.name_or_path = os.fspath(name_or_path)  # transformers' name; the model card's base model
         dtype = _model_dtype(dtype if dtype is not None else torch_dtype, state)
-        return model.to(device=device, dtype=dtype) if dtype is not None or device is not None else model
+        if dtype is not None or device is not None:
+            model = model.to(device=device, dtype=dtype)
+        if not output_loading_info:
+            return model
+        return model, {"missing_keys": set(missing) - {k for k, *_ in mismatched}, "unexpected_keys": set(unexpected),
+                       "mismatched_keys": mismatched, "error_msgs": []}
 
-    def load_checkpoint_state(self, state: dict[str, torch.Tensor], path: str = "<state dict>") -> None:
+    def load_checkpoint_state(self, state: dict[str, torch.Tensor], path: str = "<state dict>"
+                              ) -> tuple[list[str], list[str]]:
         """Load with strict accounting. Encoder weights must all be present with the right shapes; head
-        weights may be absent (fresh head, reported) or belong to another head (ignored, reported)."""
+        weights may be absent (fresh head, reported) or belong to another head (ignored, reported).
+        Returns (missing keys, unexpected keys), transformers' loading info."""
         own = self.state_dict()
         state = {k: v for k, v in state.items() if k not in IGNORED_KEYS}
         has_prefix = any(k.startswith(ENCODER_PREFIX) for k in own)
@@ -258,6 +294,7 @@ class PretrainedMixin:
         if unexpected or heads_left_out:
             log.warning("%s: not used by %s: %s (the checkpoint's other heads, left out)", path, type(self).__name__,
                         ", ".join(sorted({k.rsplit('.', 1)[0] for k in unexpected + heads_left_out})))
+        return missing, unexpected + heads_left_out
 
     def _check_shared_copies_agree(self, state: dict[str, torch.Tensor], path: str) -> None:
         """Keys that name one shared tensor (partial sharing) must carry equal values, or loading would
@@ -283,16 +320,19 @@ def given_config(config: Any) -> AlbertConfig:
                                    ("pad_token_id", "classifier_dropout_prob", "problem_type", "architectures")})
 
 
-def fresh_mismatched_heads(model: nn.Module, state: dict[str, torch.Tensor], path: str) -> dict[str, torch.Tensor]:
+def fresh_mismatched_heads(model: nn.Module, state: dict[str, torch.Tensor], path: str
+                           ) -> tuple[dict[str, torch.Tensor], set[tuple]]:
     """ignore_mismatched_sizes: the head weights whose shape differs from the model's left out (they start
-    fresh, and the load reports them); an encoder weight of another shape stays the error it is."""
+    fresh, and the load reports them); an encoder weight of another shape stays the error it is. Also returns
+    them as transformers' mismatched_keys: (key, stored shape, model shape)."""
     own = model.state_dict()
     mismatched = [k for k, v in state.items() if k in own and own[k].shape != v.shape
                   and not k.startswith((ENCODER_PREFIX, "embeddings.", "encoder."))]
     if mismatched:
         log.warning("%s: shapes differ, initialised fresh (ignore_mismatched_sizes): %s", path,
                     ", ".join(f"{k} {tuple(state[k].shape)} -> {tuple(own[k].shape)}" for k in mismatched))
-    return {k: v for k, v in state.items() if k not in mismatched}
+    return {k: v for k, v in state.items() if k not in mismatched}, {(k, state[k].shape, own[k].shape)
+                                                                      for k in mismatched}
 
 
 def _check_finite(state: dict[str, torch.Tensor], path: str) -> None:

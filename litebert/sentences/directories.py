@@ -38,9 +38,13 @@ from litebert.sentence import embed, sentence_settings
 from litebert.tokenizer import Tokenizer
 
 MODULES = "modules.json"
+ST_CONFIG = "config_sentence_transformers.json"  # the model's similarity function, among others
 KNOWN = ("Transformer", "Pooling", "Dense", "Normalize")
 DENSE_TYPE = "sentence_transformers.models.Dense"
 IDENTITY = "torch.nn.modules.linear.Identity"
+# sentence-transformers' similarity functions by the names config_sentence_transformers.json gives them
+SIMILARITIES = {"cosine": lambda a, b: F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).T, "dot": lambda a, b: a @ b.T,
+                "euclidean": lambda a, b: -torch.cdist(a, b, p=2.0), "manhattan": lambda a, b: -torch.cdist(a, b, p=1.0)}
 ACTIVATIONS = {IDENTITY: nn.Identity, "torch.nn.modules.activation.Tanh": nn.Tanh,
                "torch.nn.modules.activation.ReLU": nn.ReLU, "torch.nn.modules.activation.GELU": nn.GELU}
 
@@ -134,27 +138,80 @@ def add_dense(directory: str, dense: Dense, name: str = "2_Dense") -> None:
 
 
 class SentenceModel:
-    """A sentence-transformers pipeline (module docstring) over an encoder: `encode(sentences)` -> (N, D)."""
+    """A sentence-transformers pipeline (module docstring) over an encoder: `encode(sentences)` -> (N, D), called
+    with sentence-transformers' keywords and answering its names (`similarity`, `max_seq_length`,
+    `get_sentence_embedding_dimension`), so that code written for its SentenceTransformer runs on this."""
 
     def __init__(self, encoder: nn.Module, tokenizer: Callable, pooling: str, max_length: int,
-                 post: Sequence[nn.Module] = (), normalize: bool = False, name: str = ""):
+                 post: Sequence[nn.Module] = (), normalize: bool = False, name: str = "",
+                 similarity_fn_name: str = "cosine"):
         self.encoder, self.tokenizer, self.pooling, self.max_length = encoder.eval(), tokenizer, pooling, max_length
         self.post, self.normalize, self.name = [m.eval() for m in post], normalize, name
+        if similarity_fn_name not in SIMILARITIES:
+            raise ConfigError(f"similarity_fn_name {similarity_fn_name!r}: choose from {', '.join(SIMILARITIES)}")
+        self.similarity_fn_name = similarity_fn_name
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike, **options) -> "SentenceModel":
+        """load_sentence_model(path, ...): a litebert, sentence-transformers or plain encoder directory."""
+        return load_sentence_model(path, **options)
 
     @property
     def dimension(self) -> int:
         dense = [m for m in self.post if isinstance(m, Dense)]
         return dense[-1].linear.out_features if dense else self.encoder.config.hidden_size
 
+    def get_sentence_embedding_dimension(self) -> int:  # sentence-transformers' names (6 renamed it)
+        return self.dimension
+
+    get_embedding_dimension = get_sentence_embedding_dimension
+
+    @property
+    def max_seq_length(self) -> int:
+        return self.max_length
+
+    @max_seq_length.setter
+    def max_seq_length(self, value: int) -> None:
+        self.max_length = min(int(value), self.encoder.config.max_position_embeddings)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.encoder.parameters()).device
+
     @torch.no_grad()
-    def encode(self, sentences: Sequence[str], batch_size: int = 64, progress: bool = False) -> np.ndarray:
-        vectors = torch.from_numpy(embed(self.encoder, self.tokenizer, list(sentences), self.pooling, batch_size,
-                                         self.max_length, progress))
+    def encode(self, sentences: str | Sequence[str], batch_size: int = 64, show_progress_bar: bool | None = None,
+               output_value: str | None = "sentence_embedding", precision: str = "float32",
+               convert_to_numpy: bool = True, convert_to_tensor: bool = False, normalize_embeddings: bool = False
+               ) -> np.ndarray | torch.Tensor | list[torch.Tensor]:
+        """sentence-transformers' encode: one string gives one (D,) vector (a string is not a list of
+        characters), a list (N, D); convert_to_tensor a tensor, convert_to_numpy=False a list of (D,) tensors;
+        normalize_embeddings unit length. Token embeddings and quantized precisions are refused by name: the
+        feature-extraction pipeline gives the former, and the latter need calibration this reader does not hold."""
+        if output_value != "sentence_embedding":
+            raise ConfigError(f"output_value={output_value!r}: litebert's encode gives sentence embeddings only "
+                              "(token embeddings: pipeline(\"feature-extraction\"))")
+        if precision != "float32":
+            raise ConfigError(f"precision={precision!r}: litebert's encode gives float32 embeddings only")
+        single = isinstance(sentences, str)
+        texts = [sentences] if single else list(sentences)
+        vectors = torch.from_numpy(embed(self.encoder, self.tokenizer, texts, self.pooling, batch_size,
+                                         self.max_length, bool(show_progress_bar)))
         for module in self.post:
             vectors = module(vectors)
-        if self.normalize:
+        if self.normalize or normalize_embeddings:
             vectors = F.normalize(vectors, dim=-1)
-        return vectors.numpy()
+        if single:
+            vectors = vectors[0]
+        if convert_to_tensor:
+            return vectors
+        return vectors.numpy() if convert_to_numpy else list(vectors) if not single else vectors
+
+    def similarity(self, a, b) -> torch.Tensor:
+        """(N, M) scores of every row of `a` against every row of `b`, by the model's similarity_fn_name
+        (config_sentence_transformers.json's; cosine by default), as sentence-transformers scores them."""
+        a, b = (torch.atleast_2d(torch.as_tensor(np.asarray(x) if not torch.is_tensor(x) else x)).float()
+                for x in (a, b))
+        return SIMILARITIES[self.similarity_fn_name](a, b)
 
 
 class _HFTokenizer:
@@ -221,6 +278,9 @@ def load_sentence_model(path: str | os.PathLike, pooling: str | None = None, max
                                pool_dir) if pool_dir else None
     post: list[nn.Module] = [Dense.load(m["path"]) for m in modules if m["kind"] == "Dense"]
     normalize = any(m["kind"] == "Normalize" for m in modules)
+    st_model = os.path.join(directory, ST_CONFIG)
+    similarity = read_json_object(st_model, CheckpointError).get("similarity_fn_name") if os.path.isfile(st_model) \
+        else None
     if is_litebert_dir(root):
 
         ours = sentence_settings(root)
@@ -241,4 +301,4 @@ def load_sentence_model(path: str | os.PathLike, pooling: str | None = None, max
         length = max_length or settings.get("max_seq_length") or 128
     length = min(length, encoder.config.max_position_embeddings)
     return SentenceModel(encoder.to(device), tokenizer, pooling or found_pooling or "mean", length, post, normalize,
-                         name=directory)
+                         name=directory, similarity_fn_name=similarity or "cosine")

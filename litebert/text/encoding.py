@@ -121,6 +121,28 @@ class BatchEncoding(dict):
         return self._word_ids[batch_index]
 
 
+def windows(a: list, b: list | None, budget: int, strategy: str, stride: int) -> list[tuple[list, list | None]]:
+    """return_overflowing_tokens: the side being cut split into windows of the budget left by the other side,
+    each starting `stride` tokens before the previous one's end, as the `tokenizers` library splits them (the
+    side kept whole repeats in every window)."""
+    cut_b = b is not None and strategy == "only_second"
+    if b is not None and strategy not in ("only_first", "only_second"):
+        raise ConfigError(f"return_overflowing_tokens with a pair needs truncation=\"only_first\" or "
+                          f"\"only_second\" (the side to window), got {strategy!r}")
+    seq, kept = (b, a) if cut_b else (a, b)
+    size = budget - len(kept or [])
+    if size <= 0 or stride >= size:
+        raise ConfigError(f"stride={stride} leaves no new tokens in windows of {max(size, 0)} (max_length less "
+                          "the special tokens and the other text): lower stride or raise max_length")
+    parts, start = [], 0
+    while True:
+        parts.append(seq[start:start + size])
+        if start + size >= len(seq):
+            break
+        start += size - stride
+    return [(kept, part) if cut_b else (part, kept) for part in parts]
+
+
 def truncate_pair(a: list[int], b: list[int] | None, budget: int, strategy: str) -> tuple[list[int], list[int] | None]:
     """Cut tokens from the end until len(a) + len(b) <= budget, as transformers' tokenizers do.
 

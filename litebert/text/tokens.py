@@ -118,6 +118,26 @@ class TokenNames:
     def all_special_ids(self) -> list[int]:
         return self.convert_tokens_to_ids(self.all_special_tokens)
 
+    # offsets and word_ids() are here, which is what code asking transformers' is_fast wants to know
+    is_fast = True
+
+    def num_special_tokens_to_add(self, pair: bool = False) -> int:
+        """[CLS] a [SEP], or [CLS] a [SEP] b [SEP]: what a length budget leaves for text."""
+        return 3 if pair else 2
+
+    def get_special_tokens_mask(self, token_ids_0: list[int], token_ids_1: list[int] | None = None,
+                                already_has_special_tokens: bool = False) -> list[int]:
+        """1 for a special token, 0 for text, as transformers: over the ids as they are, or over the
+        [CLS]/[SEP] that encoding them (and the pair) would add."""
+        if already_has_special_tokens:
+            if token_ids_1 is not None:
+                raise ConfigError("get_special_tokens_mask: ids that already have their special tokens are one "
+                                  "sequence; pass token_ids_1=None")
+            special = set(self.all_special_ids)
+            return [int(i in special) for i in encoding.id_list(token_ids_0)]
+        mask = [1] + [0] * len(token_ids_0) + [1]
+        return mask + [0] * len(token_ids_1) + [1] if token_ids_1 is not None else mask
+
     def pad(self, encoded_inputs, padding: bool | str = True, max_length: int | None = None,
             pad_to_multiple_of: int | None = None, return_attention_mask: bool | None = None,
             return_tensors: str | None = None) -> encoding.BatchEncoding:
