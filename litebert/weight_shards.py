@@ -14,7 +14,7 @@ import re
 import torch
 
 from litebert.errors import CheckpointError, ConfigError
-from litebert.files import sha256_file, write_text_atomically
+from litebert.files import read_json_object, sha256_file, write_text_atomically
 
 WEIGHTS_NAME = "model.safetensors"
 INDEX_NAME = WEIGHTS_NAME + ".index.json"
@@ -44,11 +44,9 @@ def _safetensors_io():
 def read_sharded(directory: str) -> dict[str, torch.Tensor]:
     """The tensors of a sharded directory: every file the index names, and exactly the keys it maps to each."""
     index_path = os.path.join(directory, INDEX_NAME)
-    try:
-        with open(index_path, encoding="utf-8") as f:
-            weight_map = json.load(f)["weight_map"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise CheckpointError(f"{index_path}: not a transformers shard index ({type(e).__name__}: {e})") from None
+    weight_map = read_json_object(index_path, CheckpointError).get("weight_map")
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise CheckpointError(f"{index_path}: not a transformers shard index (no weight_map of file names)")
     error, load_file, _ = _safetensors_io()
     state: dict[str, torch.Tensor] = {}
     for name in sorted(set(weight_map.values())):

@@ -9,7 +9,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "litebert"
 RUNTIME = "litebert.runtime"  # how this machine runs the math: beneath the model core, importing only these two
 CORE = {"litebert.config", "litebert.errors", "litebert.model", "litebert.heads", "litebert.weights",
-        "litebert.tokenizer", "litebert.hub", "litebert.files", "litebert.sentence", "litebert.progress"}
+        "litebert.tokenizer", "litebert.hub", "litebert.files", "litebert.sentence", "litebert.progress",
+        "litebert.weight_shards"}
 TEXT = "litebert.text"  # the tokenizer's parts: in the model core with it
 STAGES = ("litebert.corpus", "litebert.tasks", "litebert.training", "litebert.interop", "litebert.paper",
           "litebert.serving", "litebert.sentences")

@@ -69,6 +69,11 @@ def test_a_damaged_shard_index_is_a_one_line_error(tmp_path):
     (tmp_path / INDEX_NAME).write_text(json.dumps({**index, "weight_map": {k: shards[0] for k in index["weight_map"]}}))
     with pytest.raises(CheckpointError, match="disagree about"):
         MODEL_CLASSES["AlbertModel"].from_pretrained(tmp_path)
+    for damage in ('{"weight_map": ', '{"metadata": {}}', '{"weight_map": {"a.weight": 3}}'):
+        (tmp_path / INDEX_NAME).write_text(damage)
+        with pytest.raises(CheckpointError, match=INDEX_NAME) as raised:
+            MODEL_CLASSES["AlbertModel"].from_pretrained(tmp_path)
+        assert "\n" not in str(raised.value)
 
 
 def test_shard_sizes_read_as_transformers_and_pickles_are_refused(tmp_path):
