@@ -134,15 +134,17 @@ class AlbertEmbeddings(nn.Module):
         self.LayerNorm = LayerNorm(E, eps=config.layer_norm_eps)  # capitalised: TF/HF checkpoint name
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
-                position_ids: torch.Tensor | None = None) -> torch.Tensor:
-        T = input_ids.shape[1]
+    def forward(self, input_ids: torch.Tensor | None, token_type_ids: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
+        """`inputs_embeds` (B, T, E): word embeddings given in place of `input_ids`' (transformers' argument)."""
+        words = self.word_embeddings(input_ids) if inputs_embeds is None else inputs_embeds
+        T = words.shape[1]
         if T > self.position_embeddings.num_embeddings and position_ids is None:  # given: packed documents
             raise ConfigError(f"sequence length {T} exceeds max_position_embeddings "
                              f"{self.position_embeddings.num_embeddings}; truncate the input")
         if position_ids is None:
-            position_ids = torch.arange(T, device=input_ids.device)[None]
-        x = self.word_embeddings(input_ids) + self.position_embeddings(position_ids)
+            position_ids = torch.arange(T, device=words.device)[None]
+        x = words + self.position_embeddings(position_ids)
         if token_type_ids is None:
             x = x + self.token_type_embeddings.weight[0]
         else:
@@ -523,11 +525,11 @@ class AlbertModel(PretrainedMixin, nn.Module):
         self.padding_free = False  # run the encoder on a padded batch's real tokens alone (`Unpadded`)
         self.init_weights()
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+    def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                 output_positions: torch.Tensor | None = None, output_hidden_states: bool = False,
                 output_attentions: bool = False, packed_positions: torch.Tensor | None = None,
-                loss_reads: torch.Tensor | None = None) -> BaseOutput:
+                loss_reads: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None) -> BaseOutput:
         """`output_positions` (B, Tq): compute the final hidden states only there (a head that reads few
         positions saves most of the last layer); last_hidden_state is then (B, Tq, H), and the pooler reads
         its first column, which must be position 0 ([CLS]). output_hidden_states / output_attentions: also
@@ -536,12 +538,15 @@ class AlbertModel(PretrainedMixin, nn.Module):
         `padding_free` stands aside (its states there are zeros, transformers' are not, and the loss would differ).
         `packed_positions` (from litebert.model.packed_positions, with `attention_mask`): run padding-free with the
         token count the host chose, whatever `padding_free` says; output positions and `loss_reads` must then be
-        real tokens (not checked: that would read the device)."""
+        real tokens (not checked: that would read the device). `inputs_embeds` (B, T, E): the word embeddings,
+        given instead of `input_ids` (attributions and adversarial training differentiate with respect to them)."""
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ConfigError("give input_ids or inputs_embeds (one of them)")
         if attention_mask is not None and attention_mask.dim() != 2:  # transformers also takes (B, 1, T, T)
             raise ConfigError(f"attention_mask must be (batch, length) 1/0, got shape {tuple(attention_mask.shape)}")
         if _batch_without_padding and packed_positions is None:
             attention_mask = None  # all ones, as the caller read it on the host (batch_without_padding)
-        x = self.embeddings(input_ids, token_type_ids, position_ids)
+        x = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
         hidden, probs = ([] if output_hidden_states else None), ([] if output_attentions else None)
         unpadded = None
         if attention_mask is not None and not (output_hidden_states or output_attentions):  # (those: padded)
@@ -659,9 +664,10 @@ def loss_positions(labels: torch.Tensor, with_cls: bool, max_predictions: int | 
     return positions, selected
 
 
-def cls_position(input_ids: torch.Tensor) -> torch.Tensor:
-    """`output_positions` for a head that reads only the pooled [CLS]: the last layer runs one query."""
-    return input_ids.new_zeros(input_ids.shape[0], 1)
+def cls_position(inputs: torch.Tensor) -> torch.Tensor:
+    """`output_positions` for a head that reads only the pooled [CLS]: the last layer runs one query. `inputs`:
+    the batch's input_ids (B, T) or inputs_embeds (B, T, E)."""
+    return torch.zeros(inputs.shape[0], 1, dtype=torch.long, device=inputs.device)
 
 
 def masked_lm(head: AlbertMLMHead, h: torch.Tensor, labels: torch.Tensor | None
@@ -711,18 +717,19 @@ class AlbertForPreTraining(PretrainedMixin, nn.Module):
         self.init_weights()
         self.predictions.decoder.weight = self.albert.embeddings.word_embeddings.weight  # weight tying
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+    def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, sentence_order_label: torch.Tensor | None = None,
                 output_hidden_states: bool = False, output_attentions: bool = False,
-                packed_positions: torch.Tensor | None = None) -> PreTrainingOutput:
+                packed_positions: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None
+                ) -> PreTrainingOutput:
         """`packed_positions`: as AlbertModel's (pretraining's padding-free batches under --cuda-graphs)."""
         positions = None
         if labels is not None and not (output_hidden_states or output_attentions):  # those need every position
             positions, labels = loss_positions(labels, with_cls=True, max_predictions=self.max_predictions_per_seq,
                                                attention_mask=attention_mask)
         out = self.albert(input_ids, attention_mask, token_type_ids, position_ids, positions, output_hidden_states,
-                          output_attentions, packed_positions)
+                          output_attentions, packed_positions, inputs_embeds=inputs_embeds)
         mlm_loss, prediction_logits = masked_lm(self.predictions, out.last_hidden_state, labels)
         sop_logits = self.sop_classifier(out.pooler_output)
         sop_loss = None if sentence_order_label is None else F.cross_entropy(sop_logits.float(),
@@ -752,16 +759,16 @@ class AlbertForMaskedLM(PretrainedMixin, nn.Module):
         self.init_weights()
         self.predictions.decoder.weight = self.albert.embeddings.word_embeddings.weight  # weight tying
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+    def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, output_hidden_states: bool = False,
-                output_attentions: bool = False) -> MaskedLMOutput:
+                output_attentions: bool = False, inputs_embeds: torch.Tensor | None = None) -> MaskedLMOutput:
         positions = None
         if labels is not None and not (output_hidden_states or output_attentions):  # those need every position
             positions, labels = loss_positions(labels, with_cls=False, max_predictions=self.max_predictions_per_seq,
                                                attention_mask=attention_mask)
         out = self.albert(input_ids, attention_mask, token_type_ids, position_ids, positions, output_hidden_states,
-                          output_attentions)
+                          output_attentions, inputs_embeds=inputs_embeds)
         return MaskedLMOutput(*masked_lm(self.predictions, out.last_hidden_state, labels), out.hidden_states,
                               out.attentions)
 

@@ -133,3 +133,39 @@ def test_stride_alone_and_windows_without_room_are_refused_by_name(both):
         ours(LONG, max_length=20, truncation=True, stride=18, return_overflowing_tokens=True)
     with pytest.raises(ConfigError, match="only_second"):
         ours("q?", LONG, max_length=20, truncation=True, return_overflowing_tokens=True)
+
+
+@pytest.mark.parametrize("name", sorted(MODEL_CLASSES))
+def test_inputs_embeds_give_transformers_outputs_and_gradients(name, tmp_path):
+    """model(inputs_embeds=...) in place of input_ids, as attribution methods (integrated gradients) and
+    adversarial training call it: the outputs, a loss and the gradient with respect to the embeddings equal
+    transformers' on the same weights, and equal the outputs from the ids."""
+    torch.manual_seed(0)
+    ours = MODEL_CLASSES[name](tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)).eval()
+    ours.save_pretrained(tmp_path)
+    theirs = getattr(transformers, name).from_pretrained(str(tmp_path), attn_implementation="eager").eval()
+    ids = IDS[:, None].expand(2, 3, 9) if name == "AlbertForMultipleChoice" else IDS
+    mask = torch.ones_like(ids).index_fill(-1, torch.tensor([7, 8]), 0)
+    labels = {"AlbertForSequenceClassification": {"labels": torch.tensor([0, 2])},
+              "AlbertForTokenClassification": {"labels": IDS % 3},
+              "AlbertForQuestionAnswering": {"start_positions": torch.tensor([1, 3]),
+                                             "end_positions": torch.tensor([2, 5])},
+              "AlbertForMultipleChoice": {"labels": torch.tensor([0, 2])}}.get(name, {})
+    results = []
+    for model in (ours, theirs):
+        embeds = model.get_input_embeddings()(ids).detach().requires_grad_()
+        out = model(inputs_embeds=embeds, attention_mask=mask, **labels)
+        first = out[0] if not labels else out[1]  # the loss first when there is one
+        # a loss, or a fixed random projection of the outputs (a norm of LayerNorm's output hardly moves)
+        weights = torch.randn(first.shape, generator=torch.Generator().manual_seed(2))
+        (out[0] if labels else (first.float() * weights).sum()).backward()
+        results.append((first.detach(), embeds.grad))
+    (a, grad_a), (b, grad_b) = results
+    for got, want in ((a, b), (grad_a, grad_b)):  # fp32 sums in another order: 1e-5 of the largest value
+        assert (got - want).abs().max() <= 1e-5 * want.abs().max(), (got - want).abs().max() / want.abs().max()
+    from_ids = ours(ids, attention_mask=mask, **labels)
+    torch.testing.assert_close(from_ids[0 if not labels else 1], a)
+    with pytest.raises(ConfigError, match="input_ids or inputs_embeds"):
+        ours(ids, inputs_embeds=ours.get_input_embeddings()(ids))
+    with pytest.raises(ConfigError, match="input_ids or inputs_embeds"):
+        ours(attention_mask=mask)
