@@ -91,6 +91,17 @@ def read_state_dict(directory: str) -> tuple[dict[str, torch.Tensor], str]:
     raise FileNotFoundError(f"{directory}: no {WEIGHTS_NAME}, {INDEX_NAME} or {LEGACY_WEIGHTS_NAME}")
 
 
+def set_gradient_checkpointing(model: nn.Module, on: bool) -> None:
+    """Turn checkpointing on or off in every module that has the switch (the encoder's layer loop); a model
+    without one is a ConfigError, not a run that silently keeps every activation."""
+    switches = [m for m in model.modules() if hasattr(m, "gradient_checkpointing")]
+    if not switches:
+        raise ConfigError(f"{type(model).__name__} has no gradient checkpointing (no module with a "
+                          "gradient_checkpointing attribute)")
+    for module in switches:
+        module.gradient_checkpointing = on
+
+
 class PretrainedMixin:
     """from_pretrained / save_pretrained / init_weights for every litebert model class."""
 
@@ -150,6 +161,23 @@ class PretrainedMixin:
         decoder = self.get_output_embeddings()
         if decoder is not None:
             decoder.weight = self.get_input_embeddings().weight
+
+    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict[str, Any] | None = None) -> None:
+        """transformers' switch (its ALBERT has none; litebert's `--gradient-checkpointing`): each layer
+        application's activations are recomputed in the backward instead of kept. The checkpoint is the
+        non-reentrant one; asking for the reentrant one (use_reentrant=True) or other options is refused."""
+        unknown = {k: v for k, v in (gradient_checkpointing_kwargs or {}).items() if (k, v) != ("use_reentrant", False)}
+        if unknown:
+            raise ConfigError(f"gradient_checkpointing_kwargs {unknown}: litebert's checkpoint is non-reentrant "
+                              "and takes no options (use_reentrant=False, or leave them out)")
+        set_gradient_checkpointing(self, True)
+
+    def gradient_checkpointing_disable(self) -> None:
+        set_gradient_checkpointing(self, False)
+
+    @property
+    def is_gradient_checkpointing(self) -> bool:
+        return any(getattr(m, "gradient_checkpointing", False) for m in self.modules())
 
     def resize_token_embeddings(self, *args: Any, **kwargs: Any) -> None:
         """Refused: litebert's tokenizer gains pieces only with its embeddings, which one verb does for both."""

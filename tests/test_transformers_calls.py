@@ -169,3 +169,34 @@ def test_inputs_embeds_give_transformers_outputs_and_gradients(name, tmp_path):
         ours(ids, inputs_embeds=ours.get_input_embeddings()(ids))
     with pytest.raises(ConfigError, match="input_ids or inputs_embeds"):
         ours(attention_mask=mask)
+
+
+def test_gradient_checkpointing_enable_recomputes_layers_with_the_same_gradients(monkeypatch):
+    """transformers' switch, which its ALBERT refuses (supports_gradient_checkpointing = False): litebert's
+    checkpointing (--gradient-checkpointing) recomputes each layer application in the backward, same gradients."""
+    torch.manual_seed(0)
+    no_dropout = tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, classifier_dropout_prob=0.0)
+    model = MODEL_CLASSES["AlbertForSequenceClassification"](no_dropout)  # training mode: checkpointing applies
+    labels = torch.tensor([0, 2])
+
+    def gradients():
+        model.zero_grad()
+        model(IDS, labels=labels).loss.backward()
+        return [p.grad.clone() for p in model.parameters()]
+
+    plain = gradients()
+    calls = []
+    real = torch.utils.checkpoint.checkpoint
+    monkeypatch.setattr(torch.utils.checkpoint, "checkpoint", lambda *a, **k: calls.append(1) or real(*a, **k))
+    model.gradient_checkpointing_enable({"use_reentrant": False})
+    assert model.is_gradient_checkpointing
+    for a, b in zip(gradients(), plain):
+        torch.testing.assert_close(a, b)
+    assert len(calls) == model.config.num_hidden_layers  # one checkpoint per layer application
+    model.gradient_checkpointing_disable()
+    gradients()
+    assert not model.is_gradient_checkpointing and len(calls) == model.config.num_hidden_layers
+    with pytest.raises(ConfigError, match="use_reentrant.*non-reentrant"):
+        model.gradient_checkpointing_enable({"use_reentrant": True})
+    with pytest.raises(ValueError, match="does not support"):  # transformers' own ALBERT: none to compare with
+        transformers.AlbertModel(transformers.AlbertConfig(**tiny_config().to_dict())).gradient_checkpointing_enable()

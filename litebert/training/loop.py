@@ -74,6 +74,7 @@ from litebert.training.state import (
     set_seed,
 )
 from litebert.training.train_config import CONFIG_NAME, TrainConfig
+from litebert.weights import set_gradient_checkpointing
 
 log = logging.getLogger("litebert")
 
@@ -348,7 +349,7 @@ def _start(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, env
     set_seed(cfg.seed + env.rank)  # dropout differs across ranks, as it would across a bigger batch
     model = model.to(env.device)
     if cfg.gradient_checkpointing:
-        _enable_gradient_checkpointing(model)
+        set_gradient_checkpointing(model, True)
     optimizer = make_optimizer(model, cfg.optimizer, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2), cfg.eps)
     schedule = make_schedule(optimizer, cfg.warmup_steps, cfg.max_steps, cfg.lr_decay_power)
     batch_fn = as_batch_fn(data, cfg.batch_size, micro_batch, cfg.seed)
@@ -423,15 +424,6 @@ def _auto_precision(model: nn.Module, batch_fn: BatchFn, env: Dist, step: int) -
     if env.is_main:
         print(f"litebert: {choice}", flush=True)
     return choice
-
-
-def _enable_gradient_checkpointing(model: nn.Module) -> None:
-    switches = [m for m in model.modules() if hasattr(m, "gradient_checkpointing")]
-    if not switches:
-        raise ConfigError(f"{type(model).__name__} has no gradient checkpointing (no module with a "
-                          "gradient_checkpointing attribute)")
-    for module in switches:
-        module.gradient_checkpointing = True
 
 
 def _checkpoint_to_resume(out: Path, resume: bool, env: Dist) -> Path | None:
