@@ -55,7 +55,7 @@ class Quoted:
 
 def markdown_quotes(path: Path) -> list[Quoted]:
     """Shell fences line by line (with the fence's assignments so far), and inline spans outside fences."""
-    source, quotes, fence, variables, prose = _rel(path), [], None, {}, []
+    source, quotes, fence, variables, prose = relative(path), [], None, {}, []
     lines = path.read_text(encoding="utf-8").splitlines()
     i = 0
     while i < len(lines):
@@ -97,7 +97,7 @@ def docstring_quotes(path: Path) -> list[Quoted]:
     """A module docstring's quoted commands, at their line in the file."""
     module = ast.parse(path.read_text(encoding="utf-8"))
     doc = ast.get_docstring(module, clean=False)
-    return text_quotes(doc, _rel(path), module.body[0].lineno) if doc else []
+    return text_quotes(doc, relative(path), module.body[0].lineno) if doc else []
 
 
 def help_quotes(verb: str) -> list[Quoted]:
@@ -342,5 +342,6 @@ def _check_config(args: list[str]) -> str | None:
     return None
 
 
-def _rel(path: Path) -> str:
+def relative(path: Path) -> str:
+    """A path as the failures name it: relative to the repository."""
     return str(path.resolve().relative_to(ROOT))

@@ -11,7 +11,7 @@ from pathlib import Path
 import doc_commands as D
 import pytest
 
-from litebert.cli import VERBS
+from litebert.cli import VERBS, verb_parser_of
 
 MARKDOWN = sorted({*D.ROOT.glob("*.md"), *D.ROOT.glob("bench/*.md"), *D.ROOT.glob("docs/**/*.md"),
                    *D.ROOT.glob("litebert/**/*.md")})
@@ -42,7 +42,7 @@ def _failures(quotes: list[D.Quoted]) -> list[str]:
     return found
 
 
-SOURCES = [D._rel(p) for p in MARKDOWN] + list(MODULES) + [f"litebert {verb} --help" for verb in VERBS]
+SOURCES = [D.relative(p) for p in MARKDOWN] + list(MODULES) + [f"litebert {verb} --help" for verb in VERBS]
 
 
 @pytest.mark.parametrize("source", SOURCES)
@@ -114,4 +114,10 @@ def test_commands_found_per_source():
     assert sum(counts.values()) >= 200, counts
     for source in ("README.md", "docs/sentence.md", "docs/paper/README.md", "litebert", "litebert export --help"):
         assert counts[source], source
-    assert all(counts[D._rel(p)] for p in Path(D.ROOT / "docs/paper").glob("*/report.md"))
+    assert all(counts[D.relative(p)] for p in Path(D.ROOT / "docs/paper").glob("*/report.md"))
+
+
+@pytest.mark.parametrize("verb", VERBS)
+def test_every_verb_hands_over_its_parser_without_running(verb, capsys):
+    assert verb_parser_of(verb).prog == f"litebert {verb}"  # built afresh, not the cached parser
+    assert capsys.readouterr() == ("", "")  # neither its help printed nor any work done
