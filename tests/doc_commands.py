@@ -100,6 +100,13 @@ def docstring_quotes(path: Path) -> list[Quoted]:
     return text_quotes(doc, relative(path), module.body[0].lineno) if doc else []
 
 
+def comment_quotes(path: Path) -> list[Quoted]:
+    """A TOML recipe's comments (its header says how to make the data it trains on), at their lines."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return text_quotes("\n".join(line.strip()[1:] if line.strip().startswith("#") else "" for line in lines),
+                       relative(path))
+
+
 def help_quotes(verb: str) -> list[Quoted]:
     """The examples in a verb's --help: its epilog, and its description where that is not the module docstring
     (which docstring_quotes reads at its line in the file)."""

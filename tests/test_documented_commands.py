@@ -1,9 +1,10 @@
 """Every `litebert <verb> ...` command the documentation quotes parses with the verb's own parser.
 
 A renamed or removed flag would otherwise leave a newcomer a command that fails. Sources: README.md, bench/ and
-docs/ Markdown (the paper's reports' "Made by" commands included), the verbs' --help, and the module docstrings
-of litebert/, scripts/ and bench/. How commands are found and what placeholders stand for: tests/doc_commands.py.
-Nothing runs: each command is parsed as `litebert` would parse it, and a `--config NAME` must be a bundled recipe.
+docs/ Markdown (the paper's reports' "Made by" commands included), the verbs' --help, the module docstrings
+of litebert/, scripts/ and bench/, and the comments of the TOML recipes (bundled and docs/). How commands are found
+and what placeholders stand for: tests/doc_commands.py. Nothing runs: each command is parsed as `litebert` would
+parse it, and a `--config NAME` must be a bundled recipe.
 """
 
 from pathlib import Path
@@ -16,6 +17,7 @@ from litebert.cli import VERBS, verb_parser_of
 MARKDOWN = sorted({*D.ROOT.glob("*.md"), *D.ROOT.glob("bench/*.md"), *D.ROOT.glob("docs/**/*.md"),
                    *D.ROOT.glob("litebert/**/*.md")})
 MODULES = {folder: sorted(D.ROOT.glob(f"{folder}/**/*.py")) for folder in ("litebert", "scripts", "bench")}
+RECIPES = sorted({*D.ROOT.glob("litebert/configs/*.toml"), *D.ROOT.glob("docs/**/*.toml")})
 
 # Commands known not to parse, (source, line) -> why they stay. The paper's reports (docs/paper/*/report.md) record
 # the command that made each grid, and `litebert reproduce` rewrites a report whenever its grid runs, so a report
@@ -29,6 +31,8 @@ def _quotes(source: str) -> list[D.Quoted]:
         return [q for path in MODULES[source] for q in D.docstring_quotes(path)]
     if source.startswith("litebert "):
         return D.help_quotes(source.split()[1])
+    if source.endswith(".toml"):
+        return D.comment_quotes(D.ROOT / source)
     return D.markdown_quotes(D.ROOT / source)
 
 
@@ -42,7 +46,8 @@ def _failures(quotes: list[D.Quoted]) -> list[str]:
     return found
 
 
-SOURCES = [D.relative(p) for p in MARKDOWN] + list(MODULES) + [f"litebert {verb} --help" for verb in VERBS]
+SOURCES = ([D.relative(p) for p in MARKDOWN + RECIPES] + list(MODULES)
+           + [f"litebert {verb} --help" for verb in VERBS])
 
 
 @pytest.mark.parametrize("source", SOURCES)
@@ -121,3 +126,4 @@ def test_commands_found_per_source():
 def test_every_verb_hands_over_its_parser_without_running(verb, capsys):
     assert verb_parser_of(verb).prog == f"litebert {verb}"  # built afresh, not the cached parser
     assert capsys.readouterr() == ("", "")  # neither its help printed nor any work done
+
