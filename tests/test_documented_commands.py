@@ -127,3 +127,8 @@ def test_every_verb_hands_over_its_parser_without_running(verb, capsys):
     assert verb_parser_of(verb).prog == f"litebert {verb}"  # built afresh, not the cached parser
     assert capsys.readouterr() == ("", "")  # neither its help printed nor any work done
 
+
+def test_pretrain_help_names_every_bundled_recipe():
+    """--config NAME takes any of litebert/configs/*.toml: a recipe added there is listed where users look."""
+    epilog = D.parser_of("pretrain").epilog
+    assert not [p.stem for p in D.BUNDLED_CONFIGS.glob("*.toml") if f"{p.stem} (" not in epilog], epilog
