@@ -8,12 +8,15 @@ user can fix (bad path, bad config, corrupt file) are printed as one line, witho
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import os
 import sys
+from collections.abc import Callable
 
 from litebert import __version__
 from litebert.errors import LitebertError
+from litebert.runconfig import ParserBuilt, stop_at_parser
 from litebert.runtime import allocator
 
 VERBS: dict[str, tuple[str, str]] = {
@@ -71,10 +74,8 @@ def _run(argv: list[str]) -> int:
     if verb not in VERBS:
         print(f"litebert: unknown verb {verb!r}\n\n{_usage()}", file=sys.stderr)
         return 2
-    module_name, func_name = VERBS[verb][0].split(":")
-    func = getattr(importlib.import_module(module_name), func_name)
     try:
-        return int(func(rest) or 0)
+        return int(_verb_function(verb)(rest) or 0)
     except BrokenPipeError:
         raise  # an OSError, but not the user's: main() ends quietly
     except (LitebertError, OSError) as e:
@@ -87,6 +88,23 @@ def _run(argv: list[str]) -> int:
     except KeyboardInterrupt:
         print(f"litebert {verb}: interrupted", file=sys.stderr)
         return 130
+
+
+def _verb_function(verb: str) -> Callable[[list[str]], int | None]:
+    module_name, func_name = VERBS[verb][0].split(":")
+    return getattr(importlib.import_module(module_name), func_name)
+
+
+def verb_parser_of(verb: str) -> argparse.ArgumentParser:
+    """The argparse parser `litebert VERB` parses its command line with, built by the verb's own code and not
+    run: tests/test_documented_commands.py parses every documented command with it. The verb is called with
+    --help, so a verb that ever built its parser some other way would print its help rather than run."""
+    try:
+        with stop_at_parser():
+            _verb_function(verb)(["--help"])
+    except ParserBuilt as built:
+        return built.parser
+    raise RuntimeError(f"litebert {verb} built no parser with runconfig.verb_parser")
 
 
 def _one_line(error: Exception) -> str:

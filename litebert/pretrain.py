@@ -368,9 +368,10 @@ def format_summary(s: dict[str, Any]) -> str:
 def cli(argv: list[str]) -> int:
     parser = verb_parser("pretrain", __doc__, {"data and model": PretrainConfig, "training": TrainConfig},
                          other_tables=("model",), epilog=(
-        "Bundled recipes (--config NAME): demo (2 CPU cores, ~10 minutes), paper_base (the paper's albert-base "
-        "run); their [model] table sets AlbertConfig fields. Scale out: torchrun --nproc-per-node N -m "
-        "litebert.cli pretrain ..."))
+        "Bundled recipes (--config NAME): demo (2 CPU cores, ~10 minutes), cpu_long (2 CPU cores, 23 minutes at\n"
+        "64 tokens, then a 9-minute phase at 128 whose flags its header gives), paper_base (the paper's albert-base\n"
+        "run); their [model] table sets AlbertConfig fields. Scale out:\n"
+        "  torchrun --nproc-per-node N -m litebert.cli pretrain --config paper_base --data DIR"))
     cfg, train_cfg, overrides = parse_verb(parser, argv)
     overrides = AlbertConfig.without_derived(overrides)  # a run's own train_config.toml [model] comes back
     unknown = set(overrides) - {f.name for f in dataclasses.fields(AlbertConfig)}

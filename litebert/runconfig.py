@@ -18,6 +18,8 @@ checked by the class's `__post_init__`.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import contextvars
 import dataclasses
 import errno
 import json
@@ -26,7 +28,7 @@ import os
 import re
 import tomllib
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -207,7 +209,32 @@ def verb_parser(verb: str, description: str | None, groups: Mapping[str, type], 
     for title, cls in groups.items():
         add_config_args(parser, cls, title)
     parser.set_defaults(_classes=classes, _tables=tuple(tables))
+    if _STOP_AT_PARSER.get():
+        raise ParserBuilt(parser)
     return parser
+
+
+class ParserBuilt(Exception):
+    """Carries a verb's parser out of the verb under `stop_at_parser` (not a LitebertError: no user sees it)."""
+
+    def __init__(self, parser: argparse.ArgumentParser):
+        super().__init__(parser.prog)
+        self.parser = parser
+
+
+_STOP_AT_PARSER = contextvars.ContextVar("stop_at_parser", default=False)
+
+
+@contextlib.contextmanager
+def stop_at_parser() -> Iterator[None]:
+    """Within this, `verb_parser` raises ParserBuilt instead of returning: a verb's parser is taken where the verb
+    builds it (its first line), so checks of documented command lines parse with the very parser the verb would,
+    and no second table of parser factories can drift from the verbs."""
+    token = _STOP_AT_PARSER.set(True)
+    try:
+        yield
+    finally:
+        _STOP_AT_PARSER.reset(token)
 
 
 def parse_verb(parser: argparse.ArgumentParser, argv: list[str] | argparse.Namespace,
