@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from litebert.errors import CheckpointError
+from litebert.errors import CheckpointError, ConfigError
 from litebert.files import read_json_object, write_text_atomically
 
 _HUB_ID = re.compile(r"(?!\.)[\w.-]+(/[\w.-]+)?")
@@ -40,7 +40,21 @@ def looks_like_hub_id(name: str) -> bool:
 HUB_TIMEOUT_S = 3.0  # how long the one lookup of a name on the Hub may take before it counts as unreachable
 
 
-def fetch_from_hub(repo_id: str, fetch, local_files_only: bool = False) -> str:
+HUB_OPTIONS = ("revision", "cache_dir", "token")  # transformers' download keywords that litebert passes on
+
+
+def hub_options(name_or_path: str, **given: Any) -> dict[str, Any]:
+    """The download keywords given (HUB_OPTIONS, None left out), refused for a local path: transformers ignores
+    a revision there without a word, and the user would believe they had loaded it."""
+    options = {k: v for k, v in given.items() if v is not None}
+    if options and os.path.exists(name_or_path):
+        raise ConfigError(f"{next(iter(options))}= chooses what to download from the Hub; {name_or_path} is a "
+                          "local path, loaded as it is")
+    return options
+
+
+def fetch_from_hub(repo_id: str, fetch, local_files_only: bool = False, revision: str | None = None,
+                   token: str | bool | None = None) -> str:
     """fetch(huggingface_hub, local_files_only) -> a local path, for a name that is not a local path; otherwise
     one line saying that `repo_id` is neither here nor fetchable, within about HUB_TIMEOUT_S.
 
@@ -48,7 +62,8 @@ def fetch_from_hub(repo_id: str, fetch, local_files_only: bool = False) -> str:
     is first looked up once, with a short timeout and no retries: a name the Hub does not have fails at once; a
     Hub that does not answer falls back to the local cache (as HF_HUB_OFFLINE=1 does, without asking); a name
     it has is downloaded (or its cached copy checked) by the client as usual. local_files_only (transformers'
-    keyword) reads the cache alone, as HF_HUB_OFFLINE=1 does."""
+    keyword) reads the cache alone, as HF_HUB_OFFLINE=1 does. `revision` and `token` go to the lookup (fetch
+    takes them, and cache_dir, itself)."""
     try:
         import huggingface_hub
         from huggingface_hub import constants
@@ -57,7 +72,8 @@ def fetch_from_hub(repo_id: str, fetch, local_files_only: bool = False) -> str:
                                 "as a Hub id)") from None
     online = not (constants.HF_HUB_OFFLINE or local_files_only)
     why_offline = "local_files_only=True" if local_files_only else "HF_HUB_OFFLINE is set"
-    missing = _hub_lookup(huggingface_hub, repo_id) if online else why_offline
+    asked = {k: v for k, v in (("revision", revision), ("token", token)) if v is not None}
+    missing = _hub_lookup(huggingface_hub, repo_id, asked) if online else why_offline
     if missing is None:
         try:
             return fetch(huggingface_hub, False)
@@ -77,15 +93,16 @@ def fetch_from_hub(repo_id: str, fetch, local_files_only: bool = False) -> str:
     raise FileNotFoundError(f"no such directory: {repo_id} ({missing})")
 
 
-def _hub_lookup(huggingface_hub, repo_id: str) -> str | None:
-    """None when the Hub has `repo_id`; else why not, in words. One request, waited for at most about
-    HUB_TIMEOUT_S (a thread: a name lookup that hangs is not bounded by the request's own timeout)."""
-    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+def _hub_lookup(huggingface_hub, repo_id: str, asked: dict[str, Any]) -> str | None:
+    """None when the Hub has `repo_id` (at `asked`'s revision, with its token); else why not, in words. One
+    request, waited for at most about HUB_TIMEOUT_S (a thread: a name lookup that hangs is not bounded by the
+    request's own timeout)."""
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
     answer: list[BaseException | None] = []
 
     def ask() -> None:
         try:
-            huggingface_hub.HfApi().model_info(repo_id, timeout=HUB_TIMEOUT_S)
+            huggingface_hub.HfApi().model_info(repo_id, timeout=HUB_TIMEOUT_S, **asked)
             answer.append(None)
         except BaseException as e:  # noqa: BLE001 - reported below, in words
             answer.append(e)
@@ -98,6 +115,8 @@ def _hub_lookup(huggingface_hub, repo_id: str) -> str | None:
     error = answer[0]
     if error is None:
         return None
+    if isinstance(error, RevisionNotFoundError):
+        return f"the Hub has no revision {asked.get('revision')!r} of it"
     if isinstance(error, RepositoryNotFoundError) and not isinstance(error, GatedRepoError):
         return "the Hub has no model of that name either"
     text = str(error).splitlines()[0] if str(error) else ""

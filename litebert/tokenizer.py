@@ -24,7 +24,7 @@ import numpy as np
 import sentencepiece as spm
 
 from litebert.errors import CheckpointError, ConfigError
-from litebert.hub import looks_like_hub_id
+from litebert.hub import hub_options, looks_like_hub_id
 from litebert.text import encoding
 from litebert.text.conventions import (
     SPECIALS,
@@ -100,9 +100,12 @@ class Tokenizer(TokenNames):
         self.word_start_table = np.array([is_word_start_piece(p) for p in self.pieces]) | special  # (V,) bool
 
     @classmethod
-    def from_pretrained(cls, path: str) -> "Tokenizer":
-        """Load a directory holding spiece.model (+ tokenizer_config.json), a .model file, or a Hub id."""
+    def from_pretrained(cls, path: str, *, local_files_only: bool = False, revision: str | None = None,
+                        cache_dir: str | os.PathLike | None = None, token: str | bool | None = None) -> "Tokenizer":
+        """Load a directory holding spiece.model (+ tokenizer_config.json), a .model file, or a Hub id (with
+        transformers' local_files_only, revision, cache_dir and token; refused for a local path)."""
         path = str(path)
+        options = hub_options(path, revision=revision, cache_dir=cache_dir, token=token)
         if os.path.isfile(path):
             model_file, config_dir = path, os.path.dirname(path)
         elif os.path.isdir(path):
@@ -110,7 +113,7 @@ class Tokenizer(TokenNames):
             if not os.path.isfile(model_file):
                 raise FileNotFoundError(f"{path} has no spiece.model (train one with `litebert tokenizer`)")
         elif looks_like_hub_id(path):
-            model_file = download_tokenizer(path)
+            model_file = download_tokenizer(path, local_files_only, **options)
             config_dir = os.path.dirname(model_file)
         else:
             raise FileNotFoundError(f"no such directory: {path}")

@@ -19,7 +19,7 @@ from torch import nn
 from litebert.config import AlbertConfig
 from litebert.errors import CheckpointError, ConfigError, NonFiniteError
 from litebert.files import sha256_file
-from litebert.hub import fetch_from_hub, looks_like_hub_id, write_model_card
+from litebert.hub import fetch_from_hub, hub_options, looks_like_hub_id, write_model_card
 from litebert.text.transformers_files import match_model_max_length
 from litebert.weight_shards import INDEX_NAME, WEIGHTS_NAME, read_sharded, shard_bytes, sharded_digest, write_weights
 
@@ -31,14 +31,17 @@ IGNORED_KEYS = ("albert.embeddings.position_ids", "embeddings.position_ids")  # 
 
 M = TypeVar("M", bound="PretrainedMixin")
 # transformers' from_pretrained keywords about where and how to download, which litebert's loader has no use for
-HUB_OPTIONS_NOT_TAKEN = {"revision", "cache_dir", "token", "use_auth_token", "force_download", "proxies",
-                         "subfolder", "trust_remote_code", "use_safetensors", "low_cpu_mem_usage"}
+HUB_OPTIONS_NOT_TAKEN = {"use_auth_token", "force_download", "proxies", "subfolder", "trust_remote_code",
+                         "use_safetensors", "low_cpu_mem_usage"}
 
 
-def resolve_model_dir(name_or_path: str | os.PathLike, local_files_only: bool = False) -> str:
+def resolve_model_dir(name_or_path: str | os.PathLike, local_files_only: bool = False, revision: str | None = None,
+                      cache_dir: str | os.PathLike | None = None, token: str | bool | None = None) -> str:
     """A local directory as is; otherwise try it as a Hub id (needs network and huggingface_hub, unless
-    local_files_only: the Hugging Face cache alone)."""
+    local_files_only: the Hugging Face cache alone), at `revision`, cached in `cache_dir`, with `token`
+    (transformers' keywords; refused for a local path, hub.hub_options)."""
     path = os.fspath(name_or_path)
+    options = hub_options(path, revision=revision, cache_dir=cache_dir, token=token)
     if os.path.isdir(path):
         return path
     if os.path.exists(path):
@@ -46,8 +49,8 @@ def resolve_model_dir(name_or_path: str | os.PathLike, local_files_only: bool = 
     if not looks_like_hub_id(path):
         raise FileNotFoundError(f"no such directory: {path}")
     return fetch_from_hub(path, lambda hub, local: _whole(hub.snapshot_download(
-        path, allow_patterns=["*.json", "*.safetensors", "*.bin", "*.model"], local_files_only=local)),
-        local_files_only)
+        path, allow_patterns=["*.json", "*.safetensors", "*.bin", "*.model"], local_files_only=local, **options)),
+        local_files_only, revision, token)
 
 
 def _whole(directory: str) -> str:
@@ -224,7 +227,8 @@ class PretrainedMixin:
                         device_map: Any = None, label2id: dict[str, int] | None = None, config: Any = None,
                         local_files_only: bool = False, attn_implementation: str | None = None,
                         ignore_mismatched_sizes: bool = False, output_loading_info: bool = False,
-                        **config_overrides: Any) -> M | tuple[M, dict[str, Any]]:
+                        revision: str | None = None, cache_dir: str | os.PathLike | None = None,
+                        token: str | bool | None = None, **config_overrides: Any) -> M | tuple[M, dict[str, Any]]:
         """Load a model directory (litebert or HF) or a Hub id. Config fields can be overridden, e.g.
         `AlbertForSequenceClassification.from_pretrained(pretrained_dir, num_labels=4)` or `id2label={0: "neg",
         1: "pos"}` (or label2id, as transformers takes it). dtype (torch_dtype, transformers' older name): a torch
@@ -237,7 +241,8 @@ class PretrainedMixin:
         of another shape start fresh, reported, as when re-heading a classifier for other labels; the encoder's
         must still fit), attn_implementation "sdpa" or "eager" (the same outputs: litebert picks its kernel
         per call, and output_attentions gives the probabilities either way), output_loading_info (returns
-        (model, info): transformers' missing_keys, unexpected_keys, mismatched_keys sets and error_msgs)."""
+        (model, info): transformers' missing_keys, unexpected_keys, mismatched_keys sets and error_msgs),
+        revision / cache_dir / token (a Hub id's; refused for a local path)."""
         if attn_implementation not in (None, "sdpa", "eager"):
             raise ConfigError(f"attn_implementation={attn_implementation!r}: litebert chooses its attention kernel "
                               "itself (SDPA, which runs flash attention where it can); pass \"sdpa\", \"eager\" or nothing")
@@ -246,12 +251,11 @@ class PretrainedMixin:
         device = _map_device(device_map)
         if label2id is not None:
             config_overrides["id2label"] = _id2label(label2id, config_overrides.get("id2label"))
-        hub_options = sorted(set(config_overrides) & HUB_OPTIONS_NOT_TAKEN)
-        if hub_options:  # not config fields, as the error replace() gives would say
-            raise ConfigError(f"from_pretrained takes no {hub_options[0]}=: litebert loads a local directory, or a "
-                              "Hub id's default revision into the Hugging Face cache (download another with "
-                              "huggingface_hub.snapshot_download and pass its directory)")
-        directory = resolve_model_dir(name_or_path, local_files_only)
+        not_taken = sorted(set(config_overrides) & HUB_OPTIONS_NOT_TAKEN)
+        if not_taken:  # not config fields, as the error replace() gives would say
+            raise ConfigError(f"from_pretrained takes no {not_taken[0]}=: litebert loads a local directory, or a "
+                              "Hub id (revision=, cache_dir=, token=) into the Hugging Face cache")
+        directory = resolve_model_dir(name_or_path, local_files_only, revision, cache_dir, token)
         config = AlbertConfig.load(directory) if config is None else given_config(config)
         if config_overrides:
             config = config.replace(**config_overrides)

@@ -678,6 +678,45 @@ def test_a_hub_name_still_goes_to_the_hub_when_online_and_to_the_cache_offline(h
     assert "(HF_HUB_OFFLINE is set, and the Hugging Face cache holds no copy)" in message, message
 
 
+def test_revision_cache_dir_and_token_go_to_the_hub_for_models_and_tokenizers(hub_online, tok_dir, monkeypatch,
+                                                                               tmp_path):
+    """transformers' download keywords reach huggingface_hub (the lookup and the download) for both loaders; a
+    revision the Hub lacks is one line, without a fall back to a cached copy of another revision."""
+    import huggingface_hub
+    from huggingface_hub.errors import RevisionNotFoundError
+
+    from litebert.tokenizer import Tokenizer
+    from litebert.weights import resolve_model_dir
+    monkeypatch.chdir(tmp_path)
+    asked = []
+
+    def info(self, repo_id, timeout=None, **kw):
+        asked.append(("info", kw))
+        if kw.get("revision") == "nope":
+            error = RevisionNotFoundError.__new__(RevisionNotFoundError)
+            Exception.__init__(error, "404 Client Error. Revision Not Found")
+            raise error
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", info)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda repo_id, filename, **kw: asked.append(
+        ("download", kw)) or str(tok_dir / "spiece.model"))
+    model_dir = tmp_path / "snapshot"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text("{}")
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda repo_id, **kw: asked.append(
+        ("snapshot", kw)) or str(model_dir))
+    given = dict(revision="v2", cache_dir=str(tmp_path / "cache"), token="hf_x")
+    assert Tokenizer.from_pretrained("albert/albert-base-v2", **given).vocab_size > 0
+    assert resolve_model_dir("albert/albert-base-v2", **given) == str(model_dir)
+    lookups = [kw for what, kw in asked if what == "info"]
+    assert lookups == [{"revision": "v2", "token": "hf_x"}] * 2
+    assert all({**given, "local_files_only": False}.items() <= kw.items() for what, kw in asked if what != "info")
+    message, _ = _timed(resolve_model_dir, "albert/albert-base-v2", False, "nope")
+    assert "(the Hub has no revision 'nope' of it)" in message and "\n" not in message, message
+    with pytest.raises(ConfigError, match="token= chooses what to download from the Hub"):
+        Tokenizer.from_pretrained(str(tok_dir), token="hf_x")
+
+
 # ================================================= generated bad files, through the verbs that read them
 # Each generator damages a valid file of one format in the ways such files come damaged. Whatever the damage, the
 # verb either refuses in one line (exit 2, no traceback) and leaves an earlier result as it was, or scores what it

@@ -469,7 +469,8 @@ def test_from_pretrained_takes_transformers_loading_keywords(tmp_path, caplog):
     with pytest.raises(CheckpointError, match="shape"):  # the encoder must still fit
         cls.from_pretrained(tmp_path, embedding_size=8, ignore_mismatched_sizes=True)
     for kw, message in [(dict(attn_implementation="flash_attention_2"), "chooses its attention kernel"),
-                        (dict(revision="main"), "takes no revision="), (dict(cache_dir=str(tmp_path)), "cache_dir"),
+                        (dict(revision="main"), "revision= chooses what to download from the Hub; .* is a local path"),
+                        (dict(cache_dir=str(tmp_path)), "cache_dir= chooses"), (dict(use_auth_token="t"), "takes no"),
                         (dict(config={"hidden_size": 8}), "must be an AlbertConfig")]:
         with pytest.raises(ConfigError, match=message):
             cls.from_pretrained(tmp_path, **kw)

@@ -12,6 +12,7 @@ import unicodedata
 import warnings
 from dataclasses import fields
 from functools import cache
+from typing import Any
 
 from litebert.errors import CheckpointError
 from litebert.files import atomic_open, read_json_object, write_json, write_text_atomically
@@ -204,14 +205,15 @@ def read_tokenizer_config(config_dir: str) -> tuple[dict, int, dict | None]:
     return options, min(limits + ([positions] if positions else [])), pre_tokenizer
 
 
-def download_tokenizer(repo_id: str) -> str:
-    """spiece.model of a Hub repo, and its tokenizer_config.json (the normalisation flags) when it has one."""
+def download_tokenizer(repo_id: str, local_files_only: bool = False, **options: Any) -> str:
+    """spiece.model of a Hub repo, and its tokenizer_config.json (the normalisation flags) when it has one.
+    `options`: hub.HUB_OPTIONS (revision, cache_dir, token), as given."""
     def fetch(hub, local: bool) -> str:
         from huggingface_hub.errors import EntryNotFoundError
-        path = hub.hf_hub_download(repo_id, SPIECE_FILE, local_files_only=local)
+        path = hub.hf_hub_download(repo_id, SPIECE_FILE, local_files_only=local, **options)
         try:
-            hub.hf_hub_download(repo_id, CONFIG_FILE, local_files_only=local)
+            hub.hf_hub_download(repo_id, CONFIG_FILE, local_files_only=local, **options)
         except EntryNotFoundError:  # the repo has none: the defaults are its flags
             pass  # any other failure goes up: a tokenizer loaded with flags not its own would go unnoticed
         return path
-    return fetch_from_hub(repo_id, fetch)
+    return fetch_from_hub(repo_id, fetch, local_files_only, options.get("revision"), options.get("token"))
