@@ -1076,6 +1076,20 @@ def test_predict_refuses_a_flag_its_mode_would_ignore(argv, words, tmp_path, cap
     assert words in err and err.count("\n") == 1, err
 
 
+@pytest.mark.parametrize("argv, words", [
+    (["--seeds", "1", "2", "--resume"], "--resume is read with one run, not with a grid with --seeds"),
+    (["--lr", "1e-3", "2e-3", "--resume"], "--resume is read with one run, not with a grid without --seeds"),
+    (["--seed", "5", "--seeds", "1", "2"], "--seed is read with one run or a grid without --seeds, not with a grid "
+                                           "with --seeds"),
+])
+def test_a_finetune_grid_refuses_the_flags_it_would_ignore(argv, words, tmp_path, capsys):
+    """A grid resumes each of its runs itself and takes its seeds from --seeds: --resume and --seed were ignored
+    without a word (found by test_mode_flags)."""
+    assert litebert_main(["finetune", "--model", str(tmp_path / "m"), "--out-dir", str(tmp_path / "g"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1 and not (tmp_path / "g").exists(), err
+
+
 def test_export_refuses_the_int8_checks_options_without_int8(tmp_path, capsys):
     """--force, --min-agreement, --verify-text ... decide what happens to an int8 model; without --quantize int8
     there is none, and they were ignored without a word."""
