@@ -1090,6 +1090,30 @@ def test_a_finetune_grid_refuses_the_flags_it_would_ignore(argv, words, tmp_path
     assert words in err and err.count("\n") == 1 and not (tmp_path / "g").exists(), err
 
 
+@pytest.mark.parametrize("argv, words", [
+    (["--models", "a", "b", "--dropout", "0.1"], "--dropout is read with `litebert finetune`, not with --models"),
+    (["--model", "a", "--padding-free"], "--padding-free is read with `litebert finetune`, not with --model (one"),
+    (["--models", "a", "b", "--model", "c"], "--model is read with --model (one member), not with --models"),
+    (["--models", "a", "b", "--top", "2"], "--top is read with --from-grid, not with --models"),
+])
+def test_ensemble_refuses_what_its_way_of_choosing_members_would_ignore(argv, words, tmp_path, capsys):
+    """FinetuneConfig's training options (an ensemble trains nothing), --model beside --models, --top without
+    --from-grid: each was ignored without a word (found by test_mode_flags)."""
+    assert litebert_main(["ensemble", "--task", "table", "--data-dir", str(tmp_path), "--out", str(tmp_path / "e"),
+                          *argv]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1 and not (tmp_path / "e").exists(), err
+
+
+def test_pretrain_refuses_a_model_preset_beside_init_from(tmp_path, capsys):
+    """--init-from's checkpoint has its own architecture: --model was ignored without a word."""
+    assert litebert_main(["pretrain", "--init-from", str(tmp_path / "m"), "--model", "base", "--data", str(tmp_path),
+                          "--out-dir", str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err
+    assert "--model is read with a new model (no --init-from), not with --init-from" in err, err
+    assert err.count("\n") == 1 and not (tmp_path / "p").exists()
+
+
 def test_export_refuses_the_int8_checks_options_without_int8(tmp_path, capsys):
     """--force, --min-agreement, --verify-text ... decide what happens to an int8 model; without --quantize int8
     there is none, and they were ignored without a word."""
