@@ -222,7 +222,8 @@ MODE_READERS = {**{f.name: ("--distill", "--distill --eval") for f in dataclasse
                 "eval_every": SCORED, "seed": (*TRAINING, "--silver"), "progress": ("--input", *TRAINING),
                 "compare": ("--evaluate",), "overwrite": ("--input",), "out": ("--input", "--silver"),
                 **{name: TRAINING[:2] for name in ("objective", "scale", "max_train_examples")}, "eval": TRAINING,
-                **{name: ("--evaluate", *TRAINING) for name in ("text_columns", "label_column")},  # pairs files'
+                "text_columns": ("--evaluate", *TRAINING),  # the pairs files' (--distill's with --distill-pairs)
+                "label_column": ("--evaluate", *TRAINING[:2], SCORED[1]),  # --distill-pairs have no label
                 "max_eval_examples": ("--evaluate", *SCORED),
                 "eval_batch_size": ("--input", "--evaluate", "--silver", *SCORED)}
 

@@ -249,8 +249,9 @@ def test_help_shows_each_default_once(verb, capsys):
     (["--silver", "x", "--silver-text", "c.txt", "--out", "s.jsonl", "--max-eval-examples", "5"],
      "--max-eval-examples is read with --evaluate or --train --eval or --distill --eval, not with --silver"),
     (["--silver", "x", "--silver-text", "c.txt", "--out", "s.jsonl", "--label-column", "score"],
-     "--label-column is read with --evaluate or --train or --train --eval or --distill or --distill --eval, not "
-     "with --silver"),
+     "--label-column is read with --evaluate or --train or --train --eval or --distill --eval, not with --silver"),
+    (["--distill", "t", "--label-column", "score"], "--label-column is read with --evaluate or --train or --train "
+                                                    "--eval or --distill --eval, not with --distill"),
     # --train and --distill without --eval score nothing while training; --evaluate and --silver show no bar
     (["--train", "p.jsonl", "--eval-every", "5"], "--eval-every is read with --train --eval or --distill --eval, "
                                                   "not with --train"),
