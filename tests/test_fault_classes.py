@@ -1114,6 +1114,16 @@ def test_pretrain_refuses_a_model_preset_beside_init_from(tmp_path, capsys):
     assert err.count("\n") == 1 and not (tmp_path / "p").exists()
 
 
+@pytest.mark.parametrize("option", [["--max-pieces", "5"], ["--domain-vocab-size", "100"]])
+def test_extend_vocab_refuses_the_corpus_options_without_a_corpus(option, tmp_path, capsys):
+    """Pieces are learned from --corpus only; with --words alone these were ignored without a word (passed on
+    to extend_vocab unread, which the recorder of test_mode_flags cannot see)."""
+    assert litebert_main(["extend-vocab", "--model", str(tmp_path / "m"), "--out", str(tmp_path / "e"),
+                          "--words", str(tmp_path / "w.txt"), *option]) == 2
+    err = capsys.readouterr().err
+    assert f"{option[0]} is read with --corpus, not with --words alone" in err and err.count("\n") == 1, err
+
+
 def test_export_refuses_the_int8_checks_options_without_int8(tmp_path, capsys):
     """--force, --min-agreement, --verify-text ... decide what happens to an int8 model; without --quantize int8
     there is none, and they were ignored without a word."""
