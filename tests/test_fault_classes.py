@@ -1133,6 +1133,17 @@ def test_export_refuses_the_int8_checks_options_without_int8(tmp_path, capsys):
     assert "--min-agreement is read with --quantize int8, not with --quantize none" in err and err.count("\n") == 1
 
 
+@pytest.mark.parametrize("option", [["--jobs", "2"], ["--nproc-per-node", "2"]])
+def test_reproduce_report_only_refuses_the_options_of_running_rows(option, tmp_path, capsys):
+    """--report-only writes the report from the finished rows and runs none: how many at once and with how many
+    processes were ignored without a word (found by test_mode_flags)."""
+    assert litebert_main(["reproduce", "width", "--scale", "tiny", "--report-only", "--out", str(tmp_path / "r"),
+                          *option]) == 2
+    err = capsys.readouterr().err
+    assert f"{option[0]} is read with --scale cpu or --scale gpu or --scale tiny" in err, err
+    assert "not with --report-only" in err and err.count("\n") == 1 and not (tmp_path / "r").exists()
+
+
 def test_reproduce_refuses_jobs_at_the_paper_scale_which_runs_nothing(tmp_path, capsys):
     assert litebert_main(["reproduce", "sharing", "--scale", "paper", "--out", str(tmp_path / "p"), "--jobs", "3",
                           "--corpus", str(tmp_path / "c.txt")]) == 2
