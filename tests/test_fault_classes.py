@@ -1124,6 +1124,19 @@ def test_extend_vocab_refuses_the_corpus_options_without_a_corpus(option, tmp_pa
     assert f"{option[0]} is read with --corpus, not with --words alone" in err and err.count("\n") == 1, err
 
 
+@pytest.mark.parametrize("argv, words", [
+    (["--vocab-size", "300"], "--vocab-size is read with training (no --encode), not with --encode"),
+    (["--cased"], "--cased is read with training (no --encode)"),
+    (["corpus.txt"], "inputs (the positional arguments) is read with training (no --encode), not with --encode"),
+])
+def test_tokenizer_encode_refuses_the_training_options(argv, words, tmp_path, capsys):
+    """--encode encodes with the tokenizer in --out: a training option beside it was ignored without a word
+    (found by test_mode_flags)."""
+    assert litebert_main(["tokenizer", "--out", str(tmp_path / "tok"), "--encode", "the sea", *argv]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1, err
+
+
 def test_export_refuses_the_int8_checks_options_without_int8(tmp_path, capsys):
     """--force, --min-agreement, --verify-text ... decide what happens to an int8 model; without --quantize int8
     there is none, and they were ignored without a word."""
