@@ -1137,6 +1137,13 @@ def test_tokenizer_encode_refuses_the_training_options(argv, words, tmp_path, ca
     assert words in err and err.count("\n") == 1, err
 
 
+def test_serve_refuses_max_wait_ms_without_batching(tmp_path, capsys):
+    """--no-batching runs one model call per request: how long to wait for more was ignored without a word."""
+    assert litebert_main(["serve", "--model", str(tmp_path / "m"), "--no-batching", "--max-wait-ms", "20"]) == 2
+    err = capsys.readouterr().err
+    assert "--max-wait-ms is read with --batching, not with --no-batching" in err and err.count("\n") == 1, err
+
+
 def test_export_refuses_the_int8_checks_options_without_int8(tmp_path, capsys):
     """--force, --min-agreement, --verify-text ... decide what happens to an int8 model; without --quantize int8
     there is none, and they were ignored without a word."""

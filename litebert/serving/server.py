@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from litebert.errors import ConfigError, DataError, InputError
-from litebert.runconfig import check_declared, parse_verb, verb_parser
+from litebert.runconfig import check_declared, parse_verb, refuse_flags_of_other_modes, verb_parser
 from litebert.serving.backends import MissingOutput
 from litebert.serving.metrics import CONTENT_TYPE, Metrics, Observed
 from litebert.serving.openapi import docs_page, openapi
@@ -448,13 +448,15 @@ def serve(predictor: Predictor, cfg: ServeConfig) -> dict:
 
 
 def cli(argv: list[str]) -> int:
-
     parser = verb_parser("serve", __doc__, {"server": ServeConfig}, epilog=(
         "example:\n  litebert serve --model out/novel_authorship/best --port 8000\n"
         "  curl -s localhost:8000/predict -d '{\"inputs\": [\"a first text\", \"a second\"]}'\n"
         "  curl -s localhost:8000/predict -d '{\"inputs\": \"a text\", \"parameters\": {\"top_k\": 2}}'\n"
         "  litebert serve --model out/novel_authorship/best --parameters '{\"top_k\": null}'  # every label"))
-    (cfg,) = parse_verb(parser, argv)
+    args = parser.parse_args(argv)
+    (cfg,) = parse_verb(parser, args)
+    refuse_flags_of_other_modes(args, "--batching" if cfg.batching else "--no-batching",
+                                {"max_wait_ms": ("--batching",)}, "serve")  # the wait for more requests to gather
     cfg.check()  # before the model is loaded
 
     pipe = pipeline(task=cfg.task, model=cfg.model, backend=cfg.backend, precision=cfg.precision, device=cfg.device)
