@@ -87,8 +87,8 @@ class Server:
 
     def __init__(self, model: str, batching: bool, args: argparse.Namespace, log_path: str):
         cmd = [sys.executable, "-m", "litebert.cli", "serve", "--model", model, "--host", "127.0.0.1",
-               "--port", "0", "--max-batch-size", str(args.max_batch_size), "--max-wait-ms", str(args.max_wait_ms),
-               "--batching" if batching else "--no-batching"]
+               "--port", "0", "--max-batch-size", str(args.max_batch_size),
+               *(["--batching", "--max-wait-ms", str(args.max_wait_ms)] if batching else ["--no-batching"])]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
                "PYTHONUNBUFFERED": "1"}
         if args.threads:

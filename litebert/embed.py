@@ -210,16 +210,22 @@ def _is_embeddings(path) -> bool:
     return len(shape) == 2 and dtype == np.float32
 
 
-# The options only some modes read (the others read by all): typed for another mode, they are refused.
-MODE_READERS = {**{f.name: ("--distill",) for f in dataclasses.fields(DistillConfig) if f.name != "distill"},
+# The options only some modes read (the others read by all): typed for another mode, they are refused. --train
+# and --distill are two modes each, with --eval (scored while training) and without.
+TRAINING = ("--train", "--train --eval", "--distill", "--distill --eval")
+SCORED = ("--train --eval", "--distill --eval")
+MODE_READERS = {**{f.name: ("--distill", "--distill --eval") for f in dataclasses.fields(DistillConfig)
+                   if f.name != "distill"},
                 **{f.name: ("--silver",) for f in dataclasses.fields(SilverConfig) if f.name != "silver"},
-                **{f.name: ("--train", "--distill") for f in dataclasses.fields(TrainConfig)
-                   if f.name not in ("device", "seed", "progress")},
-                "seed": ("--train", "--distill", "--silver"), "compare": ("--evaluate",), "overwrite": ("--input",),
-                "out": ("--input", "--silver"), "objective": ("--train",), "scale": ("--train",),
-                "max_train_examples": ("--train",), "eval": ("--train", "--distill"),
-                **{name: ("--evaluate", "--train", "--distill")  # pairs files' options: --input, --silver read text
-                   for name in ("text_columns", "label_column", "max_eval_examples")}}
+                **{f.name: TRAINING for f in dataclasses.fields(TrainConfig)
+                   if f.name not in ("device", "seed", "progress", "eval_every")},
+                "eval_every": SCORED, "seed": (*TRAINING, "--silver"), "progress": ("--input", *TRAINING),
+                "compare": ("--evaluate",), "overwrite": ("--input",), "out": ("--input", "--silver"),
+                **{name: TRAINING[:2] for name in ("objective", "scale", "max_train_examples")}, "eval": TRAINING,
+                "text_columns": ("--evaluate", *TRAINING),  # the pairs files' (--distill's with --distill-pairs)
+                "label_column": ("--evaluate", *TRAINING[:2], SCORED[1]),  # --distill-pairs have no label
+                "max_eval_examples": ("--evaluate", *SCORED),
+                "eval_batch_size": ("--input", "--evaluate", "--silver", *SCORED)}
 
 
 def cli(argv: list[str]) -> int:
@@ -237,7 +243,8 @@ def cli(argv: list[str]) -> int:
     if len(modes) != 1:
         raise ConfigError("give exactly one of --input (embed), --evaluate PAIRS, --train PAIRS, --distill TEACHER "
                           "or --silver CROSS_ENCODER")
-    refuse_flags_of_other_modes(args, "--" + modes[0], MODE_READERS, "embed")
+    scored = " --eval" if cfg.eval and modes[0] in ("train", "distill") else ""
+    refuse_flags_of_other_modes(args, "--" + modes[0] + scored, MODE_READERS, "embed")
     if silver_cfg.silver:
         made = make_silver(silver_cfg, cfg.model, files.out, train_cfg.seed, resolve_device(train_cfg.device),
                            cfg.eval_batch_size, cfg.pooling, cfg.max_length)  # --model's, as in the other modes

@@ -38,7 +38,7 @@ from litebert.config import AlbertConfig
 from litebert.errors import CheckpointError, ConfigError
 from litebert.files import atomic_open, write_dir_atomically, write_json
 from litebert.finetune import FinetuneConfig
-from litebert.runconfig import given_fields, parse_verb, verb_parser
+from litebert.runconfig import given_fields, parse_verb, refuse_flags_of_other_modes, verb_parser
 from litebert.tasks.ensembles import ENSEMBLE_FILE, average_scores, is_ensemble, read_ensemble
 from litebert.tasks.families import Family
 from litebert.tasks.fine_tuned import family_for_config
@@ -260,6 +260,13 @@ def check_out_dir(out: str, overwrite: bool) -> None:
                       "pass --overwrite to write into it")
 
 
+# What an ensemble never reads of FinetuneConfig (the training options a fine-tuning recipe's TOML may hold), and
+# the options of one way of choosing members.
+ENSEMBLE_READERS = {**dict.fromkeys(("from_scratch", "max_train_examples", "dropout", "early_stopping_patience",
+                                     "padding_free"), ("`litebert finetune`",)),
+                    "model": ("--model (one member)",), "top": ("--from-grid",)}
+
+
 def cli(argv: list[str]) -> int:
     parser = verb_parser("ensemble", __doc__, {"task and model": FinetuneConfig, "ensemble": EnsembleConfig},
                          other_tables=("train",))
@@ -271,6 +278,8 @@ def cli(argv: list[str]) -> int:
     check_out_dir(ens.out, cfg.overwrite)
     if ens.models and ens.from_grid:
         parser.error("give --models DIR... or --from-grid DIR, not both")
+    refuse_flags_of_other_modes(args, "--models" if ens.models else "--from-grid" if ens.from_grid
+                                else "--model (one member)", ENSEMBLE_READERS, "ensemble")
     members = ens.models or (grid_members(ens.from_grid, ens.top) if ens.from_grid else [cfg.model] if cfg.model
                              else parser.error("give --models DIR... or --from-grid DIR"))
     if len({Path(m).resolve() for m in members}) < len(members):

@@ -31,7 +31,7 @@ from litebert.config import AlbertConfig
 from litebert.errors import CheckpointError, ConfigError, DataError
 from litebert.files import read_json_object, restore_replaced, write_dir_atomically, write_json
 from litebert.model import encoder_of
-from litebert.runconfig import load_toml, parse_verb, verb_parser
+from litebert.runconfig import load_toml, parse_verb, refuse_flags_of_other_modes, verb_parser
 from litebert.tasks.families import Family, FeatureSettings, Scored, family_of
 from litebert.tasks.features import collate
 from litebert.tasks.fine_tuned import BEST_SCORE_NAME, CALIBRATION_FILE
@@ -375,6 +375,10 @@ def warmup_given(argv: list[str]) -> bool:
     return bool(config) and "warmup_steps" in load_toml(config).get("train", {})
 
 
+# What one run reads and a grid does not: a grid resumes each of its runs itself, and --seeds replaces --seed.
+GRID_READERS = {"resume": ("one run",), "seed": ("one run", "a grid without --seeds")}
+
+
 def cli(argv: list[str]) -> int:
     """`litebert finetune`: one run, or a grid when the flags ask for one (--seeds, a swept flag)."""
     grid = sweep.split_argv(argv, sweep.sweepable_fields(FinetuneConfig, TrainConfig))
@@ -383,6 +387,8 @@ def cli(argv: list[str]) -> int:
         print(json.dumps({"task": summary["task"], "examples": summary["examples"], "best": summary["best"],
                           "baseline": summary["baseline"], "best_dir": summary["best_dir"]}, indent=1))
         return 0
+    refuse_flags_of_other_modes(command_line().parse_args(grid.base), "a grid with --seeds" if grid.seeds
+                                else "a grid without --seeds", GRID_READERS, "finetune")
     if "max_steps" in grid.axes and not warmup_given(grid.base):
         raise ConfigError("sweeping --max-steps needs --warmup-steps: the recipe's warmup is scaled to one run's "
                           "steps, and each run of the grid would get the first's")

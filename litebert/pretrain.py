@@ -33,7 +33,7 @@ from litebert.corpus.dataset import PretrainDataset
 from litebert.errors import CheckpointError, ConfigError, DataError
 from litebert.files import write_json
 from litebert.model import AlbertForPreTraining, packed_positions
-from litebert.runconfig import parse_verb, verb_parser
+from litebert.runconfig import parse_verb, refuse_flags_of_other_modes, verb_parser
 from litebert.text.transformers_files import SPIECE_FILE
 from litebert.tokenizer import Tokenizer
 from litebert.training import prerelease, sweep
@@ -372,7 +372,10 @@ def cli(argv: list[str]) -> int:
         "64 tokens, then a 9-minute phase at 128 whose flags its header gives), paper_base (the paper's albert-base\n"
         "run); their [model] table sets AlbertConfig fields. Scale out:\n"
         "  torchrun --nproc-per-node N -m litebert.cli pretrain --config paper_base --data DIR"))
-    cfg, train_cfg, overrides = parse_verb(parser, argv)
+    args = parser.parse_args(argv)
+    cfg, train_cfg, overrides = parse_verb(parser, args)
+    new = "a new model (no --init-from)"  # --init-from's checkpoint has its own architecture: --model is not read
+    refuse_flags_of_other_modes(args, "--init-from" if cfg.init_from else new, {"model": (new,)}, "pretrain")
     overrides = AlbertConfig.without_derived(overrides)  # a run's own train_config.toml [model] comes back
     unknown = set(overrides) - {f.name for f in dataclasses.fields(AlbertConfig)}
     if unknown:

@@ -277,9 +277,12 @@ def refuse_flags_of_other_modes(args: argparse.Namespace, mode: str, readers: Ma
     would be ignored without a word, so it is a ConfigError naming the modes that read it. `readers`: field ->
     the modes that read it, as the message names them (fields not listed are read by every mode). Only flags
     count: a --config TOML may hold every mode's options."""
+    positional = {f.name for cls in getattr(args, "_classes", ()) for f in dataclasses.fields(cls)
+                  if f.metadata.get("positional")}
     for name in sorted(k for k in vars(args) if not k.startswith("_") and k in readers):
         if mode not in readers[name]:
-            raise ConfigError(f"{flag_name(name)} is read with {' or '.join(readers[name])}, not with {mode}: "
+            shown = f"{name} (the positional arguments)" if name in positional else flag_name(name)
+            raise ConfigError(f"{shown} is read with {' or '.join(readers[name])}, not with {mode}: "
                               f"`litebert {verb}` would ignore it")
 
 

@@ -39,7 +39,7 @@ from litebert.errors import CheckpointError, ConfigError
 from litebert.files import atomic_open, same_path, write_dir_atomically
 from litebert.heads import model_class
 from litebert.model import encoder_of
-from litebert.runconfig import parse_verb, verb_parser
+from litebert.runconfig import parse_verb, refuse_flags_of_other_modes, verb_parser
 from litebert.sentence import SentenceEncoder, sentence_settings
 from litebert.tasks.records import open_text  # a file that is not UTF-8 is an error naming it
 from litebert.text.conventions import SPECIALS, SPIECE_UNDERLINE
@@ -294,7 +294,11 @@ class ExtendVocabConfig:
 def cli(argv: list[str]) -> int:
 
     parser = verb_parser("extend-vocab", __doc__, {"extension": ExtendVocabConfig})
-    (cfg,) = parse_verb(parser, argv)
+    args = parser.parse_args(argv)
+    (cfg,) = parse_verb(parser, args)
+    # pieces are learned from --corpus only: with --words alone, its options would go unread
+    refuse_flags_of_other_modes(args, "--corpus" if cfg.corpus else "--words alone",
+                                dict.fromkeys(("max_pieces", "domain_vocab_size"), ("--corpus",)), "extend-vocab")
     words, blank = None, 0
     if cfg.words:  # a list, not rows: a blank line adds nothing and is counted; a line not UTF-8 is refused
         with open_text(Path(cfg.words)) as f:

@@ -236,18 +236,31 @@ def test_help_shows_each_default_once(verb, capsys):
 
 
 @pytest.mark.parametrize("argv, words", [
-    (["--input", "s.txt", "--out", "e.npy", "--lr", "1e-4"], "--lr is read with --train or --distill, not with --input"),
+    (["--input", "s.txt", "--out", "e.npy", "--lr", "1e-4"], "--lr is read with --train or --train --eval or --distill or --distill --eval, "
+                                                               "not with --input"),
     (["--input", "s.txt", "--out", "e.npy", "--distill-text", "c.txt"], "--distill-text is read with --distill"),
     (["--evaluate", "p.jsonl", "--out", "e.npy"], "--out is read with --input or --silver, not with --evaluate"),
     (["--train", "p.jsonl", "--compare", "t"], "--compare is read with --evaluate, not with --train"),
     (["--input", "s.txt", "--out", "e.npy", "--silver-pairs", "9"], "--silver-pairs is read with --silver"),
     # a pairs file's options: --input and --silver read plain text
     (["--input", "s.txt", "--out", "e.npy", "--text-columns", "a", "b"],
-     "--text-columns is read with --evaluate or --train or --distill, not with --input"),
+     "--text-columns is read with --evaluate or --train or --train --eval or --distill or --distill --eval, not "
+     "with --input"),
     (["--silver", "x", "--silver-text", "c.txt", "--out", "s.jsonl", "--max-eval-examples", "5"],
-     "--max-eval-examples is read with --evaluate or --train or --distill, not with --silver"),
+     "--max-eval-examples is read with --evaluate or --train --eval or --distill --eval, not with --silver"),
     (["--silver", "x", "--silver-text", "c.txt", "--out", "s.jsonl", "--label-column", "score"],
-     "--label-column is read with --evaluate or --train or --distill, not with --silver"),
+     "--label-column is read with --evaluate or --train or --train --eval or --distill --eval, not with --silver"),
+    (["--distill", "t", "--label-column", "score"], "--label-column is read with --evaluate or --train or --train "
+                                                    "--eval or --distill --eval, not with --distill"),
+    # --train and --distill without --eval score nothing while training; --evaluate and --silver show no bar
+    (["--train", "p.jsonl", "--eval-every", "5"], "--eval-every is read with --train --eval or --distill --eval, "
+                                                  "not with --train"),
+    (["--distill", "t", "--max-eval-examples", "5"], "--max-eval-examples is read with --evaluate or --train --eval "
+                                                     "or --distill --eval, not with --distill"),
+    (["--train", "p.jsonl", "--eval-batch-size", "8"], "--eval-batch-size is read with --input or --evaluate or "
+                                                       "--silver or --train --eval or --distill --eval, not with --train"),
+    (["--evaluate", "p.jsonl", "--no-progress"], "--progress is read with --input or --train or --train --eval or "
+                                                 "--distill or --distill --eval, not with --evaluate"),
 ])
 def test_a_flag_the_chosen_mode_would_ignore_is_refused_by_name(argv, words, tmp_path, capsys):
     """embed has five modes; a flag typed for another (--lr while embedding a file) was ignored without a word."""

@@ -1117,6 +1117,74 @@ def test_predict_refuses_a_flag_its_mode_would_ignore(argv, words, tmp_path, cap
     assert words in err and err.count("\n") == 1, err
 
 
+@pytest.mark.parametrize("argv, words", [
+    (["--seeds", "1", "2", "--resume"], "--resume is read with one run, not with a grid with --seeds"),
+    (["--lr", "1e-3", "2e-3", "--resume"], "--resume is read with one run, not with a grid without --seeds"),
+    (["--seed", "5", "--seeds", "1", "2"], "--seed is read with one run or a grid without --seeds, not with a grid "
+                                           "with --seeds"),
+])
+def test_a_finetune_grid_refuses_the_flags_it_would_ignore(argv, words, tmp_path, capsys):
+    """A grid resumes each of its runs itself and takes its seeds from --seeds: --resume and --seed were ignored
+    without a word (found by test_mode_flags)."""
+    assert litebert_main(["finetune", "--model", str(tmp_path / "m"), "--out-dir", str(tmp_path / "g"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1 and not (tmp_path / "g").exists(), err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--models", "a", "b", "--dropout", "0.1"], "--dropout is read with `litebert finetune`, not with --models"),
+    (["--model", "a", "--padding-free"], "--padding-free is read with `litebert finetune`, not with --model (one"),
+    (["--models", "a", "b", "--model", "c"], "--model is read with --model (one member), not with --models"),
+    (["--models", "a", "b", "--top", "2"], "--top is read with --from-grid, not with --models"),
+])
+def test_ensemble_refuses_what_its_way_of_choosing_members_would_ignore(argv, words, tmp_path, capsys):
+    """FinetuneConfig's training options (an ensemble trains nothing), --model beside --models, --top without
+    --from-grid: each was ignored without a word (found by test_mode_flags)."""
+    assert litebert_main(["ensemble", "--task", "table", "--data-dir", str(tmp_path), "--out", str(tmp_path / "e"),
+                          *argv]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1 and not (tmp_path / "e").exists(), err
+
+
+def test_pretrain_refuses_a_model_preset_beside_init_from(tmp_path, capsys):
+    """--init-from's checkpoint has its own architecture: --model was ignored without a word."""
+    assert litebert_main(["pretrain", "--init-from", str(tmp_path / "m"), "--model", "base", "--data", str(tmp_path),
+                          "--out-dir", str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err
+    assert "--model is read with a new model (no --init-from), not with --init-from" in err, err
+    assert err.count("\n") == 1 and not (tmp_path / "p").exists()
+
+
+@pytest.mark.parametrize("option", [["--max-pieces", "5"], ["--domain-vocab-size", "100"]])
+def test_extend_vocab_refuses_the_corpus_options_without_a_corpus(option, tmp_path, capsys):
+    """Pieces are learned from --corpus only; with --words alone these were ignored without a word (passed on
+    to extend_vocab unread, which the recorder of test_mode_flags cannot see)."""
+    assert litebert_main(["extend-vocab", "--model", str(tmp_path / "m"), "--out", str(tmp_path / "e"),
+                          "--words", str(tmp_path / "w.txt"), *option]) == 2
+    err = capsys.readouterr().err
+    assert f"{option[0]} is read with --corpus, not with --words alone" in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--vocab-size", "300"], "--vocab-size is read with training (no --encode), not with --encode"),
+    (["--cased"], "--cased is read with training (no --encode)"),
+    (["corpus.txt"], "inputs (the positional arguments) is read with training (no --encode), not with --encode"),
+])
+def test_tokenizer_encode_refuses_the_training_options(argv, words, tmp_path, capsys):
+    """--encode encodes with the tokenizer in --out: a training option beside it was ignored without a word
+    (found by test_mode_flags)."""
+    assert litebert_main(["tokenizer", "--out", str(tmp_path / "tok"), "--encode", "the sea", *argv]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1, err
+
+
+def test_serve_refuses_max_wait_ms_without_batching(tmp_path, capsys):
+    """--no-batching runs one model call per request: how long to wait for more was ignored without a word."""
+    assert litebert_main(["serve", "--model", str(tmp_path / "m"), "--no-batching", "--max-wait-ms", "20"]) == 2
+    err = capsys.readouterr().err
+    assert "--max-wait-ms is read with --batching, not with --no-batching" in err and err.count("\n") == 1, err
+
+
 def test_export_refuses_the_int8_checks_options_without_int8(tmp_path, capsys):
     """--force, --min-agreement, --verify-text ... decide what happens to an int8 model; without --quantize int8
     there is none, and they were ignored without a word."""
@@ -1124,6 +1192,17 @@ def test_export_refuses_the_int8_checks_options_without_int8(tmp_path, capsys):
                           "--min-agreement", "0.5"]) == 2
     err = capsys.readouterr().err
     assert "--min-agreement is read with --quantize int8, not with --quantize none" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("option", [["--jobs", "2"], ["--nproc-per-node", "2"]])
+def test_reproduce_report_only_refuses_the_options_of_running_rows(option, tmp_path, capsys):
+    """--report-only writes the report from the finished rows and runs none: how many at once and with how many
+    processes were ignored without a word (found by test_mode_flags)."""
+    assert litebert_main(["reproduce", "width", "--scale", "tiny", "--report-only", "--out", str(tmp_path / "r"),
+                          *option]) == 2
+    err = capsys.readouterr().err
+    assert f"{option[0]} is read with --scale cpu or --scale gpu or --scale tiny" in err, err
+    assert "not with --report-only" in err and err.count("\n") == 1 and not (tmp_path / "r").exists()
 
 
 def test_reproduce_refuses_jobs_at_the_paper_scale_which_runs_nothing(tmp_path, capsys):

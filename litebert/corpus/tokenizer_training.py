@@ -7,6 +7,7 @@ normalised with the tokenizer's own `preprocess_text` first, so the pieces match
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import os
 import random
@@ -18,7 +19,7 @@ import sentencepiece as spm
 from litebert.corpus.documents import iter_documents, resolve_inputs
 from litebert.errors import ConfigError, DataError
 from litebert.files import read_json_object, write_files_atomically, write_json
-from litebert.runconfig import parse_verb, verb_parser
+from litebert.runconfig import parse_verb, refuse_flags_of_other_modes, verb_parser
 from litebert.text.conventions import NormalizerOptions, preprocess_text
 from litebert.text.pretokenize import SEGMENTERS, make_segmenter
 from litebert.text.transformers_files import SPIECE_FILE, TOKENIZER_FILES
@@ -234,7 +235,12 @@ def cli(argv: list[str]) -> int:
         "ids: <pad>=0 <unk>=1 [CLS]=2 [SEP]=3 [MASK]=4, then the learned pieces (ALBERT's layout)\n"
         "examples:\n  litebert tokenizer corpus/*.txt --out out/tok --vocab-size 30000\n"
         "  litebert tokenizer --out out/tok --encode 'Hello world.'"))
-    (cfg,) = parse_verb(parser, argv)
+    args = parser.parse_args(argv)
+    (cfg,) = parse_verb(parser, args)
+    training = "training (no --encode)"  # --encode reads the tokenizer in --out and nothing else
+    refuse_flags_of_other_modes(args, "--encode" if cfg.encode is not None else training, {
+        f.name: (training,) for f in dataclasses.fields(TokenizerConfig) if f.name not in ("out", "encode")},
+        "tokenizer")
     if cfg.encode is not None:
         tok = Tokenizer.from_pretrained(cfg.out)
         ids = tok.encode(cfg.encode)

@@ -407,7 +407,9 @@ def cli(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     (cfg,) = parse_verb(parser, args)
     runs_here = ("--scale cpu", "--scale gpu", "--scale tiny")  # the paper scale writes commands, runs nothing
-    refuse_flags_of_other_modes(args, f"--scale {cfg.scale}", {"jobs": runs_here}, "reproduce")
+    readers = {"jobs": runs_here, "nproc_per_node": (*runs_here, "--scale paper")}  # --report-only runs nothing
+    refuse_flags_of_other_modes(args, "--report-only" if cfg.report_only else f"--scale {cfg.scale}", readers,
+                                "reproduce")
     reproduce(cfg, "litebert reproduce " + shlex.join(argv))
     return 0
 

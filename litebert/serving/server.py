@@ -47,12 +47,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from litebert.errors import ConfigError, DataError, InputError
-from litebert.runconfig import check_declared, parse_verb, verb_parser
+from litebert.runconfig import parse_verb, refuse_flags_of_other_modes, verb_parser
 from litebert.serving.backends import MissingOutput
 from litebert.serving.metrics import CONTENT_TYPE, Metrics, Observed
 from litebert.serving.openapi import docs_page, openapi
 from litebert.serving.pipeline import pipeline
 from litebert.serving.requests import ClientGone, RequestError, one_line, parse_inputs, parse_parameters, read_body
+from litebert.serving.serve_config import ServeConfig
 
 log = logging.getLogger("litebert.serve")
 
@@ -70,58 +71,6 @@ class Predictor(Protocol):
 
     def validate(self, raw_input: Any) -> None:
         """Raise ConfigError (one line) if `raw_input` is not one input of this task."""
-
-
-@dataclass
-class ServeConfig:
-    model: str = field(default="", metadata={"help": "model directory (its config.json names the task)",
-                                             "required": True, "metavar": "DIR"})
-    task: str | None = field(default=None, metadata={
-        "help": "pipeline task, e.g. text-classification (default: the checkpoint's)"})
-    backend: str = field(default="torch", metadata={"help": "pipeline backend"})
-    precision: str = field(default="fp32", metadata={
-        "help": "torch: fp32, bf16, int8 or auto (bf16 where measured faster here); onnxruntime: fp32 or int8"})
-    device: str = field(default="cpu", metadata={
-        "help": "cpu, cuda, cuda:N or auto (a GPU when there is one); the torch backend"})
-    min_agreement: float | None = field(default=None, metadata={"range": "[0, 1]", "help": "int8 made at start: "
-        "the share of fp32's predictions it must keep on 256 random inputs (default 0.95; 0: unchecked)"})
-    host: str = field(default="127.0.0.1", metadata={"help": "address to listen on (0.0.0.0: every interface)"})
-    port: int = field(default=8000, metadata={"range": "[0, 65535]",
-        "help": "port to listen on (0: any free port, printed at start)"})
-    max_batch_size: int = field(default=32, metadata={"range": "[1, inf)", "help": "most inputs in one model call"})
-    max_wait_ms: float = field(default=5.0, metadata={"range": "[0, inf)",
-        "help": "longest a request waits for others to share its model call (only while the last 8 batches "
-                "say more are coming: after 8 lone requests, a lone client is answered at once)"})
-    batching: bool = field(default=True, metadata={
-        "help": "gather concurrent requests into one model call (--no-batching: one request per call)"})
-    max_body_bytes: int = field(default=1 << 20, metadata={"range": "[1, inf)",
-        "help": "largest request body (413 beyond)"})
-    max_inputs: int = field(default=256, metadata={"range": "[1, inf)", "help": "most inputs in one request"})
-    max_text_chars: int = field(default=20_000, metadata={"range": "[1, inf)",
-        "help": "most characters of text in one input (all its strings together)"})
-    shutdown_timeout_s: float = field(default=30.0, metadata={"range": "[0, inf)",
-        "help": "on SIGTERM, how long requests in flight may take before they are cancelled"})
-    access_log: bool = field(default=False, metadata={"help": "log every request"})
-    parameters: str = field(default="", metadata={
-        "metavar": "JSON", "help": "default call options of the task, a JSON object, e.g. '{\"top_k\": 2}' "
-                                   "(a request's own \"parameters\" override them)"})
-
-    def default_parameters(self) -> dict:
-        if not self.parameters.strip():
-            return {}
-        try:
-            value = json.loads(self.parameters)
-        except ValueError as e:
-            raise ConfigError(f"--parameters is not JSON: {e}") from None
-        if not isinstance(value, dict):
-            raise ConfigError(f"--parameters must be a JSON object, e.g. '{{\"top_k\": 2}}', got {self.parameters}")
-        return value
-
-    def check(self) -> ServeConfig:
-        """The declared ranges again, for a ServeConfig built in code (the CLI's are checked when parsed)."""
-        check_declared(self)
-        self.default_parameters()
-        return self
 
 
 # -- batching ------------------------------------------------------------------------------------------------
@@ -455,7 +404,10 @@ def cli(argv: list[str]) -> int:
         "  curl -s localhost:8000/predict -d '{\"inputs\": [\"a first text\", \"a second\"]}'\n"
         "  curl -s localhost:8000/predict -d '{\"inputs\": \"a text\", \"parameters\": {\"top_k\": 2}}'\n"
         "  litebert serve --model out/novel_authorship/best --parameters '{\"top_k\": null}'  # every label"))
-    (cfg,) = parse_verb(parser, argv)
+    args = parser.parse_args(argv)
+    (cfg,) = parse_verb(parser, args)
+    refuse_flags_of_other_modes(args, "--batching" if cfg.batching else "--no-batching",
+                                {"max_wait_ms": ("--batching",)}, "serve")  # the wait for more requests to gather
     cfg.check()  # before the model is loaded
 
     pipe = pipeline(task=cfg.task, model=cfg.model, backend=cfg.backend, precision=cfg.precision, device=cfg.device,
