@@ -266,9 +266,21 @@ def parse_verb(parser: argparse.ArgumentParser, argv: list[str] | argparse.Names
                      + ", ".join(f.name if f.metadata.get("positional") else "--" + f.name.replace("_", "-")
                                  for f in missing)
                      + (" (or set them in --config)" if config else ""))
+    refuse_flags_without_their_switch(args, classes, configs, verb)
     own = {section_of(cls, verb) for cls in classes}
     args._given = set(vars(args)) | {key for section in own for key in toml.get(section, {})}
     return (*configs, *(dict(toml.get(t, {})) for t in tables if t not in own))
+
+
+def refuse_flags_without_their_switch(args: argparse.Namespace, classes: tuple, configs: list, verb: str) -> None:
+    """A field whose metadata says "read_with": SWITCH is read only when that field of its config is on
+    (--compile-scope without --compile): typed as a flag without it, it would be ignored without a word."""
+    for cls, cfg in zip(classes, configs):
+        for f in dataclasses.fields(cls):
+            switch = f.metadata.get("read_with")
+            if switch and hasattr(args, f.name) and not getattr(cfg, switch):
+                raise ConfigError(f"{flag_name(f.name)} is read with {flag_name(switch)} only: `litebert {verb}` "
+                                  "would ignore it")
 
 
 def refuse_flags_of_other_modes(args: argparse.Namespace, mode: str, readers: Mapping[str, tuple[str, ...]],

@@ -1211,3 +1211,12 @@ def test_reproduce_refuses_jobs_at_the_paper_scale_which_runs_nothing(tmp_path, 
     err = capsys.readouterr().err
     assert "--jobs is read with --scale cpu or --scale gpu or --scale tiny, not with --scale paper" in err
     assert err.count("\n") == 1 and not (tmp_path / "p").exists()
+
+
+def test_a_flag_read_only_with_its_switch_is_refused_without_it(tmp_path, capsys):
+    """--compile-scope chooses what --compile compiles: without --compile it was ignored without a word."""
+    assert litebert_main(["finetune", "--task", "novel_authorship", "--compile-scope", "model",
+                          "--out-dir", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "--compile-scope is read with --compile only" in err and err.count("\n") == 1
+    assert not (tmp_path / "o").exists()

@@ -273,7 +273,6 @@ def test_every_option_is_read_or_refused_in_every_mode(verb, mode, template, ver
 # each of its modes, "verb (mode) option" in one.
 ALLOWED: dict[str, str] = {
     "overwrite": "read when the output is there already; these runs write new ones",
-    "compile_scope": "read with --compile, which these CPU runs leave off (a detail of --compile, not a mode)",
     "find_unused_parameters": "read under torchrun, by DistributedDataParallel; one process has none",
     "serve max_text_chars": "read per request, each text held to it; this run serves none",
     "embed (--distill) text_columns": "read with --distill-pairs (the pairs files' columns), not given here",

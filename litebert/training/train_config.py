@@ -60,7 +60,7 @@ class TrainConfig:
     compile_scope: str = field(default="layers", metadata=_help(
         "what --compile compiles: layers (each transformer block, the rest eager: the MLM loss keeps reading only "
         "the labelled positions, and a shared block compiles once) or model (the whole step as one graph, every "
-        "position's MLM logits; see --compile)", choices=("layers", "model")))
+        "position's MLM logits; see --compile)", choices=("layers", "model"), read_with="compile"))
     cuda_graphs: bool = field(default=False, metadata=_help(
         "CUDA, one process: capture each batch shape's forward and backward once as a CUDA graph and replay it, "
         "for small models whose step is spent launching kernels (the demo's 0.8M model on an H200: 4.1x the steps/s, "
