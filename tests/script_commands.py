@@ -62,7 +62,7 @@ def script_commands(quoted: D.Quoted) -> list[tuple[str, list[str], bool]]:
         if at is None or (at == 0 and len(words) == 1) or _is_placeholder(words[at]):
             continue  # no script, a script named without a command (existence is checked apart), `bench/SCRIPT.py`
         runner = at - 1
-        while runner >= 0 and (words[runner].startswith("-") or words[runner - 1] in ("-W", "-X")):
+        while runner >= 0 and (words[runner].startswith("-") or (runner and words[runner - 1] in ("-W", "-X"))):
             runner -= 1  # the interpreter's own options: `python -W ignore scripts/x.py`
         if at == 0 or (runner >= 0 and _is_runner(words[runner])):
             found.append((words[at].removeprefix("./"), words[at + 1:], at > 0))

@@ -7,6 +7,8 @@ commands are checked too) a command that fails after minutes of setup. Sources a
 script: tests/script_commands.py.
 """
 
+import re
+
 import doc_commands as D
 import pytest
 import script_commands as S
@@ -38,6 +40,21 @@ def test_every_script_a_doc_names_exists(source):
                if (error := S.missing_script(script))]
     assert not missing, "scripts named that do not exist:\n" + "\n".join(missing)
 
+
+
+def test_the_bench_readme_table_names_scripts_that_exist_with_smoke_flags_they_take():
+    """bench/README.md's table names each script bare (`gemm.py`) and its smoke run's flags in the last column:
+    neither is a command the extractor sees, and a renamed script or smoke flag would rot there unnoticed."""
+    rows = [(n, row.group(1), row.group(2)) for n, line in enumerate(
+        (D.ROOT / "bench/README.md").read_text("utf-8").splitlines(), 1)
+        if (row := re.fullmatch(r"\| `([\w.]+\.py)` \|.*\| ([^|]*) \|", line))]
+    assert len(rows) >= 12, rows
+    failures = [f"bench/README.md:{n}: {error}" for n, name, smoke in rows
+                for flags in re.findall(r"`(-[^`]*)`", smoke) or [""]
+                for quoted in [D.Quoted("bench/README.md", n, f"bench/{name} {flags}".strip(), mention=True)]
+                if (error := S.missing_script(f"bench/{name}")
+                    or S.check_script(quoted, f"bench/{name}", flags.split(), runner=False))]
+    assert not failures, "\n".join(failures)
 
 def test_script_commands_found_per_source():
     """Where the script commands are: a count that falls to zero means the extractor lost them."""
