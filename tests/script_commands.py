@@ -211,15 +211,15 @@ def _load(path: Path):
 @contextlib.contextmanager
 def _as_when_run(path: Path):
     """The script's folder first on sys.path and the script as sys.argv[0] (its parser's prog), as when Python
-    runs it; afterwards the modules imported from that folder (the script, bench/common.py, a sibling script)
-    are forgotten, so that `common` or `inference` is no module of the test process."""
-    folder, before = str(path.parent), set(sys.modules)
+    runs it; afterwards sys.path is as it was and the modules imported from that folder (the script,
+    bench/common.py, a sibling script) are forgotten, so that `common` or `inference` is no module of the tests."""
+    folder, before, path_before = str(path.parent), set(sys.modules), list(sys.path)
     sys.path.insert(0, folder)
     try:
         with mock.patch.object(sys, "argv", [D.relative(path)]):
             yield
     finally:
-        sys.path.remove(folder)
+        sys.path[:] = path_before  # the folder, and what the script added (bench/common.py puts the checkout)
         for name in set(sys.modules) - before:
             if str(getattr(sys.modules[name], "__file__", None) or "").startswith(folder + "/"):
                 del sys.modules[name]
