@@ -11,11 +11,12 @@ demo's model (E 64, H 128, 4 layers, batch 32 x 64 tokens, AdamW) after 3 warm-u
 Python busy loop pinned to nothing (the scheduler places it). Prints one JSON line with the median seconds
 per step for each (policy, load) pair and the machine.
 
-    .venv/bin/python bench/wait_policy.py
+    .venv/bin/python bench/wait_policy.py [--steps 20]
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -62,7 +63,9 @@ def time_steps(policy: str | None, steps: int) -> float:
 
 
 def main() -> None:
-    steps = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else 20
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=20, help="timed steps per case (default: %(default)s)")
+    steps = parser.parse_args().steps
     record: dict = {"bench": "wait_policy", "steps": steps, "threads": os.cpu_count(), "results": {}}
     for load in ("alone", "beside one busy process"):
         busy = subprocess.Popen([sys.executable, "-c", BUSY]) if load != "alone" else None

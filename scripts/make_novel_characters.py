@@ -9,6 +9,7 @@ The passages, ids and splits are novel_authorship's; its `label` (the author) is
     python scripts/make_novel_characters.py   # writes litebert/data/novel_characters/{train,dev,test}.jsonl.gz
 """
 
+import argparse
 import gzip
 import json
 import re
@@ -38,6 +39,7 @@ def characters_named(novel: str, text: str) -> list[str]:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     TARGET.mkdir(exist_ok=True)
     for split in ("train", "dev", "test"):
         with gzip.open(SOURCE / f"{split}.jsonl.gz", "rt", encoding="utf-8") as f:

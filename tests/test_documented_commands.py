@@ -14,26 +14,11 @@ import pytest
 
 from litebert.cli import VERBS, verb_parser_of
 
-MARKDOWN = sorted({*D.ROOT.glob("*.md"), *D.ROOT.glob("bench/*.md"), *D.ROOT.glob("docs/**/*.md"),
-                   *D.ROOT.glob("litebert/**/*.md")})
-MODULES = {folder: sorted(D.ROOT.glob(f"{folder}/**/*.py")) for folder in ("litebert", "scripts", "bench")}
-RECIPES = sorted({*D.ROOT.glob("litebert/configs/*.toml"), *D.ROOT.glob("docs/**/*.toml")})
-
 # Commands known not to parse, (source, line) -> why they stay. The paper's reports (docs/paper/*/report.md) record
 # the command that made each grid, and `litebert reproduce` rewrites a report whenever its grid runs, so a report
 # whose flag was renamed is fixed in its text (the rerun would write the new spelling); only a command that records
 # something the CLI can no longer express would be listed here, with the reason. None is needed today.
 KNOWN_STALE: dict[tuple[str, int], str] = {}
-
-
-def _quotes(source: str) -> list[D.Quoted]:
-    if source in MODULES:
-        return [q for path in MODULES[source] for q in D.docstring_quotes(path)]
-    if source.startswith("litebert "):
-        return D.help_quotes(source.split()[1])
-    if source.endswith(".toml"):
-        return D.comment_quotes(D.ROOT / source)
-    return D.markdown_quotes(D.ROOT / source)
 
 
 def _failures(quotes: list[D.Quoted]) -> list[str]:
@@ -46,20 +31,16 @@ def _failures(quotes: list[D.Quoted]) -> list[str]:
     return found
 
 
-SOURCES = ([D.relative(p) for p in MARKDOWN + RECIPES] + list(MODULES)
-           + [f"litebert {verb} --help" for verb in VERBS])
-
-
-@pytest.mark.parametrize("source", SOURCES)
+@pytest.mark.parametrize("source", D.SOURCES)
 def test_documented_commands_parse(source):
-    failures = _failures(_quotes(source))
+    failures = _failures(D.quotes_of(source))
     assert not failures, "documented commands that `litebert` would refuse:\n" + "\n".join(failures)
 
 
 def test_known_stale_commands_are_still_stale():
     """An entry of KNOWN_STALE whose command parses again (or is gone) is taken out, so the list cannot rot."""
     for (source, line), why in KNOWN_STALE.items():
-        quotes = [q for q in _quotes(source) if q.line == line]
+        quotes = [q for q in D.quotes_of(source) if q.line == line]
         assert any(D.check(q, argv) for q in quotes for argv in D.commands(q)), (source, line, why)
 
 
@@ -115,7 +96,7 @@ def test_mentions_in_prose_name_flags_without_values():
 
 def test_commands_found_per_source():
     """Where the commands are: a source whose count falls to zero lost its commands to the extractor."""
-    counts = {source: sum(len(D.commands(q)) for q in _quotes(source)) for source in SOURCES}
+    counts = {source: sum(len(D.commands(q)) for q in D.quotes_of(source)) for source in D.SOURCES}
     assert sum(counts.values()) >= 200, counts
     for source in ("README.md", "docs/sentence.md", "docs/paper/README.md", "litebert", "litebert export --help"):
         assert counts[source], source
