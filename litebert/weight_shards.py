@@ -10,11 +10,13 @@ import hashlib
 import json
 import os
 import re
+import shutil
+import tempfile
 
 import torch
 
 from litebert.errors import CheckpointError, ConfigError
-from litebert.files import read_json_object, sha256_file, write_text_atomically
+from litebert.files import fsync_path, read_json_object, sha256_file, write_text_atomically
 
 WEIGHTS_NAME = "model.safetensors"
 INDEX_NAME = WEIGHTS_NAME + ".index.json"
@@ -78,9 +80,41 @@ def sharded_digest(directory: str) -> str | None:
 
 def write_weights(tensors: dict[str, torch.Tensor], directory: str, max_shard_size: int | str | None) -> None:
     """model.safetensors, or shards of at most max_shard_size bytes (a tensor larger than that alone in its
-    file, as transformers does) with their index; the other layout's files are removed."""
+    file, as transformers does) with their index; the other layout's files are removed. Every new file is
+    written beside first (a full disk changes nothing), then they go in around the file a reader takes first,
+    the commit: model.safetensors, or the index. Before a new index goes in, the old one and model.safetensors
+    go, so a kill in between leaves shards without an index (a loud error), never old and new weights mixed."""
     _, _, save_file = _safetensors_io()
-    limit = None if max_shard_size is None else shard_bytes(max_shard_size)
+    groups = _shard_groups(tensors, None if max_shard_size is None else shard_bytes(max_shard_size))
+    names = [WEIGHTS_NAME] if len(groups) == 1 else \
+        [f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors" for i in range(len(groups))]
+    old = [n for n in os.listdir(directory) if SHARD_PATTERN.fullmatch(n) or n in (INDEX_NAME, WEIGHTS_NAME)]
+    parent, base = os.path.split(os.path.abspath(directory))  # beside it, on its filesystem: renames stay atomic
+    staged = tempfile.mkdtemp(prefix=f".{base}.weights-", dir=parent)
+    try:
+        for name, group in zip(names, groups):
+            save_file(group, os.path.join(staged, name), metadata={"format": "pt"})
+        if len(groups) > 1:
+            total = sum(t.numel() * t.element_size() for t in tensors.values())
+            weight_map = {key: name for name, group in zip(names, groups) for key in group}
+            write_text_atomically(os.path.join(staged, INDEX_NAME), json.dumps(
+                {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2, sort_keys=True) + "\n")
+            for name in (INDEX_NAME, WEIGHTS_NAME):  # the reader's first choices go before the shards change
+                if name in old:
+                    os.remove(os.path.join(directory, name))
+            names.append(INDEX_NAME)  # the commit, last
+        for name in names:
+            os.replace(os.path.join(staged, name), os.path.join(directory, name))
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+    for name in old:
+        if name not in names and os.path.exists(os.path.join(directory, name)):
+            os.remove(os.path.join(directory, name))
+    fsync_path(directory)
+
+
+def _shard_groups(tensors: dict[str, torch.Tensor], limit: int | None) -> list[dict[str, torch.Tensor]]:
+    """The tensors in order, cut into files of at most `limit` bytes (one file without a limit)."""
     groups: list[dict[str, torch.Tensor]] = [{}]
     size = 0
     for key, tensor in tensors.items():
@@ -90,19 +124,4 @@ def write_weights(tensors: dict[str, torch.Tensor], directory: str, max_shard_si
             size = 0
         groups[-1][key] = tensor
         size += nbytes
-    stale = [n for n in os.listdir(directory) if SHARD_PATTERN.fullmatch(n) or n in (INDEX_NAME, WEIGHTS_NAME)]
-    names = [WEIGHTS_NAME] if len(groups) == 1 else \
-        [f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors" for i in range(len(groups))]
-    for name, group in zip(names, groups):
-        tmp = os.path.join(directory, name + ".tmp")
-        save_file(group, tmp, metadata={"format": "pt"})
-        os.replace(tmp, os.path.join(directory, name))
-    if len(groups) > 1:
-        total = sum(t.numel() * t.element_size() for t in tensors.values())
-        weight_map = {key: name for name, group in zip(names, groups) for key in group}
-        write_text_atomically(os.path.join(directory, INDEX_NAME), json.dumps(
-            {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2, sort_keys=True) + "\n")
-    keep = names + ([INDEX_NAME] if len(groups) > 1 else [])
-    for name in stale:
-        if name not in keep:
-            os.remove(os.path.join(directory, name))
+    return groups

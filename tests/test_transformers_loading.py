@@ -111,3 +111,35 @@ def test_output_loading_info_equals_transformers(tmp_path, saved, loaded, overri
         return {**info, "mismatched_keys": {(k, tuple(a), tuple(b)) for k, a, b in info["mismatched_keys"]}}
 
     assert comparable(ours) == comparable(theirs)
+
+
+@pytest.mark.parametrize("first, second", [("20KB", "20KB"), (None, "20KB"), ("20KB", None)])
+def test_a_save_that_fails_partway_leaves_the_old_weights_whole(first, second, tmp_path, monkeypatch):
+    """Each shard used to replace its namesake in turn, the index last: a full disk at the third shard left the
+    old index over a mix of old and new shards, which loaded without a word. New files are written beside, and go
+    in around the file a reader takes first."""
+    import errno
+
+    from litebert import weight_shards
+
+    old, new = tiny("AlbertForMaskedLM"), tiny("AlbertForMaskedLM", initializer_range=0.5)
+    old.save_pretrained(tmp_path / "m", max_shard_size=first)
+    error, load, save = weight_shards._safetensors_io()
+    calls = []
+
+    def full_disk_at_the_third(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == (3 if second else 1):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return save(*args, **kwargs)
+
+    monkeypatch.setattr(weight_shards, "_safetensors_io", lambda: (error, load, full_disk_at_the_third))
+    with pytest.raises(OSError, match="No space left"):
+        new.save_pretrained(tmp_path / "m", max_shard_size=second)
+    monkeypatch.undo()
+    loaded = MODEL_CLASSES["AlbertForMaskedLM"].from_pretrained(tmp_path / "m").state_dict()
+    assert all(torch.equal(loaded[k], v) for k, v in old.state_dict().items())
+    assert sorted(os.listdir(tmp_path)) == ["m"]  # nothing staged is left beside it
+    new.save_pretrained(tmp_path / "m", max_shard_size=second)  # and the save then goes through whole
+    loaded = MODEL_CLASSES["AlbertForMaskedLM"].from_pretrained(tmp_path / "m").state_dict()
+    assert all(torch.equal(loaded[k], v) for k, v in new.state_dict().items())
