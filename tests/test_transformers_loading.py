@@ -143,3 +143,19 @@ def test_a_save_that_fails_partway_leaves_the_old_weights_whole(first, second, t
     new.save_pretrained(tmp_path / "m", max_shard_size=second)  # and the save then goes through whole
     loaded = MODEL_CLASSES["AlbertForMaskedLM"].from_pretrained(tmp_path / "m").state_dict()
     assert all(torch.equal(loaded[k], v) for k, v in new.state_dict().items())
+
+
+def test_a_checkpoint_made_from_a_sharded_model_copies_its_tokenizer_not_its_shard_index(tmp_path):
+    """Fine-tuning copies the tokenizer files of the model it started from into each checkpoint: from a sharded
+    base model that took model.safetensors.index.json too, an index naming shards the checkpoint lacks."""
+    from litebert.corpus.tokenizer_training import train_tokenizer
+    from litebert.tokenizer import Tokenizer
+    from litebert.training.checkpoint import save_checkpoint
+
+    base = tmp_path / "base"
+    train_tokenizer(None, str(base), vocab_size=500, input_sentence_size=20000)
+    tiny("AlbertForMaskedLM").save_pretrained(base, max_shard_size="20KB")
+    checkpoint = save_checkpoint(tmp_path / "run", 1, tiny("AlbertForMaskedLM"), {}, tokenizer=base)
+    names = set(os.listdir(checkpoint))
+    assert {"spiece.model", "model.safetensors"} <= names and INDEX_NAME not in names, names
+    assert Tokenizer.from_pretrained(str(checkpoint)).vocab_size == 500

@@ -24,6 +24,7 @@ from litebert.text.conventions import NormalizerOptions, preprocess_text
 from litebert.text.pretokenize import SEGMENTERS, make_segmenter
 from litebert.text.transformers_files import SPIECE_FILE, TOKENIZER_FILES
 from litebert.tokenizer import Tokenizer
+from litebert.weight_shards import INDEX_NAME
 
 # The flags google-research/albert trained its 30k-clean model with (README, "spm_train ..."); the vocab size,
 # pad/unk/bos/eos ids and control symbols are set separately in train_tokenizer because they define the id layout.
@@ -45,7 +46,7 @@ SPM_MAX_SENTENCE_LENGTH = 4192
 SUMMARY_NAME = "tokenizer_summary.json"  # beside spiece.model: what was read, used and skipped
 # The files `litebert tokenizer` makes: a directory holding only these (and its summary) is its own result.
 OWNED_FILES = (*TOKENIZER_FILES, SUMMARY_NAME)
-_MODEL_FILES = ("config.json", "model.safetensors", "pytorch_model.bin")
+_MODEL_FILES = ("config.json", "model.safetensors", "pytorch_model.bin", INDEX_NAME)
 
 
 def check_out_dir(out_dir: str, overwrite: bool) -> None:

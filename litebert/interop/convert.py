@@ -33,6 +33,7 @@ from litebert.heads import MODEL_CLASSES, model_class
 from litebert.interop.tf_checkpoint import TFCheckpoint
 from litebert.runconfig import parse_verb, verb_parser
 from litebert.text.transformers_files import SPIECE_FILE, TOKENIZER_FILES, match_model_max_length
+from litebert.weight_shards import INDEX_NAME
 from litebert.weights import resolve_model_dir
 
 # -- the rename table -----------------------------------------------------------------------------------------
@@ -271,7 +272,7 @@ def convert_tf_checkpoint(ckpt_prefix: str | os.PathLike, albert_config_json: st
     return report
 
 
-MODEL_DIR_FILES = ("config.json", "model.safetensors", "pytorch_model.bin", "README.md", *TOKENIZER_FILES)
+MODEL_DIR_FILES = ("config.json", "model.safetensors", "pytorch_model.bin", INDEX_NAME, "README.md", *TOKENIZER_FILES)
 
 
 def write_model_files(out_dir: str, fill, overwrite: bool) -> None:

@@ -42,6 +42,7 @@ from litebert.files import (
 )
 from litebert.text.transformers_files import SPIECE_FILE, match_model_max_length
 from litebert.training import prerelease
+from litebert.weight_shards import INDEX_NAME
 from litebert.weights import read_state_dict
 
 log = logging.getLogger("litebert")
@@ -56,7 +57,8 @@ KEEP_DAMAGED = 2
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 _DAMAGED_DIR = re.compile(r"^step_(\d+)" + re.escape(DAMAGED_SUFFIX) + "$")
 # Files of a model directory that are not tokenizer files (never copied from a tokenizer dir).
-_NOT_TOKENIZER = {"config.json", "model.safetensors", "pytorch_model.bin", STATE_NAME, MARKER, EVALUATION_NAME}
+_NOT_TOKENIZER = {"config.json", "model.safetensors", "pytorch_model.bin", INDEX_NAME, STATE_NAME, MARKER,
+                  EVALUATION_NAME}
 
 
 def step_dir(out_dir: str | os.PathLike, step: int) -> Path:
