@@ -282,7 +282,8 @@ class PretrainedMixin:
         own = self.state_dict()
         state = {k: v for k, v in state.items() if k not in IGNORED_KEYS}
         has_prefix = any(k.startswith(ENCODER_PREFIX) for k in own)
-        if has_prefix and not any(k.startswith(ENCODER_PREFIX) for k in state):
+        prefixed = has_prefix and not any(k.startswith(ENCODER_PREFIX) for k in state)
+        if prefixed:
             state = {ENCODER_PREFIX + k: v for k, v in state.items()}  # a bare AlbertModel checkpoint
         heads_left_out = []  # a head's weights read into a bare encoder: reported with the unexpected ones
         if not has_prefix and any(k.startswith(ENCODER_PREFIX) for k in state):
@@ -326,7 +327,9 @@ class PretrainedMixin:
         if unexpected or heads_left_out:
             log.warning("%s: not used by %s: %s (the checkpoint's other heads, left out)", path, type(self).__name__,
                         ", ".join(sorted({k.rsplit('.', 1)[0] for k in unexpected + heads_left_out})))
-        return missing, unexpected + heads_left_out
+        # unexpected keys as the checkpoint names them (transformers' loading info): a bare one's without the prefix
+        stored = [k[len(ENCODER_PREFIX):] for k in unexpected] if prefixed else unexpected
+        return missing, stored + heads_left_out
 
     def _check_shared_copies_agree(self, state: dict[str, torch.Tensor], path: str) -> None:
         """Keys that name one shared tensor (partial sharing) must carry equal values, or loading would

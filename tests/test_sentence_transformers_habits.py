@@ -65,6 +65,12 @@ def test_similarity_dimension_and_max_seq_length_as_sentence_transformers(both, 
     assert ours.similarity_fn_name == theirs.similarity_fn_name == "cosine"
     assert ours.get_sentence_embedding_dimension() == ours.get_embedding_dimension() == theirs.get_embedding_dimension()
     assert ours.max_seq_length == theirs.max_seq_length == 24
+    ours.max_seq_length = 16  # shorter inputs from here on, as sentence-transformers' setter
+    assert ours.max_seq_length == 16 and ours.encode(TEXTS).shape == a.shape
+    positions = ours.encoder.config.max_position_embeddings
+    with pytest.raises(ConfigError, match=f"max_seq_length {positions + 1}: this encoder has {positions} positions"):
+        ours.max_seq_length = positions + 1  # it was cut to fit without a word
+    ours.max_seq_length = 24
     assert ours.device == theirs.device
     assert json.loads((sentence_dir / "config_sentence_transformers.json").read_text())["similarity_fn_name"] == "cosine"
     assert isinstance(SentenceModel.from_pretrained(sentence_dir), SentenceModel)

@@ -97,6 +97,7 @@ def test_shard_sizes_read_as_transformers_and_pickles_are_refused(tmp_path):
 @pytest.mark.parametrize("saved, loaded, overrides", [
     ("AlbertForMaskedLM", "AlbertForSequenceClassification", {}),
     ("AlbertForMaskedLM", "AlbertModel", {}),
+    ("AlbertModel", "AlbertForMaskedLM", {}),  # a bare encoder's pooler: named as the checkpoint names it
     ("AlbertForSequenceClassification", "AlbertForSequenceClassification", dict(num_labels=5)),
     ("AlbertForSequenceClassification", "AlbertForSequenceClassification", {})])
 def test_output_loading_info_equals_transformers(tmp_path, saved, loaded, overrides):

@@ -172,7 +172,10 @@ class SentenceModel:
 
     @max_seq_length.setter
     def max_seq_length(self, value: int) -> None:
-        self.max_length = min(int(value), self.encoder.config.max_position_embeddings)
+        positions = self.encoder.config.max_position_embeddings
+        if not 1 <= int(value) <= positions:  # not cut to fit without a word: the user asked for that length
+            raise ConfigError(f"max_seq_length {value}: this encoder has {positions} positions")
+        self.max_length = int(value)
 
     @property
     def device(self) -> torch.device:
