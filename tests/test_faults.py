@@ -804,7 +804,7 @@ def test_a_hub_id_whose_namespace_is_a_directory_here_is_still_asked_and_a_typo_
     (tmp_path / "out").mkdir()
     asked = []
 
-    def lookup(module, repo_id):
+    def lookup(module, repo_id, asked_with):
         asked.append(repo_id)
         return "the Hub has no model of that name either"
 
