@@ -28,6 +28,17 @@ def _as_tensor(value, return_tensors: str):
     return torch.as_tensor(value)  # a list of floats: float32, as transformers makes it
 
 
+def _one_example(value, key: str):
+    """A feature's ids as one row: `tokenizer(text)` here returns a batch of one, (1, T), where transformers'
+    returns the row, so datasets built with litebert's defaults feed transformers' collators and Trainer."""
+    rows = value.tolist() if hasattr(value, "tolist") else value
+    if not isinstance(rows, (list, tuple)) or not rows or not isinstance(rows[0], (list, tuple)):
+        return value
+    if len(rows) != 1:
+        raise ConfigError(f"pad: a feature's {key} holds {len(rows)} rows; give one example per feature")
+    return rows[0]
+
+
 def clean_up_tokenization(text: str) -> str:
     """transformers' clean_up_tokenization_spaces=True: the spaces a word-level tokenizer put before
     punctuation and English contractions, taken out of decoded text."""
@@ -148,7 +159,8 @@ class TokenNames:
         if isinstance(encoded_inputs, (list, tuple)):
             if not encoded_inputs:
                 raise ConfigError("pad: no features to pad")
-            batch = {k: [feature[k] for feature in encoded_inputs] for k in encoded_inputs[0]}
+            batch = {k: [_one_example(feature[k], k) if k in PAD_VALUES else feature[k] for feature in encoded_inputs]
+                     for k in encoded_inputs[0]}
         else:
             batch = dict(encoded_inputs)
         if "input_ids" not in batch:

@@ -1,0 +1,81 @@
+"""transformers' Trainer trains a litebert model as it trains its own: the tokenizer's features through
+DataCollatorWithPadding, the same weights and data giving the same losses as transformers'
+AlbertForSequenceClassification step for step, and evaluate/predict answering in its shapes. Everything is built
+here (a tiny tokenizer and model; nothing downloaded)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from litebert.config import AlbertConfig
+from litebert.corpus.tokenizer_training import train_tokenizer
+from litebert.heads import AlbertForSequenceClassification
+from litebert.tokenizer import Tokenizer
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("accelerate")  # what transformers' Trainer runs on
+
+TEXTS = ["the sea was calm and the ship sailed on", "she wrote a long letter to her sister",
+         "the wind rose over the grey water", "a letter came from town that morning"] * 6
+LABELS = [0, 1, 0, 1] * 6
+
+
+class Examples(torch.utils.data.Dataset):
+    """One example a row, encoded alone with litebert's defaults (a batch of one, as tensors)."""
+
+    def __init__(self, tokenizer: Tokenizer):
+        self.tokenizer = tokenizer
+
+    def __len__(self) -> int:
+        return len(TEXTS)
+
+    def __getitem__(self, i: int) -> dict:
+        return {**self.tokenizer(TEXTS[i]), "labels": LABELS[i]}
+
+
+def trained_losses(model, tokenizer, out) -> tuple[list[float], "transformers.trainer_utils.PredictionOutput"]:
+    args = transformers.TrainingArguments(
+        output_dir=str(out), per_device_train_batch_size=8, max_steps=9, learning_rate=3e-3, logging_steps=1,
+        save_strategy="no", report_to=[], use_cpu=True, seed=0, data_seed=0, disable_tqdm=True)
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=Examples(tokenizer),
+                                   data_collator=transformers.DataCollatorWithPadding(tokenizer))
+    trainer.train()
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    return losses, trainer.predict(Examples(tokenizer))
+
+
+def test_trainer_trains_a_litebert_model_as_transformers_own(tmp_path):
+    train_tokenizer(None, str(tmp_path / "tok"), vocab_size=500, input_sentence_size=20000)
+    tokenizer = Tokenizer.from_pretrained(str(tmp_path / "tok"))
+    torch.manual_seed(0)
+    config = AlbertConfig(vocab_size=500, embedding_size=16, hidden_size=32, num_hidden_layers=2,
+                          num_attention_heads=4, intermediate_size=48, max_position_embeddings=64, num_labels=2,
+                          hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, classifier_dropout_prob=0.0)
+    ours = AlbertForSequenceClassification(config)
+    ours.save_pretrained(tmp_path / "start")
+    theirs = transformers.AlbertForSequenceClassification.from_pretrained(str(tmp_path / "start"))
+    our_losses, our_predictions = trained_losses(ours, tokenizer, tmp_path / "ours")
+    their_losses, their_predictions = trained_losses(theirs, tokenizer, tmp_path / "theirs")
+    assert len(our_losses) == 9 and our_losses == pytest.approx(their_losses, rel=1e-4, abs=1e-5)
+    assert our_losses[-1] < our_losses[0]  # it learns
+    assert our_predictions.predictions.shape == their_predictions.predictions.shape == (len(TEXTS), 2)
+    torch.testing.assert_close(torch.as_tensor(our_predictions.predictions),
+                               torch.as_tensor(their_predictions.predictions), atol=1e-4, rtol=1e-4)
+    assert our_predictions.metrics["test_loss"] == pytest.approx(their_predictions.metrics["test_loss"], rel=1e-4)
+
+
+def test_pad_takes_an_example_encoded_alone_and_refuses_a_feature_of_several_rows(tmp_path):
+    """tokenizer(text) here is a batch of one, (1, T); transformers' collators expect the row: pad reads it so,
+    and a feature holding several examples is refused by name instead of a TypeError from deep inside."""
+    from litebert.errors import ConfigError
+
+    train_tokenizer(None, str(tmp_path / "tok"), vocab_size=500, input_sentence_size=20000)
+    tokenizer = Tokenizer.from_pretrained(str(tmp_path / "tok"))
+    features = [tokenizer(TEXTS[0]), tokenizer(TEXTS[1], return_tensors=None, padding=False)]
+    batch = tokenizer.pad(features, return_tensors="pt")
+    expected = tokenizer(TEXTS[:2])
+    assert torch.equal(batch["input_ids"], expected["input_ids"])
+    assert torch.equal(batch["attention_mask"], expected["attention_mask"])
+    with pytest.raises(ConfigError, match="a feature's input_ids holds 2 rows"):
+        tokenizer.pad([tokenizer(TEXTS[:2]), tokenizer(TEXTS[2])])
