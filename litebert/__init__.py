@@ -22,6 +22,10 @@ _EXPORTS = {
     "Tokenizer": "litebert.tokenizer",
     "Lamb": "litebert.training.optim",
     "pipeline": "litebert.serving.pipeline",
+    **dict.fromkeys(("AutoConfig", "AutoTokenizer", "AlbertTokenizer", "AlbertTokenizerFast", "AutoModel",
+                     "AutoModelForPreTraining", "AutoModelForMaskedLM", "AutoModelForSequenceClassification",
+                     "AutoModelForTokenClassification", "AutoModelForQuestionAnswering",
+                     "AutoModelForMultipleChoice"), "litebert.auto"),
 }
 
 __all__ = list(_EXPORTS)

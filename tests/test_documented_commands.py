@@ -45,15 +45,24 @@ def test_known_stale_commands_are_still_stale():
 
 
 def test_the_readme_commands_are_found_as_a_shell_would_split_them():
-    """The extraction itself: continuation lines, comments, torchrun, `...` and prose mentions."""
+    """The extraction itself: continuation lines, comments, torchrun, `...` and prose mentions (lines found by
+    their text, so that the README can grow)."""
+    lines = (D.ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+
+    def line_of(start: str, after: int = 0) -> int:
+        return next(i for i, text in enumerate(lines, 1) if i > after and text.startswith(start))
+
     found = [(q.line, argv) for q in D.markdown_quotes(D.ROOT / "README.md") for argv in D.commands(q)]
     pretrain = ["pretrain", "--config", "paper_base", "--data", "out/data"]
-    assert (103, pretrain) in found  # `# one process` is a comment
-    assert (104, ["-m litebert.cli", *pretrain]) in found
-    assert (105, ["-m litebert.cli", *pretrain]) in found  # a `\` continuation, torchrun's own flags skipped
-    assert (107, ["pretrain", "--resume"]) in found  # `...` stands for the flags above
-    assert (20, ["demo", "--quick"]) in found  # an inline code span
-    assert not [line for line, _ in found if 66 <= line <= 83]  # the ```text list of verbs is prose
+    one = line_of("litebert pretrain --config paper_base")
+    assert (one, pretrain) in found  # `# one process` is a comment
+    assert (line_of("torchrun --nproc-per-node 8", one), ["-m litebert.cli", *pretrain]) in found
+    assert (line_of("torchrun --nnodes 4", one), ["-m litebert.cli", *pretrain]) in found  # a `\` continuation
+    assert (line_of("litebert pretrain ... --resume", one), ["pretrain", "--resume"]) in found  # `...`: the flags above
+    quick = next(i for i, text in enumerate(lines, 1) if "`litebert demo --quick`" in text)
+    assert (quick, ["demo", "--quick"]) in found  # an inline code span
+    verbs = line_of("```text", line_of("The command line does the rest"))
+    assert not [line for line, _ in found if verbs < line < line_of("```", verbs)]  # the ```text list is prose
 
 
 @pytest.mark.parametrize("text, error", [
