@@ -67,6 +67,7 @@ class TorchBackend:
                  min_agreement: float | None = None, source: str = "the model"):
         check_precision(TorchBackend, precision)
         self.device = torch.device(device)
+        self.agreement = None  # int8's with fp32, when it was checked
         if precision == "int8" and self.device.type != "cpu":
             raise ConfigError(f"int8 runs on the CPU (torch.ao dynamic quantization), not on {self.device}: use "
                               "fp32 or bf16 there")
