@@ -111,6 +111,23 @@ class PretrainedMixin:
     config: AlbertConfig
     tied_weights: dict[str, str] = {}  # key -> the key it is the same tensor as (not stored twice)
 
+    def state_dict(self, *args: Any, destination: Any = None, prefix: str = "", keep_vars: bool = False) -> Any:
+        """torch's, except that a tensor listed under several keys (the MLM decoder tied to the word embeddings;
+        a sub-layer that partial sharing puts in every layer) is a copy after its first key. safetensors refuses
+        tensors that share memory, and transformers' Trainer saves a model that is not its own PreTrainedModel
+        with safetensors' save_file: its first checkpoint of an MLM model died. The parameters stay shared, and
+        save_pretrained stores a tied one once. keep_vars=True gives the parameters themselves (what code that
+        finds the shared ones by their storage reads)."""
+        state = super().state_dict(*args, destination=destination, prefix=prefix, keep_vars=keep_vars)
+        if not keep_vars:
+            seen: set[int] = set()
+            for key, tensor in state.items():
+                if key.startswith(prefix):
+                    storage = tensor.untyped_storage().data_ptr()
+                    state[key] = tensor.clone() if storage in seen else tensor
+                    seen.add(storage)
+        return state
+
     def init_weights(self) -> None:
         """Initialise every module once: a head skips the encoder it wraps, which initialised itself."""
         done = {id(m) for child in self.children() if isinstance(child, PretrainedMixin) for m in child.modules()}
@@ -209,13 +226,8 @@ class PretrainedMixin:
         match_model_max_length(directory)  # a tokenizer saved here first learns the model's positions
         if config_only:
             return
-        state = {k: v for k, v in self.state_dict().items() if k not in self.tied_weights}
-        seen: set[int] = set()
-        tensors = {}
-        for key, tensor in state.items():
-            ptr = tensor.untyped_storage().data_ptr()
-            tensors[key] = tensor.detach().clone().contiguous() if ptr in seen else tensor.detach().contiguous()
-            seen.add(ptr)
+        # shared tensors come as copies (state_dict): safetensors stores each key, and transformers reads them
+        tensors = {k: v.detach().contiguous() for k, v in self.state_dict().items() if k not in self.tied_weights}
         write_weights(tensors, directory, max_shard_size)
         source = getattr(self, "name_or_path", None)  # what from_pretrained loaded: the base model
         base = source if source and not (os.path.exists(source) and os.path.samefile(source, directory)) else None
@@ -335,7 +347,7 @@ class PretrainedMixin:
         """Keys that name one shared tensor (partial sharing) must carry equal values, or loading would
         silently keep whichever came last."""
         by_storage: dict[int, str] = {}
-        for key, tensor in self.state_dict().items():
+        for key, tensor in self.state_dict(keep_vars=True).items():
             if key in self.tied_weights or key not in state:
                 continue
             ptr = tensor.untyped_storage().data_ptr()

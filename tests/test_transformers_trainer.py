@@ -79,3 +79,56 @@ def test_pad_takes_an_example_encoded_alone_and_refuses_a_feature_of_several_row
     assert torch.equal(batch["attention_mask"], expected["attention_mask"])
     with pytest.raises(ConfigError, match="a feature's input_ids holds 2 rows"):
         tokenizer.pad([tokenizer(TEXTS[:2]), tokenizer(TEXTS[2])])
+
+
+def test_trainer_pretrains_a_litebert_mlm_as_transformers_own_and_its_checkpoints_load(tmp_path):
+    """transformers' run_mlm recipe (DataCollatorForLanguageModeling, Trainer, a checkpoint every few steps) on
+    AlbertForMaskedLM: the same masked-LM losses as transformers' model from the same weights and seed. Its first
+    checkpoint died before: Trainer saves a model that is not its PreTrainedModel with safetensors' save_file,
+    which refuses the tied decoder's shared memory (litebert's state_dict now gives the duplicate as a copy)."""
+    from litebert.model import AlbertForMaskedLM
+
+    train_tokenizer(None, str(tmp_path / "tok"), vocab_size=500, input_sentence_size=20000)
+    tokenizer = Tokenizer.from_pretrained(str(tmp_path / "tok"))
+    torch.manual_seed(0)
+    config = AlbertConfig(vocab_size=500, embedding_size=16, hidden_size=32, num_hidden_layers=2,
+                          num_attention_heads=4, intermediate_size=48, max_position_embeddings=64,
+                          hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    ours = AlbertForMaskedLM(config)
+    ours.save_pretrained(tmp_path / "start")
+    theirs = transformers.AlbertForMaskedLM.from_pretrained(str(tmp_path / "start"))
+    texts = [{"input_ids": tokenizer(t, return_tensors=None, padding=False)["input_ids"]} for t in TEXTS]
+    runs = {}
+    for name, model in (("ours", ours), ("theirs", theirs)):
+        args = transformers.TrainingArguments(
+            output_dir=str(tmp_path / name), per_device_train_batch_size=8, max_steps=6, learning_rate=3e-3,
+            logging_steps=1, save_strategy="steps", save_steps=3, report_to=[], use_cpu=True, seed=0, data_seed=0,
+            disable_tqdm=True)
+        trainer = transformers.Trainer(model=model, args=args, train_dataset=texts,
+                                       data_collator=transformers.DataCollatorForLanguageModeling(tokenizer))
+        trainer.train()
+        runs[name] = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert len(runs["ours"]) == 6 and runs["ours"] == pytest.approx(runs["theirs"], rel=1e-4, abs=1e-5)
+    saved = AlbertForMaskedLM.from_pretrained(tmp_path / "ours" / "checkpoint-6", config=config).state_dict()
+    assert all(torch.equal(saved[k], v) for k, v in ours.state_dict().items())
+    assert ours.predictions.decoder.weight is ours.albert.embeddings.word_embeddings.weight  # still tied
+
+
+@pytest.mark.parametrize("sharing", ["all", "attention", "ffn"])
+def test_a_state_dict_holds_no_shared_memory_and_the_parameters_stay_shared(sharing, tmp_path):
+    """What safetensors' save_file (and Trainer's checkpoints) need of any litebert model: the tied decoder and
+    partial sharing's sub-layer, listed under several keys, come as copies; the model's parameters stay one."""
+    from safetensors.torch import load_file, save_file
+
+    from litebert.model import AlbertForPreTraining
+
+    layers = 3
+    config = AlbertConfig(vocab_size=100, embedding_size=8, hidden_size=16, num_hidden_layers=layers,
+                          num_attention_heads=2, intermediate_size=32, max_position_embeddings=16, sharing=sharing,
+                          num_hidden_groups=1 if sharing == "all" else layers)
+    model = AlbertForPreTraining(config)
+    state = model.state_dict()
+    save_file(state, str(tmp_path / "w.safetensors"))  # refused shared memory before
+    assert AlbertForPreTraining(config).load_state_dict(load_file(str(tmp_path / "w.safetensors"))) is not None
+    assert model.predictions.decoder.weight is model.albert.embeddings.word_embeddings.weight
+    assert len({p.untyped_storage().data_ptr() for p in model.state_dict(keep_vars=True).values()}) < len(state)

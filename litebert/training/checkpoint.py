@@ -240,7 +240,7 @@ def load_model_weights(model: nn.Module, checkpoint_dir: str | os.PathLike) -> N
     """
 
     state, path = read_state_dict(os.fspath(checkpoint_dir))
-    own = model.state_dict()
+    own = model.state_dict(keep_vars=True)  # the parameters: tied ones found by their shared storage
     unexpected = sorted(set(state) - set(own))
     if unexpected:
         raise CheckpointError(f"{path}: weights the model does not have, e.g. {unexpected[0]}")
