@@ -264,7 +264,11 @@ def _is_number(value: Any, kind: type) -> bool:
 def read_json_object(path: str) -> dict[str, Any]:
     """The JSON object in a config file; a missing, non-JSON or non-object file is a one-line error naming it."""
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"no config file at {path}")
+        weights_alone = os.path.isfile(os.path.join(os.path.dirname(path), "model.safetensors"))
+        raise FileNotFoundError(f"no config file at {path}" + (
+            " (weights without their config.json, as transformers' Trainer checkpoints a litebert model: pass "
+            "from_pretrained(..., config=model.config), and save results with save_pretrained)" if weights_alone
+            else ""))
     return files.read_json_object(path, ConfigError)
 
 

@@ -109,6 +109,8 @@ def test_trainer_pretrains_a_litebert_mlm_as_transformers_own_and_its_checkpoint
         trainer.train()
         runs[name] = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     assert len(runs["ours"]) == 6 and runs["ours"] == pytest.approx(runs["theirs"], rel=1e-4, abs=1e-5)
+    with pytest.raises(FileNotFoundError, match="Trainer checkpoints a litebert model: pass .*config=model.config"):
+        AlbertForMaskedLM.from_pretrained(tmp_path / "ours" / "checkpoint-6")  # weights alone: says how to load
     saved = AlbertForMaskedLM.from_pretrained(tmp_path / "ours" / "checkpoint-6", config=config).state_dict()
     assert all(torch.equal(saved[k], v) for k, v in ours.state_dict().items())
     assert ours.predictions.decoder.weight is ours.albert.embeddings.word_embeddings.weight  # still tied
