@@ -20,6 +20,7 @@ from litebert.files import fsync_path, read_json_object, sha256_file, write_text
 
 WEIGHTS_NAME = "model.safetensors"
 INDEX_NAME = WEIGHTS_NAME + ".index.json"
+STAGE_PREFIX = ".weights-"  # write_weights' staging folder inside the model directory
 SHARD_PATTERN = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
 # transformers' units (utils.hub.convert_file_size_to_int): KiB... are powers of 2, KB... of 10, Kb... bits
 UNITS = {"GIB": 2 ** 30, "MIB": 2 ** 20, "KIB": 2 ** 10, "GB": 10 ** 9, "MB": 10 ** 6, "KB": 10 ** 3}
@@ -81,16 +82,20 @@ def sharded_digest(directory: str) -> str | None:
 def write_weights(tensors: dict[str, torch.Tensor], directory: str, max_shard_size: int | str | None) -> None:
     """model.safetensors, or shards of at most max_shard_size bytes (a tensor larger than that alone in its
     file, as transformers does) with their index; the other layout's files are removed. Every new file is
-    written beside first (a full disk changes nothing), then they go in around the file a reader takes first,
-    the commit: model.safetensors, or the index. Before a new index goes in, the old one and model.safetensors
-    go, so a kill in between leaves shards without an index (a loud error), never old and new weights mixed."""
+    staged in a hidden folder inside the directory first (a full disk changes nothing; a killed save's folder
+    goes at the next), then they go in around the file a reader takes first, the commit: model.safetensors, or
+    the index. Before a new index goes in, the old one and model.safetensors go, so a kill in between leaves
+    shards without an index (a loud error), never old and new weights mixed."""
     _, _, save_file = _safetensors_io()
     groups = _shard_groups(tensors, None if max_shard_size is None else shard_bytes(max_shard_size))
     names = [WEIGHTS_NAME] if len(groups) == 1 else \
         [f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors" for i in range(len(groups))]
     old = [n for n in os.listdir(directory) if SHARD_PATTERN.fullmatch(n) or n in (INDEX_NAME, WEIGHTS_NAME)]
-    parent, base = os.path.split(os.path.abspath(directory))  # beside it, on its filesystem: renames stay atomic
-    staged = tempfile.mkdtemp(prefix=f".{base}.weights-", dir=parent)
+    for name in os.listdir(directory):  # what a killed save staged (a reader never looks there)
+        if name.startswith(STAGE_PREFIX) and os.path.isdir(os.path.join(directory, name)):
+            shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+    # inside it: on its filesystem when it is a mount point, and writable wherever it is
+    staged = tempfile.mkdtemp(prefix=STAGE_PREFIX, dir=directory)
     try:
         for name, group in zip(names, groups):
             save_file(group, os.path.join(staged, name), metadata={"format": "pt"})

@@ -118,11 +118,13 @@ class PretrainedMixin:
         with safetensors' save_file: its first checkpoint of an MLM model died. The parameters stay shared, and
         save_pretrained stores a tied one once. keep_vars=True gives the parameters themselves (what code that
         finds the shared ones by their storage reads)."""
-        state = super().state_dict(*args, destination=destination, prefix=prefix, keep_vars=keep_vars)
+        if args:  # torch's deprecated positional form: (destination, prefix, keep_vars)
+            destination, prefix, keep_vars = (*args, *(destination, prefix, keep_vars)[len(args):])[:3]
+        state = super().state_dict(destination=destination, prefix=prefix, keep_vars=keep_vars)
         if not keep_vars:
             seen: set[int] = set()
-            for key, tensor in state.items():
-                if key.startswith(prefix):
+            for key, tensor in state.items():  # an int8 Linear's entries include a dtype and packed params
+                if key.startswith(prefix) and isinstance(tensor, torch.Tensor):
                     storage = tensor.untyped_storage().data_ptr()
                     state[key] = tensor.clone() if storage in seen else tensor
                     seen.add(storage)
@@ -291,7 +293,7 @@ class PretrainedMixin:
         """Load with strict accounting. Encoder weights must all be present with the right shapes; head
         weights may be absent (fresh head, reported) or belong to another head (ignored, reported).
         Returns (missing keys, unexpected keys), transformers' loading info."""
-        own = self.state_dict()
+        own = self.state_dict(keep_vars=True)  # names and shapes: no copies of the shared tensors
         state = {k: v for k, v in state.items() if k not in IGNORED_KEYS}
         has_prefix = any(k.startswith(ENCODER_PREFIX) for k in own)
         prefixed = has_prefix and not any(k.startswith(ENCODER_PREFIX) for k in state)
@@ -372,7 +374,7 @@ def fresh_mismatched_heads(model: nn.Module, state: dict[str, torch.Tensor], pat
     """ignore_mismatched_sizes: the head weights whose shape differs from the model's left out (they start
     fresh, and the load reports them); an encoder weight of another shape stays the error it is. Also returns
     them as transformers' mismatched_keys: (key, stored shape, model shape)."""
-    own = model.state_dict()
+    own = model.state_dict(keep_vars=True)
     mismatched = [k for k, v in state.items() if k in own and own[k].shape != v.shape
                   and not k.startswith((ENCODER_PREFIX, "embeddings.", "encoder."))]
     if mismatched:

@@ -140,8 +140,12 @@ def test_a_save_that_fails_partway_leaves_the_old_weights_whole(first, second, t
     monkeypatch.undo()
     loaded = MODEL_CLASSES["AlbertForMaskedLM"].from_pretrained(tmp_path / "m").state_dict()
     assert all(torch.equal(loaded[k], v) for k, v in old.state_dict().items())
-    assert sorted(os.listdir(tmp_path)) == ["m"]  # nothing staged is left beside it
+    assert sorted(os.listdir(tmp_path)) == ["m"] and not [n for n in os.listdir(tmp_path / "m") if
+                                                          n.startswith(".")]  # nothing staged is left
+    (tmp_path / "m" / ".weights-killed").mkdir()  # what a save killed outright leaves: the next one removes it
+    (tmp_path / "m" / ".weights-killed" / "model.safetensors").write_bytes(b"x" * 100)
     new.save_pretrained(tmp_path / "m", max_shard_size=second)  # and the save then goes through whole
+    assert not [n for n in os.listdir(tmp_path / "m") if n.startswith(".")]
     loaded = MODEL_CLASSES["AlbertForMaskedLM"].from_pretrained(tmp_path / "m").state_dict()
     assert all(torch.equal(loaded[k], v) for k, v in new.state_dict().items())
 

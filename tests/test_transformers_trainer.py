@@ -134,3 +134,19 @@ def test_a_state_dict_holds_no_shared_memory_and_the_parameters_stay_shared(shar
     assert AlbertForPreTraining(config).load_state_dict(load_file(str(tmp_path / "w.safetensors"))) is not None
     assert model.predictions.decoder.weight is model.albert.embeddings.word_embeddings.weight
     assert len({p.untyped_storage().data_ptr() for p in model.state_dict(keep_vars=True).values()}) < len(state)
+
+
+def test_state_dict_takes_an_int8_model_and_torchs_positional_form():
+    """Dynamically quantized Linears hold a dtype and packed parameters in the state dict (not tensors), and
+    torch's deprecated positional (destination, prefix, keep_vars) still means what it says."""
+    from litebert.interop.quantize import quantize_model
+    from litebert.model import AlbertForMaskedLM
+
+    config = AlbertConfig(vocab_size=100, embedding_size=8, hidden_size=16, num_hidden_layers=2,
+                          num_attention_heads=2, intermediate_size=32, max_position_embeddings=16)
+    model = AlbertForMaskedLM(config)
+    int8 = quantize_model(model).state_dict()
+    assert any(not isinstance(v, torch.Tensor) for v in int8.values())
+    kept = model.state_dict(None, "p.", True)
+    assert all(k.startswith("p.") for k in kept) and kept["p.predictions.decoder.weight"] is \
+        model.albert.embeddings.word_embeddings.weight

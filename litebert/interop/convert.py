@@ -147,7 +147,7 @@ def tf_to_litebert_state(tensors: Mapping[str, np.ndarray], model: torch.nn.Modu
     """Rename and transpose TF variables into `model`'s state dict, with strict accounting (see module doc).
     `tensors` may be lazy (a TFCheckpoint): only the variables the model uses are read."""
     tied = getattr(model, "tied_weights", {})
-    own = {k: v for k, v in model.state_dict().items() if k not in tied}
+    own = {k: v for k, v in model.state_dict(keep_vars=True).items() if k not in tied}  # names, shapes, dtypes
     bare = not any(k.startswith("albert.") for k in own)  # an AlbertModel: its names lack the prefix
     report = ConversionReport(source)
     state: dict[str, torch.Tensor] = {}
