@@ -25,7 +25,7 @@ from torch import nn
 
 from litebert.config import IGNORE_INDEX, AlbertConfig
 from litebert.errors import ConfigError, DataError
-from litebert.runtime.gemm import dense, eager_fp32_on_cpu, linear
+from litebert.runtime.gemm import dense, eager_fp32_on_cpu, linear, plain_linear
 from litebert.weights import PretrainedMixin
 
 
@@ -305,6 +305,16 @@ class AlbertAttention(nn.Module):
         query (exact when the head size is a power of 4, as ALBERT's 64 is)."""
         return (self.query.out_features // self.num_heads) ** -0.5
 
+    def packable(self) -> bool:
+        """Whether Q, K and V may run as one GEMM of their packed weights: when each is a plain nn.Linear (or
+        quantize_model packed them in int8). A projection wrapped by an adapter (PEFT's LoRA on query and value)
+        or hooked runs as itself, or its adapter would be left out without a word."""
+        return "packed_qkv" in self.__dict__ or all(plain_linear(m) for m in (self.query, self.key, self.value))
+
+    def own_projections(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Q (scaled), K and V of x (..., H), each module called as itself (see `packable`)."""
+        return dense(self.query, x) * self.query_scale, dense(self.key, x), dense(self.value, x)
+
     def packed_qkv(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Q, K, V weights as one (3H, H) matrix: one GEMM instead of three, queries pre-scaled. The encoder
         packs once per forward and reuses the result for every application of a shared layer."""
@@ -321,9 +331,12 @@ class AlbertAttention(nn.Module):
         `probs_out`, a list, receives the attention probabilities (B, nh, Tq, T). With an Unpadded for a mask,
         x is the (N, H) real tokens and `output_positions` their rows (B*Tq,): (N, H) or (B*Tq, H) out."""
         if isinstance(attn_mask, Unpadded):
-            weight, bias = qkv if qkv is not None else self.packed_qkv()
             N, H = x.shape
-            rows = linear(x, weight, bias).view(N, 3, self.num_heads, H // self.num_heads)
+            if qkv is None and not self.packable():
+                rows = torch.stack(self.own_projections(x), 1).view(N, 3, self.num_heads, H // self.num_heads)
+            else:
+                weight, bias = qkv if qkv is not None else self.packed_qkv()
+                rows = linear(x, weight, bias).view(N, 3, self.num_heads, H // self.num_heads)
             dropout_p = self.attention_dropout if self.training else 0.0
             y = unpadded_attention(rows, attn_mask, output_positions, dropout_p).flatten(1)  # (N or B*Tq, H)
             x = x if output_positions is None else x[output_positions]
@@ -337,7 +350,7 @@ class AlbertAttention(nn.Module):
         B, T, H = x.shape
         nh, hs = self.num_heads, H // self.num_heads
         no_grad = qkv is not None and not qkv[0].requires_grad
-        if output_positions is None or no_grad:
+        if (output_positions is None or no_grad) and (qkv is not None or self.packable()):
             weight, bias = qkv if qkv is not None else self.packed_qkv()
             q, k, v = linear(x, weight, bias).view(B, T, 3, nh, hs).unbind(2)
             if output_positions is not None:  # without gradients, the packed QKV for every token and then the
@@ -345,9 +358,11 @@ class AlbertAttention(nn.Module):
                 # second weight form here would be traced and saved as a second copy of Q, K and V)
                 x = x.gather(1, output_positions[..., None].expand(-1, -1, H))  # (B, Tq, H)
                 q = q.gather(1, output_positions[..., None, None].expand(-1, -1, nh, hs))  # (B, Tq, nh, hs)
-        else:  # the module's own projections: slicing the packed weight would cost its gradient a zero-fill
+        else:  # the modules' own projections (not packable; or slicing the packed weight would cost its gradient
+            # a zero-fill): queries only where they are read
             k, v = dense(self.key, x).view(B, T, nh, hs), dense(self.value, x).view(B, T, nh, hs)
-            x = x.gather(1, output_positions[..., None].expand(-1, -1, H))  # (B, Tq, H)
+            if output_positions is not None:
+                x = x.gather(1, output_positions[..., None].expand(-1, -1, H))  # (B, Tq, H)
             q = (dense(self.query, x) * self.query_scale).view(B, -1, nh, hs)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, nh, Tq, hs), (B, nh, T, hs) x 2
         y = attention(q, k, v, attn_mask, self.attention_dropout if self.training else 0.0, probs_out)
@@ -431,8 +446,8 @@ class AlbertTransformer(nn.Module):
         packed: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id(attention) -> its QKV, packed once
         for i, layer in enumerate(layers):
             key = id(layer.attention)
-            if key not in packed:
-                packed[key] = cast_for_autocast(*layer.attention.packed_qkv())
+            if key not in packed:  # None: the projections run as themselves (AlbertAttention.packable)
+                packed[key] = cast_for_autocast(*layer.attention.packed_qkv()) if layer.attention.packable() else None
             positions = output_positions if i == len(layers) - 1 else None
             block = layer
             if isinstance(attn_mask, Unpadded) and layer._compiled_call_impl is not None:  # see compile_layers

@@ -150,3 +150,36 @@ def test_state_dict_takes_an_int8_model_and_torchs_positional_form():
     kept = model.state_dict(None, "p.", True)
     assert all(k.startswith("p.") for k in kept) and kept["p.predictions.decoder.weight"] is \
         model.albert.embeddings.word_embeddings.weight
+
+
+@pytest.mark.parametrize("targets", [["query", "value"], ["query", "key", "value", "dense", "ffn", "ffn_output"]])
+def test_peft_lora_adapts_a_litebert_model_as_transformers_own(targets, tmp_path):
+    """PEFT's LoRA on query and value (its usual targets for BERT-like models) changed nothing: the attention ran
+    Q, K and V as one GEMM of their packed weights and left the wrapped layers' adapters out, without a word.
+    Wrapped projections now run as themselves: the same logits as transformers' model with the same adapters,
+    and gradients that reach them."""
+    peft = pytest.importorskip("peft")
+
+    torch.manual_seed(0)
+    config = AlbertConfig(vocab_size=100, embedding_size=8, hidden_size=16, num_hidden_layers=2,
+                          num_attention_heads=2, intermediate_size=32, max_position_embeddings=16, num_labels=2,
+                          hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, classifier_dropout_prob=0.0)
+    base = AlbertForSequenceClassification(config)
+    base.save_pretrained(tmp_path)
+    lora = peft.LoraConfig(target_modules=targets, r=4, lora_alpha=8, init_lora_weights=False)
+    ours = peft.get_peft_model(AlbertForSequenceClassification.from_pretrained(tmp_path), lora).eval()
+    theirs = peft.get_peft_model(transformers.AlbertForSequenceClassification.from_pretrained(str(tmp_path)),
+                                 lora).eval()
+    adapters = {k: v for k, v in ours.state_dict().items() if "lora_" in k}
+    assert adapters and set(adapters) <= set(theirs.state_dict())
+    theirs.load_state_dict(adapters, strict=False)  # the same adapter weights on both
+    ids = torch.randint(5, 100, (3, 9), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids).index_fill(1, torch.tensor([7, 8]), 0)
+    logits = ours(input_ids=ids, attention_mask=mask).logits
+    with torch.no_grad():
+        plain = base.eval()(ids, attention_mask=mask).logits
+    assert not torch.allclose(logits, plain)  # the adapters count
+    torch.testing.assert_close(logits, theirs(input_ids=ids, attention_mask=mask).logits, atol=1e-5, rtol=1e-4)
+    logits.sum().backward()
+    grads = [p.grad for name, p in ours.named_parameters() if "lora_" in name and ".query." in name]
+    assert grads and all(g is not None and g.abs().sum() > 0 for g in grads)
