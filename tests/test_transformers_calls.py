@@ -200,3 +200,20 @@ def test_gradient_checkpointing_enable_recomputes_layers_with_the_same_gradients
         model.gradient_checkpointing_enable({"use_reentrant": True})
     with pytest.raises(ValueError, match="does not support"):  # transformers' own ALBERT: none to compare with
         transformers.AlbertModel(transformers.AlbertConfig(**tiny_config().to_dict())).gradient_checkpointing_enable()
+
+
+def test_a_hook_on_a_query_projection_runs_and_sees_its_output():
+    """Attribution and probing code hooks attention.query: the packed QKV GEMM skipped the module, so the hook
+    never ran. A hooked projection now runs as itself (the other layers keep the packed GEMM)."""
+    torch.manual_seed(0)
+    model = MODEL_CLASSES["AlbertModel"](tiny_config()).eval()
+    with torch.no_grad():
+        expected = model(IDS).last_hidden_state
+    seen = []
+    query = model.encoder.albert_layer_groups[0].albert_layers[0].attention.query
+    handle = query.register_forward_hook(lambda module, args, out: seen.append(out.shape))
+    with torch.no_grad():
+        got = model(IDS).last_hidden_state
+    handle.remove()
+    assert seen == [(2, 9, 32)] * model.config.num_hidden_layers  # one shared layer, applied L times
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
