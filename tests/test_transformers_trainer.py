@@ -180,6 +180,10 @@ def test_peft_lora_adapts_a_litebert_model_as_transformers_own(targets, tmp_path
         plain = base.eval()(ids, attention_mask=mask).logits
     assert not torch.allclose(logits, plain)  # the adapters count
     torch.testing.assert_close(logits, theirs(input_ids=ids, attention_mask=mask).logits, atol=1e-5, rtol=1e-4)
+    encoder = ours.get_base_model().albert
+    encoder.padding_free = True  # the real tokens alone: the other path through the attention
+    torch.testing.assert_close(ours(input_ids=ids, attention_mask=mask).logits, logits, atol=1e-5, rtol=1e-4)
+    encoder.padding_free = False
     logits.sum().backward()
     grads = [p.grad for name, p in ours.named_parameters() if "lora_" in name and ".query." in name]
     assert grads and all(g is not None and g.abs().sum() > 0 for g in grads)
