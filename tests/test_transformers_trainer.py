@@ -187,3 +187,28 @@ def test_peft_lora_adapts_a_litebert_model_as_transformers_own(targets, tmp_path
     logits.sum().backward()
     grads = [p.grad for name, p in ours.named_parameters() if "lora_" in name and ".query." in name]
     assert grads and all(g is not None and g.abs().sum() > 0 for g in grads)
+
+
+def test_trainer_resumes_a_litebert_model_from_its_checkpoint_bit_exactly(tmp_path):
+    """resume_from_checkpoint reads the weights Trainer saved (a litebert model's state dict) with its optimizer,
+    scheduler and RNG states: the resumed run ends on the uninterrupted run's weights exactly, dropout on."""
+    train_tokenizer(None, str(tmp_path / "tok"), vocab_size=500, input_sentence_size=20000)
+    tokenizer = Tokenizer.from_pretrained(str(tmp_path / "tok"))
+    examples = list(Examples(tokenizer))
+    config = AlbertConfig(vocab_size=500, embedding_size=16, hidden_size=32, num_hidden_layers=2,
+                          num_attention_heads=4, intermediate_size=48, max_position_embeddings=64, num_labels=2)
+
+    def run(out, resume=None):
+        torch.manual_seed(0)
+        model = AlbertForSequenceClassification(config)
+        args = transformers.TrainingArguments(
+            output_dir=str(out), per_device_train_batch_size=4, max_steps=6, learning_rate=3e-3,
+            save_strategy="steps", save_steps=3, report_to=[], use_cpu=True, seed=0, disable_tqdm=True)
+        transformers.Trainer(model=model, args=args, train_dataset=examples,
+                             data_collator=transformers.DataCollatorWithPadding(tokenizer)
+                             ).train(resume_from_checkpoint=resume)
+        return model.state_dict()
+
+    whole = run(tmp_path / "whole")
+    resumed = run(tmp_path / "resumed", resume=str(tmp_path / "whole" / "checkpoint-3"))
+    assert whole.keys() == resumed.keys() and all(torch.equal(whole[k], resumed[k]) for k in whole)
