@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import litebert
 from litebert.config import AlbertConfig
 from litebert.corpus.tokenizer_training import train_tokenizer
 from litebert.heads import AlbertForSequenceClassification
@@ -15,6 +16,7 @@ from litebert.tokenizer import Tokenizer
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")  # what transformers' Trainer runs on
+from litebert.interop.trainer import SaveConfig  # noqa: E402  (imports transformers)
 
 TEXTS = ["the sea was calm and the ship sailed on", "she wrote a long letter to her sister",
          "the wind rose over the grey water", "a letter came from town that morning"] * 6
@@ -104,15 +106,27 @@ def test_trainer_pretrains_a_litebert_mlm_as_transformers_own_and_its_checkpoint
             output_dir=str(tmp_path / name), per_device_train_batch_size=8, max_steps=6, learning_rate=3e-3,
             logging_steps=1, save_strategy="steps", save_steps=3, report_to=[], use_cpu=True, seed=0, data_seed=0,
             disable_tqdm=True)
-        trainer = transformers.Trainer(model=model, args=args, train_dataset=texts,
+        callbacks = [SaveConfig()] if name == "ours" else []  # checkpoints that are model directories
+        trainer = transformers.Trainer(model=model, args=args, train_dataset=texts, callbacks=callbacks,
                                        data_collator=transformers.DataCollatorForLanguageModeling(tokenizer))
         trainer.train()
         runs[name] = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     assert len(runs["ours"]) == 6 and runs["ours"] == pytest.approx(runs["theirs"], rel=1e-4, abs=1e-5)
+    checkpoint = tmp_path / "ours" / "checkpoint-6"  # with SaveConfig: a model directory for either library
+    bare = tmp_path / "bare"  # without it, the weights alone
+    bare.mkdir()
+    (bare / "model.safetensors").write_bytes((checkpoint / "model.safetensors").read_bytes())
     with pytest.raises(FileNotFoundError, match="Trainer checkpoints a litebert model: pass .*config=model.config"):
-        AlbertForMaskedLM.from_pretrained(tmp_path / "ours" / "checkpoint-6")  # weights alone: says how to load
-    saved = AlbertForMaskedLM.from_pretrained(tmp_path / "ours" / "checkpoint-6", config=config).state_dict()
+        AlbertForMaskedLM.from_pretrained(bare)  # says how to load it
+    assert AlbertForMaskedLM.from_pretrained(bare, config=config).state_dict().keys() == ours.state_dict().keys()
+    saved = litebert.AutoModelForMaskedLM.from_pretrained(checkpoint).state_dict()
     assert all(torch.equal(saved[k], v) for k, v in ours.state_dict().items())
+    read_there = transformers.AutoModelForMaskedLM.from_pretrained(str(checkpoint)).state_dict()
+    assert torch.equal(read_there["predictions.decoder.weight"], ours.predictions.decoder.weight.detach())
+    from litebert.errors import ConfigError
+    with pytest.raises(ConfigError, match="SaveConfig writes a litebert model's config.json"):
+        transformers.Trainer(model=theirs, args=args, train_dataset=texts, callbacks=[SaveConfig()],
+                             data_collator=transformers.DataCollatorForLanguageModeling(tokenizer)).train()
     assert ours.predictions.decoder.weight is ours.albert.embeddings.word_embeddings.weight  # still tied
 
 
