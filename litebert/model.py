@@ -25,7 +25,7 @@ from torch import nn
 
 from litebert.config import IGNORE_INDEX, AlbertConfig
 from litebert.errors import ConfigError, DataError
-from litebert.runtime.gemm import dense, eager_fp32_on_cpu, linear, plain_linear
+from litebert.runtime.gemm import dense, eager_fp32_on_cpu, linear, plain_module
 from litebert.weights import PretrainedMixin
 
 
@@ -145,10 +145,11 @@ class AlbertEmbeddings(nn.Module):
         if position_ids is None:
             position_ids = torch.arange(T, device=words.device)[None]
         x = words + self.position_embeddings(position_ids)
-        if token_type_ids is None:
-            x = x + self.token_type_embeddings.weight[0]
-        else:
-            x = x + self.token_type_embeddings(token_type_ids)
+        if token_type_ids is None and plain_module(self.token_type_embeddings, nn.Embedding):
+            x = x + self.token_type_embeddings.weight[0]  # type 0 everywhere: its row, without a lookup
+        else:  # given, or a wrapped or hooked table, which runs as itself
+            types = token_type_ids if token_type_ids is not None else torch.zeros_like(position_ids)
+            x = x + self.token_type_embeddings(types)
         return self.dropout(self.LayerNorm(x))  # (B, T, E)
 
 
@@ -309,7 +310,7 @@ class AlbertAttention(nn.Module):
         """Whether Q, K and V may run as one GEMM of their packed weights: when each is a plain nn.Linear (or
         quantize_model packed them in int8). A projection wrapped by an adapter (PEFT's LoRA on query and value)
         or hooked runs as itself, or its adapter would be left out without a word."""
-        return "packed_qkv" in self.__dict__ or all(plain_linear(m) for m in (self.query, self.key, self.value))
+        return "packed_qkv" in self.__dict__ or all(plain_module(m) for m in (self.query, self.key, self.value))
 
     def own_projections(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Q (scaled), K and V of x (..., H), each module called as itself (see `packable`)."""

@@ -217,3 +217,19 @@ def test_a_hook_on_a_query_projection_runs_and_sees_its_output():
     handle.remove()
     assert seen == [(2, 9, 32)] * model.config.num_hidden_layers  # one shared layer, applied L times
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_a_hooked_token_type_table_runs_when_no_token_type_ids_are_given():
+    """Without token_type_ids the embeddings add type 0's row directly; a hooked (or adapter-wrapped) table was
+    skipped there, so its hook never ran. It now runs as itself, with the same result."""
+    torch.manual_seed(0)
+    model = MODEL_CLASSES["AlbertModel"](tiny_config()).eval()
+    with torch.no_grad():
+        expected = model(IDS).last_hidden_state
+    seen = []
+    handle = model.embeddings.token_type_embeddings.register_forward_hook(lambda m, args, out: seen.append(out.shape))
+    with torch.no_grad():
+        got = model(IDS).last_hidden_state
+    handle.remove()
+    assert seen == [(1, 9, 16)]
+    torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-6)

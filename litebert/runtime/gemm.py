@@ -363,21 +363,22 @@ def _hooked(module: torch.nn.Module) -> bool:
                 or hooks._global_backward_hooks or hooks._global_backward_pre_hooks)
 
 
-def plain_linear(module: torch.nn.Module) -> bool:
-    """Whether `module(x)` is exactly x @ weight.T + bias: an nn.Linear itself (not one swapped for a quantized
-    one, or wrapped by an adapter such as PEFT's LoRA layers) without hooks (paper.analysis reads the E->H
-    projection's output; attribution libraries hook backward). Only then may its weight be used directly."""
-    return type(module) is torch.nn.Linear and not _hooked(module)
+def plain_module(module: torch.nn.Module, kind: type = torch.nn.Linear) -> bool:
+    """Whether `module(x)` is exactly what its weights say: a `kind` itself (an nn.Linear: x @ weight.T + bias;
+    not one swapped for a quantized one, or wrapped by an adapter such as PEFT's LoRA layers) without hooks
+    (paper.analysis reads the E->H projection's output; attribution libraries hook backward). Only then may its
+    weight be used directly."""
+    return type(module) is kind and not _hooked(module)
 
 
 def dense(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """`module(x)` for the model's nn.Linear layers, through `linear`; a module that is not `plain_linear` is
+    """`module(x)` for the model's nn.Linear layers, through `linear`; a module that is not `plain_module` is
     called as itself, so it behaves exactly as it would, and so is every module under torch.compile."""
-    if torch.compiler.is_compiling() or not plain_linear(module):
+    if torch.compiler.is_compiling() or not plain_module(module):
         return module(x)
     return linear(x, module.weight, module.bias)
 
 
 __all__ = ["BACKENDS", "GemmChoice", "backend", "cache_key", "cache_path", "dense", "eager_fp32_on_cpu",
-           "forced_backend", "keep_choice", "linear", "measure_backends", "named", "pin", "plain_linear",
+           "forced_backend", "keep_choice", "linear", "measure_backends", "named", "pin", "plain_module",
            "set_backend"]
