@@ -198,6 +198,15 @@ def test_peft_lora_adapts_a_litebert_model_as_transformers_own(targets, tmp_path
     encoder.padding_free = True  # the real tokens alone: the other path through the attention
     torch.testing.assert_close(ours(input_ids=ids, attention_mask=mask).logits, logits, atol=1e-5, rtol=1e-4)
     encoder.padding_free = False
+    tokenizer_dir = tmp_path / "tok"  # a pipeline takes the PEFT model as it is, adapters included
+    train_tokenizer(None, str(tokenizer_dir), vocab_size=100, input_sentence_size=20000)
+    tokenizer = Tokenizer.from_pretrained(str(tokenizer_dir))
+    text = "the sea was calm"  # within the tiny model's 16 positions
+    scores = litebert.pipeline("text-classification", model=ours, tokenizer=tokenizer, top_k=None)(text)
+    encoded = tokenizer(text)
+    with torch.no_grad():
+        expected = ours(input_ids=encoded["input_ids"]).logits.softmax(-1)[0]
+    assert sorted(s["score"] for s in scores) == pytest.approx(sorted(expected.tolist()), abs=1e-5)
     logits.sum().backward()
     grads = [p.grad for name, p in ours.named_parameters() if "lora_" in name and ".query." in name]
     assert grads and all(g is not None and g.abs().sum() > 0 for g in grads)

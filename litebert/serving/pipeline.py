@@ -353,6 +353,8 @@ def pipeline(task: str | None = None, model: str | os.PathLike | torch.nn.Module
     precision = pipeline_precision(precision, dtype, torch_dtype)
     device = device_name(device)
     if isinstance(model, torch.nn.Module):
+        if callable(getattr(model, "get_base_model", None)):  # PEFT's wrapper: its base model holds the adapters
+            model = model.get_base_model()
         members, weights, calibration, config = [None], None, None, model_config(model)
     else:
         members, weights, calibration = model_members(model)
