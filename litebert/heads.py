@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from litebert.config import IGNORE_INDEX, AlbertConfig
-from litebert.errors import CheckpointError, ConfigError
+from litebert.errors import CheckpointError
 from litebert.model import (
     AlbertForMaskedLM,
     AlbertForPreTraining,
@@ -22,6 +22,7 @@ from litebert.model import (
     ModelOutput,
     classifier_dropout,
     cls_position,
+    given_inputs,
     model_output,
 )
 from litebert.weights import PretrainedMixin
@@ -81,7 +82,7 @@ class AlbertForSequenceClassification(PretrainedMixin, nn.Module):
                 inputs_embeds: torch.Tensor | None = None) -> ClassifierOutput:
         every = output_hidden_states or output_attentions  # those need every position of the last layer
         out = self.albert(input_ids, attention_mask, token_type_ids, position_ids,
-                          None if every else cls_position(first_given(input_ids, inputs_embeds)),
+                          None if every else cls_position(given_inputs(input_ids, inputs_embeds)),
                           output_hidden_states, output_attentions, packed_positions, inputs_embeds=inputs_embeds)
         logits = self.classifier(self.dropout(out.pooler_output))  # (B, num_labels)
         return ClassifierOutput(None if labels is None else sequence_loss(logits, labels, self.config), logits,
@@ -135,7 +136,7 @@ class AlbertForQuestionAnswering(PretrainedMixin, nn.Module):
         # training reads the padded path's states at padding: padding-free gives zeros there (logits = bias)
         # and a different loss. Logits alone, at real tokens, are the same either way.
         with_loss = start_positions is not None and end_positions is not None
-        given = first_given(input_ids, inputs_embeds)
+        given = given_inputs(input_ids, inputs_embeds)
         loss_reads = torch.ones(given.shape[:2], dtype=torch.bool, device=given.device) if with_loss else None
         out = self.albert(input_ids, attention_mask, token_type_ids, position_ids, None, output_hidden_states,
                           output_attentions, None if with_loss else packed_positions, loss_reads, inputs_embeds)
@@ -166,7 +167,7 @@ class AlbertForMultipleChoice(PretrainedMixin, nn.Module):
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, output_hidden_states: bool = False,
                 output_attentions: bool = False, inputs_embeds: torch.Tensor | None = None) -> ClassifierOutput:
-        B, C, T = first_given(input_ids, inputs_embeds).shape[:3]
+        B, C, T = given_inputs(input_ids, inputs_embeds).shape[:3]
 
         def flat(t: torch.Tensor | None) -> torch.Tensor | None:  # (B, C, T, ...) -> (B * C, T, ...)
             return None if t is None else t.reshape(B * C, T, *t.shape[3:])
@@ -174,18 +175,11 @@ class AlbertForMultipleChoice(PretrainedMixin, nn.Module):
         input_ids, inputs_embeds = flat(input_ids), flat(inputs_embeds)
         every = output_hidden_states or output_attentions  # those need every position of the last layer
         out = self.albert(input_ids, flat(attention_mask), flat(token_type_ids), flat(position_ids),
-                          None if every else cls_position(first_given(input_ids, inputs_embeds)),
+                          None if every else cls_position(given_inputs(input_ids, inputs_embeds)),
                           output_hidden_states, output_attentions, inputs_embeds=inputs_embeds)
         logits = self.classifier(self.dropout(out.pooler_output)).view(B, C)  # (B, C)
         return ClassifierOutput(None if labels is None else F.cross_entropy(logits.float(), labels), logits,
                                 out.hidden_states, out.attentions)
-
-
-def first_given(input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None) -> torch.Tensor:
-    """The batch's inputs, ids or embeddings (AlbertModel checks that exactly one is given), for its shape."""
-    if input_ids is None and inputs_embeds is None:
-        raise ConfigError("give input_ids or inputs_embeds (one of them)")
-    return input_ids if input_ids is not None else inputs_embeds
 
 
 HEADS = {cls.__name__: cls for cls in (AlbertForSequenceClassification, AlbertForTokenClassification,

@@ -556,8 +556,7 @@ class AlbertModel(PretrainedMixin, nn.Module):
         token count the host chose, whatever `padding_free` says; output positions and `loss_reads` must then be
         real tokens (not checked: that would read the device). `inputs_embeds` (B, T, E): the word embeddings,
         given instead of `input_ids` (attributions and adversarial training differentiate with respect to them)."""
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ConfigError("give input_ids or inputs_embeds (one of them)")
+        given_inputs(input_ids, inputs_embeds)
         if attention_mask is not None and attention_mask.dim() != 2:  # transformers also takes (B, 1, T, T)
             raise ConfigError(f"attention_mask must be (batch, length) 1/0, got shape {tuple(attention_mask.shape)}")
         if _batch_without_padding and packed_positions is None:
@@ -680,6 +679,13 @@ def loss_positions(labels: torch.Tensor, with_cls: bool, max_predictions: int | 
     return positions, selected
 
 
+def given_inputs(input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None) -> torch.Tensor:
+    """The batch's inputs, ids or embeddings (transformers' inputs_embeds), whichever was given: exactly one."""
+    if (input_ids is None) == (inputs_embeds is None):
+        raise ConfigError("give input_ids or inputs_embeds (one of them)")
+    return input_ids if input_ids is not None else inputs_embeds
+
+
 def cls_position(inputs: torch.Tensor) -> torch.Tensor:
     """`output_positions` for a head that reads only the pooled [CLS]: the last layer runs one query. `inputs`:
     the batch's input_ids (B, T) or inputs_embeds (B, T, E)."""
@@ -795,6 +801,5 @@ def encoder_of(model: nn.Module) -> AlbertModel:
 
 
 __all__ = ["compile_layers", "forced_static_shapes", "static_shapes", "AlbertModel", "ModelOutput", "model_output",
-           "packed_positions",
-           "encoder_of", "AlbertForPreTraining", "AlbertForMaskedLM", "activation_fn", "cls_position", "loss_positions",
-           "masked_lm"]
+           "packed_positions", "encoder_of", "AlbertForPreTraining", "AlbertForMaskedLM", "activation_fn", "cls_position",
+           "given_inputs", "loss_positions", "masked_lm"]
