@@ -190,6 +190,12 @@ MODEL_CLASSES: dict[str, type] = {cls.__name__: cls for cls in (AlbertModel, Alb
                                                                 AlbertForMaskedLM)} | HEADS
 
 
+def class_name_of(model: nn.Module) -> str | None:
+    """The name of the litebert class `model` is (or subclasses), as config.json's `architectures` records it;
+    None for a model of no litebert class."""
+    return next((c.__name__ for c in type(model).__mro__ if MODEL_CLASSES.get(c.__name__) is c), None)
+
+
 def model_class(config: AlbertConfig) -> type:
     """The litebert class that config.json's `architectures` names (AlbertModel when it names none)."""
     name = (config.architectures or ["AlbertModel"])[0]

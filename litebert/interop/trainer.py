@@ -20,7 +20,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from litebert.config import AlbertConfig
 from litebert.errors import ConfigError
-from litebert.heads import MODEL_CLASSES
+from litebert.heads import class_name_of
 
 
 class SaveConfig(TrainerCallback):
@@ -35,7 +35,7 @@ class SaveConfig(TrainerCallback):
         if not state.is_world_process_zero:
             return
         model = model.get_base_model() if hasattr(model, "get_base_model") else model  # under a PEFT wrapper
-        known = next((c.__name__ for c in type(model).__mro__ if MODEL_CLASSES.get(c.__name__) is c), None)
+        known = class_name_of(model)
         config = model.config.replace(architectures=[known]) if known else model.config  # as save_pretrained does
         config.save(os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"))
 

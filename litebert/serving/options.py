@@ -13,7 +13,7 @@ import torch
 
 from litebert.config import AlbertConfig
 from litebert.errors import ConfigError
-from litebert.heads import MODEL_CLASSES
+from litebert.heads import class_name_of
 from litebert.model import AlbertForMaskedLM, AlbertForPreTraining, encoder_of
 from litebert.tasks.answers import Span, ranked
 from litebert.tasks.families import Family
@@ -91,8 +91,8 @@ def model_config(model: Any) -> AlbertConfig:
         raise ConfigError(f"model must be a directory, a Hub id or a litebert model, got {type(model).__name__}")
     if config.architectures:
         return config
-    known = next((c for c in type(model).__mro__ if MODEL_CLASSES.get(c.__name__) is c), None)  # a subclass too
-    return config if known is None else config.replace(architectures=[known.__name__])
+    known = class_name_of(model)  # a subclass too
+    return config if known is None else config.replace(architectures=[known])
 
 
 def check_truncation(value: Any) -> None:
