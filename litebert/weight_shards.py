@@ -12,11 +12,13 @@ import os
 import re
 import shutil
 import tempfile
-
-import torch
+from typing import TYPE_CHECKING
 
 from litebert.errors import CheckpointError, ConfigError
 from litebert.files import fsync_path, read_json_object, sha256_file, write_text_atomically
+
+if TYPE_CHECKING:  # only in annotations: the tokenizer and data stages read INDEX_NAME without loading torch
+    import torch
 
 WEIGHTS_NAME = "model.safetensors"
 INDEX_NAME = WEIGHTS_NAME + ".index.json"

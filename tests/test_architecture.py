@@ -2,6 +2,8 @@
 back through another. Read from the source (ast), so a lazy import inside a function counts too."""
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -111,6 +113,24 @@ def test_corpus_needs_no_task_training_or_network_code():
         bad = sorted(d for d in GRAPH[name] if d.startswith(("litebert.tasks", "litebert.training", "litebert.hub",
                                                               "litebert.interop")))
         assert not bad, f"{name} imports {bad}"
+
+
+def test_training_a_tokenizer_and_preparing_data_never_load_torch(tmp_path):
+    """Those two stages need only sentencepiece and numpy. torch alone holds about 200 MB resident, more than
+    `prepare` itself on 2 MB of text, so one import of it through a shared constant doubled the data bench's peak
+    (and each worker's start). Run as the verbs in a fresh interpreter, which reports what it loaded."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n".join(f"Document {d} begins here. It has a second sentence about {d} cats. "
+                                    f"And a third one, on day {d}." for d in range(60)), encoding="utf-8")
+    script = ("import sys\nfrom litebert import cli\n"
+              f"assert cli.main(['tokenizer', {str(corpus)!r}, '--out', {str(tmp_path / 'tok')!r}, '--vocab-size', '50']) == 0\n"
+              f"assert cli.main(['prepare', {str(corpus)!r}, '--tokenizer', {str(tmp_path / 'tok')!r}, "
+              f"'--out', {str(tmp_path / 'data')!r}, '--max-seq-length', '32', '--num-workers', '1']) == 0\n"
+              "print('torch' in sys.modules)")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert (tmp_path / "data" / "meta.json").is_file()
+    assert run.stdout.strip().splitlines()[-1] == "False", "training a tokenizer or preparing data loaded torch"
 
 
 @pytest.mark.parametrize("name", sorted(n for n in MODULES if n.startswith(RUNTIME)))
