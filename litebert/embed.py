@@ -155,8 +155,8 @@ def train_sentence_encoder(cfg: SentenceConfig, train_cfg) -> dict:
                                             scale=cfg.scale, max_length=cfg.max_length)
 
     def collate(indices: list[int], position: int) -> dict[str, torch.Tensor]:
-        a = tokenizer([pairs[i][0] for i in indices], max_length=model.max_length)
-        b = tokenizer([pairs[i][1] for i in indices], max_length=model.max_length)
+        a, b = (tokenizer([pairs[i][side] for i in indices], padding=True, truncation=True,
+                          max_length=model.max_length, return_tensors="pt") for side in (0, 1))
         batch = {"input_ids": a["input_ids"], "attention_mask": a["attention_mask"], "input_ids_b": b["input_ids"],
                  "attention_mask_b": b["attention_mask"]}
         if labels is not None:

@@ -556,7 +556,8 @@ class AlbertModel(PretrainedMixin, nn.Module):
         token count the host chose, whatever `padding_free` says; output positions and `loss_reads` must then be
         real tokens (not checked: that would read the device). `inputs_embeds` (B, T, E): the word embeddings,
         given instead of `input_ids` (attributions and adversarial training differentiate with respect to them)."""
-        given_inputs(input_ids, inputs_embeds)
+        given_inputs(input_ids, inputs_embeds, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                     position_ids=position_ids)
         if attention_mask is not None and attention_mask.dim() != 2:  # transformers also takes (B, 1, T, T)
             raise ConfigError(f"attention_mask must be (batch, length) 1/0, got shape {tuple(attention_mask.shape)}")
         if _batch_without_padding and packed_positions is None:
@@ -679,10 +680,18 @@ def loss_positions(labels: torch.Tensor, with_cls: bool, max_predictions: int | 
     return positions, selected
 
 
-def given_inputs(input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None) -> torch.Tensor:
-    """The batch's inputs, ids or embeddings (transformers' inputs_embeds), whichever was given: exactly one."""
+def given_inputs(input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None,
+                 **others: torch.Tensor | None) -> torch.Tensor:
+    """The batch's inputs, ids or embeddings (transformers' inputs_embeds), whichever was given: exactly one. It
+    and `others` (the masks and ids beside it) must be tensors: a tokenizer's lists (its default, as
+    transformers') would otherwise fail deep inside as "'list' object has no attribute ...", naming nothing."""
     if (input_ids is None) == (inputs_embeds is None):
         raise ConfigError("give input_ids or inputs_embeds (one of them)")
+    named = {"input_ids": input_ids, "inputs_embeds": inputs_embeds, **others}
+    for name, value in named.items():
+        if value is not None and not isinstance(value, torch.Tensor):
+            raise ConfigError(f"{name} is a {type(value).__name__}, not a tensor: encode with "
+                              "return_tensors=\"pt\" (and padding=True for a batch of several texts)")
     return input_ids if input_ids is not None else inputs_embeds
 
 

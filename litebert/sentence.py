@@ -52,7 +52,8 @@ def embed(model: nn.Module, tokenizer, sentences: Sequence[str], pooling: str = 
         with progress_bar(len(order), "embed", progress, unit="sentences") as bar:
             for start in range(0, len(order), batch_size):
                 index = order[start:start + batch_size]
-                batch = tokenizer([sentences[i] for i in index], max_length=max_length)
+                batch = tokenizer([sentences[i] for i in index], padding=True, truncation=True,
+                                  max_length=max_length, return_tensors="pt")
                 mask = batch["attention_mask"].to(device)
                 hidden = encoder(batch["input_ids"].to(device), mask).last_hidden_state
                 out[index] = pool(hidden, mask, pooling).float().cpu().numpy()

@@ -245,8 +245,8 @@ class Tokenizer(TokenNames):
         return ids, types
 
     def __call__(self, text: str | list | None = None, text_pair: str | list | None = None,
-                 max_length: int | None = None, padding: bool | str = True, truncation: bool | str | None = None,
-                 return_tensors: str | None = "pt", add_special_tokens: bool = True, *,
+                 max_length: int | None = None, padding: bool | str = False, truncation: bool | str | None = None,
+                 return_tensors: str | None = None, add_special_tokens: bool = True, *,
                  is_split_into_words: bool = False, return_offsets_mapping: bool = False,
                  return_special_tokens_mask: bool = False, return_length: bool = False,
                  return_token_type_ids: bool | None = None, return_attention_mask: bool | None = None,
@@ -260,9 +260,9 @@ class Tokenizer(TokenNames):
         True/"longest_first", "only_first", "only_second", False/"do_not_truncate"; True with no max_length
         cuts to `model_max_length` (the model's positions).
 
-        Two defaults differ from transformers' on purpose, so that a call is a batch the model takes as it is,
-        `model(**tok(texts))`: padding=True and return_tensors="pt" (int64 tensors). Pass padding=False,
-        return_tensors=None for transformers' lists (flat for one text). truncation=None (the default) cuts only
+        The defaults are transformers': lists (flat for one text), unpadded, so that `len(tok(text)["input_ids"])`
+        counts tokens and `datasets.map(tok, batched=True)` leaves padding to the collator. A batch the model takes
+        as it is: `model(**tok(texts, padding=True, return_tensors="pt"))`. truncation=None (the default) cuts only
         when max_length is given, as transformers does without padding; with no max_length nothing is cut, and a
         row longer than model_max_length warns, as in transformers (the model would refuse it).
         return_overflowing_tokens: a text longer than max_length gives several rows, `stride` tokens

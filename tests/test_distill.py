@@ -193,7 +193,7 @@ def test_loss_is_the_mse_to_the_teacher_through_the_projection(student):
     model = DistillStudent.from_pretrained(student, teacher_dim=16)
     assert model.projection.linear.weight.shape == (16, 32)
     tok = Tokenizer.from_pretrained(str(student))
-    batch = tok(SENTENCES)
+    batch = tok(SENTENCES, padding=True, return_tensors="pt")
     target = torch.randn(len(SENTENCES), 16)
     out = model(batch["input_ids"], batch["attention_mask"], target)
     pooled = pool(model.albert(batch["input_ids"], batch["attention_mask"])[0], batch["attention_mask"], "mean")

@@ -60,7 +60,7 @@ def test_embed_is_the_masked_mean_of_transformers_hidden_states(start):
     directory, tok = start
     ours = AlbertForPreTraining.from_pretrained(directory)  # any litebert model: its encoder is used
     theirs = HFAlbertModel.from_pretrained(str(directory)).eval()
-    batch = tok(SENTENCES)
+    batch = tok(SENTENCES, padding=True, return_tensors="pt")
     with torch.no_grad():
         hidden = theirs(**{k: batch[k] for k in ("input_ids", "attention_mask")}).last_hidden_state
     mask = batch["attention_mask"].unsqueeze(-1).float()
@@ -94,7 +94,7 @@ def test_recall_counts_a_shared_second_sentence_as_each_pairs_answer():
 def test_losses_equal_their_formulas(start):
     directory, tok = start
     model = SentenceEncoder.from_pretrained(directory, scale=20.0)
-    a, b = tok(SENTENCES), tok(SENTENCES[1:] + SENTENCES[:1])
+    a, b = (tok(s, padding=True, return_tensors="pt") for s in (SENTENCES, SENTENCES[1:] + SENTENCES[:1]))
     out = model(a["input_ids"], a["attention_mask"], b["input_ids"], b["attention_mask"])
     u = F.normalize(pool(model.albert(a["input_ids"], a["attention_mask"])[0], a["attention_mask"], "mean"), dim=-1)
     v = F.normalize(pool(model.albert(b["input_ids"], b["attention_mask"])[0], b["attention_mask"], "mean"), dim=-1)
@@ -131,7 +131,7 @@ def test_salbert_trains_saves_an_hf_directory_and_resumes(start, pairs_file, tmp
     assert (ours.pooling, ours.max_length) == ("mean", 48)
     theirs = HFAlbertModel.from_pretrained(str(out)).eval()
     plain = AlbertModel.from_pretrained(out).eval()
-    batch = Tokenizer.from_pretrained(str(out))(SENTENCES)
+    batch = Tokenizer.from_pretrained(str(out))(SENTENCES, padding=True, return_tensors="pt")
     with torch.no_grad():
         hf_hidden = theirs(batch["input_ids"], batch["attention_mask"]).last_hidden_state
         torch.testing.assert_close(plain(batch["input_ids"], batch["attention_mask"])[0], hf_hidden, atol=1e-5, rtol=0)

@@ -315,8 +315,8 @@ def test_classification_features_match_real_tokenizer(real_tok):
                 T.TextExample("1", "It was a truth universally acknowledged.", None, "0")]
     feats = FT.featurize_classification(examples, real_tok, 12, ["0", "1"])
     expected = real_tok([e.text_a for e in examples[:1]], [examples[0].text_b], max_length=12)
-    assert feats[0].input_ids == expected["input_ids"][0].tolist()
-    assert feats[0].token_type_ids == expected["token_type_ids"][0].tolist()
+    assert feats[0].input_ids == expected["input_ids"][0]
+    assert feats[0].token_type_ids == expected["token_type_ids"][0]
     assert feats[1].input_ids == real_tok.encode(examples[1].text_a, max_length=12)
     assert set(feats[1].token_type_ids) == {0}
 
@@ -325,7 +325,7 @@ def test_choice_features_match_real_tokenizer(real_tok):
     example = T.ChoiceExample("0", "Anne walked to Uppercross.", "Where did _ go?", ["Anne", "Mary"], 1)
     f, = FT.featurize_choices([example], real_tok, 10)
     expected = real_tok([example.context] * 2, ["Where did Anne go?", "Where did Mary go?"], max_length=10)
-    assert f.input_ids == expected["input_ids"].tolist() and f.token_type_ids == expected["token_type_ids"].tolist()
+    assert f.input_ids == expected["input_ids"] and f.token_type_ids == expected["token_type_ids"]
 
 
 def test_tag_alignment_with_real_tokenizer(real_tok):

@@ -109,17 +109,46 @@ def test_call_shapes_equal_transformers(both):
     flags = dict(return_offsets_mapping=True, return_special_tokens_mask=True, return_length=True)
     for text, pair in zip(TEXTS, PAIRS):
         for kw in ({}, flags, dict(return_token_type_ids=False, return_attention_mask=False)):
-            a = ours(text, text_pair=pair, padding=False, return_tensors=None, **kw)
+            a = ours(text, text_pair=pair, **kw)
             b = theirs(text, text_pair=pair, **kw)
             assert dict(a) == dict(b), (text, kw)
             assert a.word_ids() == b.word_ids() and a.input_ids == b["input_ids"]
     words = [["Anne", "Elliot's", "1,000", "Café", "[MASK]"], ["x"]]
-    a = ours(words, is_split_into_words=True, return_tensors=None, return_offsets_mapping=True)
+    a = ours(words, is_split_into_words=True, padding=True, return_offsets_mapping=True)
     b = theirs(words, is_split_into_words=True, padding=True, return_offsets_mapping=True)
     assert dict(a) == dict(b) and [a.word_ids(i) for i in (0, 1)] == [b.word_ids(i) for i in (0, 1)]
     kw = dict(padding=True, truncation=True, max_length=12, return_tensors="pt")
     a, b = ours(TEXTS, PAIRS, **kw), theirs(TEXTS, PAIRS, **kw)
     assert lists(a) == lists(b) and a.to("cpu").input_ids.dtype == torch.int64
+
+
+def test_a_call_without_options_answers_as_transformers(both):
+    """The defaults are transformers': `len(tok(text)["input_ids"])` counts the tokens (it was 1 when a call
+    defaulted to a padded (1, T) tensor), and a batch of texts of different lengths gives ragged lists for a
+    collator to pad (it was refused as a ragged tensor)."""
+    ours, theirs = both
+    for text in TEXTS:
+        assert dict(ours(text)) == dict(theirs(text))
+        assert len(ours(text)["input_ids"]) == len(theirs(text)["input_ids"]) > 3
+    assert dict(ours(TEXTS)) == dict(theirs(TEXTS)) and len({len(r) for r in ours(TEXTS)["input_ids"]}) > 1
+    assert dict(ours(TEXTS, PAIRS, truncation=True, max_length=9)) == dict(theirs(TEXTS, PAIRS, truncation=True,
+                                                                                   max_length=9))
+
+
+@pytest.mark.parametrize("name", ["AlbertModel", "AlbertForSequenceClassification", "AlbertForQuestionAnswering"])
+def test_a_model_given_the_tokenizers_lists_says_to_ask_for_tensors(both, name):
+    """`model(**tok(texts))` without return_tensors="pt" hands the model lists (transformers' default, now
+    litebert's): one line naming the input and the option, where transformers fails on "'list' object has no
+    attribute 'size'"."""
+    from litebert.errors import ConfigError
+    from litebert.heads import MODEL_CLASSES
+
+    ours, _ = both
+    model = MODEL_CLASSES[name](tiny_config(num_labels=2)).eval()
+    for encoded, culprit in ((ours(TEXTS[0]), "input_ids"), ({**ours(TEXTS, padding=True, return_tensors="pt"),
+                                                             "attention_mask": [[1] * 3] * 3}, "attention_mask")):
+        with pytest.raises(ConfigError, match=f'{culprit} is a list, not a tensor: encode with return_tensors="pt"'):
+            model(**encoded)
 
 
 def test_word_ids_count_a_character_outside_the_vocabulary_in_its_word(both):
@@ -432,7 +461,7 @@ def test_pad_to_multiple_of_equals_transformers(both):
         for multiple in (1, 8, 16):
             a = ours(TEXTS, PAIRS, return_tensors=None, pad_to_multiple_of=multiple, **kw)
             assert dict(a) == dict(theirs(TEXTS, PAIRS, pad_to_multiple_of=multiple, **kw)), (kw, multiple)
-    a = ours(TEXTS, pad_to_multiple_of=8)  # litebert's default call: padded int64 tensors
+    a = ours(TEXTS, padding=True, pad_to_multiple_of=8, return_tensors="pt")  # a batch for the model
     assert a.input_ids.shape[1] % 8 == 0 and torch.equal(a.input_ids, theirs(TEXTS, padding=True, pad_to_multiple_of=8,
                                                                              return_tensors="pt")["input_ids"])
     with pytest.raises(ValueError, match="not a multiple"):
@@ -501,7 +530,7 @@ def test_a_pipeline_answers_model_device_and_tokenizer_as_transformers(tok_dir, 
     assert ours.device == theirs.device == torch.device("cpu")
     assert ours.model.config.id2label == {i: n for i, n in theirs.model.config.id2label.items()}
     assert type(ours.model).__name__ == type(theirs.model).__name__ == "AlbertForSequenceClassification"
-    assert ours.tokenizer("Anne walked.")["input_ids"].tolist() == [theirs.tokenizer("Anne walked.")["input_ids"]]
+    assert ours.tokenizer("Anne walked.")["input_ids"] == theirs.tokenizer("Anne walked.")["input_ids"]
 
 
 def test_tokenizer_special_tokens_map_and_name_or_path_as_transformers(tok_dir):

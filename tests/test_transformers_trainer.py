@@ -24,7 +24,7 @@ LABELS = [0, 1, 0, 1] * 6
 
 
 class Examples(torch.utils.data.Dataset):
-    """One example a row, encoded alone with litebert's defaults (a batch of one, as tensors)."""
+    """One example a row, encoded alone as tensors: a batch of one, (1, T), which pad reads as its row."""
 
     def __init__(self, tokenizer: Tokenizer):
         self.tokenizer = tokenizer
@@ -33,7 +33,7 @@ class Examples(torch.utils.data.Dataset):
         return len(TEXTS)
 
     def __getitem__(self, i: int) -> dict:
-        return {**self.tokenizer(TEXTS[i]), "labels": LABELS[i]}
+        return {**self.tokenizer(TEXTS[i], return_tensors="pt"), "labels": LABELS[i]}
 
 
 def trained_losses(model, tokenizer, out) -> tuple[list[float], "transformers.trainer_utils.PredictionOutput"]:
@@ -67,20 +67,57 @@ def test_trainer_trains_a_litebert_model_as_transformers_own(tmp_path):
     assert our_predictions.metrics["test_loss"] == pytest.approx(their_predictions.metrics["test_loss"], rel=1e-4)
 
 
+def test_a_run_glue_shaped_script_gives_transformers_losses_with_litebert_imports(tmp_path, monkeypatch):
+    """transformers' run_glue recipe: a CSV read by `datasets`, tokenized by `dataset.map(batched=True)` with
+    truncation alone (padding is the collator's, per batch), DataCollatorWithPadding and Trainer. The same script
+    with litebert's Auto classes in place of transformers' gives the same features and losses. It died before:
+    litebert's call defaulted to tensors, and a map batch of texts of different lengths was refused."""
+    datasets = pytest.importorskip("datasets")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    train_tokenizer(None, str(tmp_path / "tok"), vocab_size=500, input_sentence_size=20000)
+    torch.manual_seed(0)
+    AlbertForSequenceClassification(AlbertConfig(
+        vocab_size=500, embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=48, max_position_embeddings=64, num_labels=2, hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0, classifier_dropout_prob=0.0)).save_pretrained(tmp_path / "start")
+    (tmp_path / "train.csv").write_text("text,label\n" + "".join(f'"{t}",{y}\n' for t, y in zip(TEXTS, LABELS)),
+                                        encoding="utf-8")
+    raw = datasets.load_dataset("csv", data_files={"train": str(tmp_path / "train.csv")},
+                                cache_dir=str(tmp_path / "cache"))["train"]
+    runs = {}
+    for library in (litebert, transformers):  # the script, written once
+        tokenizer = library.AutoTokenizer.from_pretrained(str(tmp_path / "tok"))
+        model = library.AutoModelForSequenceClassification.from_pretrained(str(tmp_path / "start"))
+        train = raw.map(lambda batch: tokenizer(batch["text"], truncation=True, max_length=32), batched=True,
+                        remove_columns=["text"])
+        args = transformers.TrainingArguments(
+            output_dir=str(tmp_path / library.__name__), per_device_train_batch_size=8, max_steps=6,
+            learning_rate=3e-3, logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, seed=0,
+            data_seed=0, disable_tqdm=True)
+        trainer = transformers.Trainer(model=model, args=args, train_dataset=train,
+                                       data_collator=transformers.DataCollatorWithPadding(tokenizer))
+        trainer.train()
+        runs[library.__name__] = train["input_ids"], [e["loss"] for e in trainer.state.log_history if "loss" in e]
+    (our_ids, our_losses), (their_ids, their_losses) = runs["litebert"], runs["transformers"]
+    assert our_ids == their_ids and len({len(ids) for ids in our_ids}) > 1  # unpadded rows, as transformers'
+    assert len(our_losses) == 6 and our_losses == pytest.approx(their_losses, rel=1e-4, abs=1e-5)
+
+
 def test_pad_takes_an_example_encoded_alone_and_refuses_a_feature_of_several_rows(tmp_path):
-    """tokenizer(text) here is a batch of one, (1, T); transformers' collators expect the row: pad reads it so,
-    and a feature holding several examples is refused by name instead of a TypeError from deep inside."""
+    """tokenizer(text, return_tensors="pt") is a batch of one, (1, T); transformers' collators expect the row:
+    pad reads it so, and a feature holding several examples is refused by name instead of a TypeError from deep
+    inside."""
     from litebert.errors import ConfigError
 
     train_tokenizer(None, str(tmp_path / "tok"), vocab_size=500, input_sentence_size=20000)
     tokenizer = Tokenizer.from_pretrained(str(tmp_path / "tok"))
-    features = [tokenizer(TEXTS[0]), tokenizer(TEXTS[1], return_tensors=None, padding=False)]
+    features = [tokenizer(TEXTS[0], return_tensors="pt"), tokenizer(TEXTS[1])]
     batch = tokenizer.pad(features, return_tensors="pt")
-    expected = tokenizer(TEXTS[:2])
+    expected = tokenizer(TEXTS[:2], padding=True, return_tensors="pt")
     assert torch.equal(batch["input_ids"], expected["input_ids"])
     assert torch.equal(batch["attention_mask"], expected["attention_mask"])
     with pytest.raises(ConfigError, match="a feature's input_ids holds 2 rows"):
-        tokenizer.pad([tokenizer(TEXTS[:2]), tokenizer(TEXTS[2])])
+        tokenizer.pad([tokenizer(TEXTS[:2], padding=True, return_tensors="pt"), tokenizer(TEXTS[2])])
 
 
 def test_trainer_pretrains_a_litebert_mlm_as_transformers_own_and_its_checkpoints_load(tmp_path):
@@ -99,7 +136,7 @@ def test_trainer_pretrains_a_litebert_mlm_as_transformers_own_and_its_checkpoint
     ours = AlbertForMaskedLM(config)
     ours.save_pretrained(tmp_path / "start")
     theirs = transformers.AlbertForMaskedLM.from_pretrained(str(tmp_path / "start"))
-    texts = [{"input_ids": tokenizer(t, return_tensors=None, padding=False)["input_ids"]} for t in TEXTS]
+    texts = [{"input_ids": tokenizer(t)["input_ids"]} for t in TEXTS]
     runs = {}
     for name, model in (("ours", ours), ("theirs", theirs)):
         args = transformers.TrainingArguments(
@@ -203,7 +240,7 @@ def test_peft_lora_adapts_a_litebert_model_as_transformers_own(targets, tmp_path
     tokenizer = Tokenizer.from_pretrained(str(tokenizer_dir))
     text = "the sea was calm"  # within the tiny model's 16 positions
     scores = litebert.pipeline("text-classification", model=ours, tokenizer=tokenizer, top_k=None)(text)
-    encoded = tokenizer(text)
+    encoded = tokenizer(text, return_tensors="pt")
     with torch.no_grad():
         expected = ours(input_ids=encoded["input_ids"]).logits.softmax(-1)[0]
     assert sorted(s["score"] for s in scores) == pytest.approx(sorted(expected.tolist()), abs=1e-5)

@@ -113,7 +113,7 @@ def test_transformers_reads_the_extended_directory_identically(extended):
         assert len(hf) == ours_tok.vocab_size
         for text in TEXTS + [p.lstrip(SPIECE_UNDERLINE) for p in ext.pieces]:
             assert hf(text)["input_ids"] == ours_tok.encode(text), (cls.__name__, text)
-    batch = ours_tok(TEXTS)
+    batch = ours_tok(TEXTS, padding=True, return_tensors="pt")
     ours = AlbertForMaskedLM.from_pretrained(out).eval()  # an AlbertForPreTraining save, read as MLM: no SOP head
     theirs = HFMaskedLM.from_pretrained(str(out)).eval()
     with torch.no_grad():

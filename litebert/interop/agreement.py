@@ -114,7 +114,8 @@ def verification_batches(model_dir: str, config: AlbertConfig, choices: bool, te
         for i in range(0, len(lines), batch_size):
             parts = [line.split("\t", 1) for line in lines[i:i + batch_size]]
             pairs = [p[1] if len(p) > 1 else "" for p in parts] if any(len(p) > 1 for p in parts) else None
-            enc = tok([p[0] for p in parts], pairs, max_length=limit, truncation=True)
+            enc = tok([p[0] for p in parts], pairs, padding=True, truncation=True, max_length=limit,
+                      return_tensors="pt")
             batches.append((enc["input_ids"], enc["attention_mask"], enc["token_type_ids"]))
         return batches, f"{len(lines)} lines of {text_file}" + (f" ({blank} blank skipped)" if blank else "")
     g = torch.Generator().manual_seed(seed)

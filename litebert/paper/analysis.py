@@ -113,7 +113,8 @@ def cli(argv: list[str]) -> int:
     for name, directory in zip(model_names(cfg.models), cfg.models):
         tokenizer = Tokenizer.from_pretrained(directory)
         model = AlbertModel.from_pretrained(directory)
-        batch = tokenizer(sentences, max_length=cfg.max_length or model.config.max_position_embeddings)
+        batch = tokenizer(sentences, padding=True, truncation=True,
+                          max_length=cfg.max_length or model.config.max_position_embeddings, return_tensors="pt")
         results[name] = layer_transitions(
             model, batch["input_ids"], batch["attention_mask"])
     plot_transitions(results, cfg.out)

@@ -166,7 +166,8 @@ def mlm_curve(run_dir: str) -> list[list[float]]:
 def transitions(grid: Grid, checkpoint: str) -> dict[str, Any]:
     """Figure 1's measures on the held-out text: per layer L2 and angle (degrees) between input and output."""
     sentences, _ = read_sentences(os.path.join(grid.data.split, "heldout.txt"), grid.scale.transitions_sentences)
-    batch = Tokenizer.from_pretrained(checkpoint)(sentences, max_length=grid.scale.data["max_seq_length"])
+    batch = Tokenizer.from_pretrained(checkpoint)(sentences, padding=True, truncation=True,
+                                                  max_length=grid.scale.data["max_seq_length"], return_tensors="pt")
     r = layer_transitions(AlbertModel.from_pretrained(checkpoint), batch["input_ids"], batch["attention_mask"])
     angle = [math.degrees(math.acos(max(-1.0, min(1.0, c)))) for c in r["cosine"]]
     return {"l2": r["l2"], "angle": angle, "l2_oscillation": oscillation(r["l2"]),

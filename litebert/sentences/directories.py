@@ -218,15 +218,14 @@ class SentenceModel:
 
 
 class _HFTokenizer:
-    """transformers' tokenizer called the way litebert.sentence.embed calls litebert's: padded int64 tensors."""
+    """transformers' tokenizer, lowercasing first where sentence_bert_config.json's do_lower_case asks, as
+    sentence-transformers does before its tokenizer."""
 
     def __init__(self, tokenizer, lower: bool):
         self.tokenizer, self.lower = tokenizer, lower
 
-    def __call__(self, texts: list[str], max_length: int) -> dict[str, torch.Tensor]:
-        texts = [t.lower() for t in texts] if self.lower else texts
-        return self.tokenizer(texts, padding=True, truncation="longest_first", max_length=max_length,
-                              return_tensors="pt")
+    def __call__(self, texts: list[str], **options) -> dict[str, torch.Tensor]:
+        return self.tokenizer([t.lower() for t in texts] if self.lower else texts, **options)
 
 
 @contextlib.contextmanager

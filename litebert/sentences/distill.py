@@ -269,7 +269,8 @@ def train_distilled(sentence_cfg, cfg: DistillConfig, train_cfg) -> dict:
     target_tensor = torch.from_numpy(targets)
 
     def collate(indices: list[int], position: int) -> dict[str, torch.Tensor]:
-        batch = tokenizer([items[i][0] for i in indices], max_length=model.max_length)
+        batch = tokenizer([items[i][0] for i in indices], padding=True, truncation=True,
+                          max_length=model.max_length, return_tensors="pt")
         return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"],
                 "target": target_tensor[[items[i][1] for i in indices]]}
 

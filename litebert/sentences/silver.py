@@ -118,7 +118,8 @@ def label_pairs(cross_encoder: str, pairs: Sequence[tuple[str, str]], max_length
     scores: list[float] = []
     for start in range(0, len(pairs), batch_size):
         chunk = pairs[start:start + batch_size]
-        batch = tokenizer([p[0] for p in chunk], [p[1] for p in chunk], max_length=max_length)
+        batch = tokenizer([p[0] for p in chunk], [p[1] for p in chunk], padding=True, truncation=True,
+                          max_length=max_length, return_tensors="pt")
         logits = model(*(batch[k].to(device) for k in ("input_ids", "attention_mask", "token_type_ids"))).logits
         scores.extend(logits[:, 0].float().tolist())  # (B, 1) -> B scores
     return scores

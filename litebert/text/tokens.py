@@ -29,8 +29,8 @@ def _as_tensor(value, return_tensors: str):
 
 
 def _one_example(value, key: str):
-    """A feature's ids as one row: `tokenizer(text)` here returns a batch of one, (1, T), where transformers'
-    returns the row, so datasets built with litebert's defaults feed transformers' collators and Trainer."""
+    """A feature's ids as one row: a text encoded alone with return_tensors="pt" is a batch of one, (1, T), which
+    collators would otherwise stack into a 3-d batch; read as its row, such datasets feed them too."""
     rows = value.tolist() if hasattr(value, "tolist") else value
     if not isinstance(rows, (list, tuple)) or not rows or not isinstance(rows[0], (list, tuple)):
         return value
