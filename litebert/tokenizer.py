@@ -305,14 +305,12 @@ class Tokenizer(TokenNames):
             width = encoding.round_up(width, pad_to_multiple_of)  # tensor cores' tile, as transformers pads
         out = {"input_ids": [], "token_type_ids": [], "attention_mask": []}
         extra: dict[str, list] = {}
-        word_ids: list[list[int | None]] = []
         for ids, types in rows:
             fill = max(0, width - len(ids)) if width is not None else 0
             token_ids = [t[0] for t in ids]
             out["input_ids"].append(token_ids + [self.pad_id] * fill)
             out["token_type_ids"].append(types + [0] * fill)  # HF pads token types with 0 too
             out["attention_mask"].append([1] * len(ids) + [0] * fill)
-            word_ids.append([t[1] for t in ids] + [None] * fill)
             if return_special_tokens_mask:
                 extra.setdefault("special_tokens_mask", []).append([int(t[1] is None) for t in ids] + [1] * fill)
             if return_offsets_mapping:
@@ -325,17 +323,18 @@ class Tokenizer(TokenNames):
                 del out[key]
         if return_overflowing_tokens:  # one row per window, and the text it came from
             out["overflow_to_sample_mapping"], single = samples, False
+        alignment = encoding.Alignment(rows, width, self.pieces, self.pad_id, return_offsets_mapping)
         if return_tensors is None:
             if single:
                 out = {k: (v[0] if k != "length" else v) for k, v in out.items()}
-            return BatchEncoding(out, word_ids)
+            return BatchEncoding(out, alignment)
         if len({len(r) for r in out["input_ids"]}) > 1:
             raise ConfigError("rows have different lengths and cannot make one tensor: use padding=True, "
                               "or return_tensors=None for lists")
         arrays = encoding.as_tensors(out, return_tensors)
         return BatchEncoding({k: v.reshape(len(rows), -1, 2) if k == "offset_mapping" else
                               v if k in ("length", "overflow_to_sample_mapping") else v.reshape(len(rows), -1)
-                              for k, v in arrays.items()}, word_ids)
+                              for k, v in arrays.items()}, alignment)
 
     def _rows(self, a: list[list[tuple]], b: list[list[tuple]] | None, add_special_tokens: bool, max_length: int,
               strategy: str, stride: int | None) -> tuple[list[tuple[list, list[int]]], list[int]]:

@@ -151,6 +151,42 @@ def test_a_model_given_the_tokenizers_lists_says_to_ask_for_tensors(both, name):
             model(**encoded)
 
 
+@pytest.mark.parametrize("options", [dict(padding=True), dict(truncation="only_first", max_length=24, stride=3,
+                                                                 return_overflowing_tokens=True, padding="max_length")])
+def test_the_alignment_maps_answer_as_a_fast_tokenizers(both, options):
+    """tokens(), sequence_ids() and the maps between characters, words and tokens, which transformers' QA and
+    NER preprocessing read (run_qa.py takes sequence_ids(i) with offsets and overflowing windows): the same
+    answer as AlbertTokenizerFast for every row, token, word and character, padding and windows included."""
+    ours, theirs = both
+    kw = dict(return_offsets_mapping=True, **options)
+    a, b = ours(TEXTS, PAIRS, **kw), theirs(TEXTS, PAIRS, **kw)
+    assert a["input_ids"] == b["input_ids"] and len(a["input_ids"]) >= len(TEXTS)
+    checked = 0
+    for i in range(len(a["input_ids"])):
+        assert a.tokens(i) == b.tokens(i) and a.sequence_ids(i) == b.sequence_ids(i), i
+        for j in range(len(a["input_ids"][i])):
+            assert (a.token_to_word(i, j), a.token_to_sequence(i, j), a.token_to_chars(i, j)) == \
+                (b.token_to_word(i, j), b.token_to_sequence(i, j), b.token_to_chars(i, j)), (i, j)
+        for seq, texts in ((0, TEXTS), (1, PAIRS)):
+            for word in range(max((w for w in a.word_ids(i) if w is not None), default=0) + 2):
+                assert a.word_to_tokens(i, word, seq) == b.word_to_tokens(i, word, seq), (i, word, seq)
+                if b.word_to_tokens(i, word, seq) is not None:
+                    assert a.word_to_chars(i, word, seq) == b.word_to_chars(i, word, seq), (i, word, seq)
+            for c in range(max(len(t) for t in texts)):
+                assert (a.char_to_token(i, c, seq), a.char_to_word(i, c, seq)) == \
+                    (b.char_to_token(i, c, seq), b.char_to_word(i, c, seq)), (i, c, seq)
+                checked += 1
+    assert checked > 100
+    one = ours(TEXTS[0])  # one text: the (index) form reads its row
+    assert one.tokens() == theirs(TEXTS[0]).tokens() and one.token_to_word(3) == theirs(TEXTS[0]).token_to_word(3)
+    from litebert.errors import ConfigError
+    with pytest.raises(ConfigError, match=r"char_to_token\(\) needs character offsets: encode with "
+                                          "return_offsets_mapping=True"):
+        one.char_to_token(2)
+    with pytest.raises(ConfigError, match=r"sequence_ids\(\) reads how a tokenizer call cut its texts"):
+        ours.pad([ours(TEXTS[0])]).sequence_ids(0)
+
+
 def test_word_ids_count_a_character_outside_the_vocabulary_in_its_word(both):
     """A character the vocabulary lacks (an emoji, another script) becomes a <unk> inside its word, and word_ids()
     keeps it there, as transformers: it used to start a new word, and so did the rest of that word, shifting the

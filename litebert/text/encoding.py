@@ -4,6 +4,8 @@ their names, the pair truncation rule of the `tokenizers` library, and BatchEnco
 
 from __future__ import annotations
 
+from collections import namedtuple
+
 import numpy as np
 
 from litebert.errors import ConfigError
@@ -98,13 +100,51 @@ def as_batch(text, split_into_words: bool) -> tuple[list, bool]:
     return ([text] if single else list(text)), single
 
 
+TokenSpan = namedtuple("TokenSpan", "start end")  # transformers' names: tokens [start, end) of a word
+CharSpan = namedtuple("CharSpan", "start end")  # characters [start, end) of a token or word in its text
+
+
+class Alignment:
+    """Where each token of a call's rows came from, kept as the call assembled them: per row, its (id, word,
+    span) items and token types, then `width - len(items)` pads. BatchEncoding reads word_ids, sequence_ids,
+    tokens and the maps between characters, words and tokens from it, only when asked."""
+
+    def __init__(self, rows: list[tuple[list[tuple], list[int]]], width: int | None, pieces: list[str], pad_id: int,
+                 spans: bool):
+        self.rows, self.width, self.pieces, self.pad_id, self.has_spans = rows, width, pieces, pad_id, spans
+
+    def _pads(self, i: int) -> list:
+        return [None] * max(0, (self.width or 0) - len(self.rows[i][0]))
+
+    def words(self, i: int) -> list[int | None]:
+        return [t[1] for t in self.rows[i][0]] + self._pads(i)
+
+    def sequences(self, i: int) -> list[int | None]:
+        """0 or 1 for a token of the first or second text; None for an added [CLS]/[SEP] (no word) and padding."""
+        items, types = self.rows[i]
+        return [None if t[1] is None else kind for t, kind in zip(items, types)] + self._pads(i)
+
+    def tokens(self, i: int) -> list[str]:
+        return [self.pieces[t[0]] for t in self.rows[i][0]] + [self.pieces[self.pad_id]] * len(self._pads(i))
+
+    def span(self, i: int, j: int, asked: str) -> tuple[int, int] | None:
+        """Token j's characters in its text; None for an added [CLS]/[SEP] or padding."""
+        if not self.has_spans:  # sentencepiece's offsets cost ~6x the encoding; transformers' Rust makes them always
+            raise ConfigError(f"{asked}() needs character offsets: encode with return_offsets_mapping=True")
+        items = self.rows[i][0]
+        j = j + len(items) + len(self._pads(i)) if j < 0 else j
+        return items[j][2] if j < len(items) and items[j][1] is not None else None
+
+
 class BatchEncoding(dict):
     """What a tokenizer call returns, as transformers' BatchEncoding: a dict (input_ids, token_type_ids,
-    attention_mask, and what was asked for) whose keys are also attributes, with `.to(device)` and `word_ids(i)`."""
+    attention_mask, and what was asked for) whose keys are also attributes, with `.to(device)` and the alignment
+    of a fast tokenizer's output: word_ids, sequence_ids, tokens, and the maps between characters, words and
+    tokens (token_to_word, word_to_tokens, char_to_token, ...), called as transformers' are."""
 
-    def __init__(self, data: dict, word_ids: list[list[int | None]] | None = None):
+    def __init__(self, data: dict, alignment: Alignment | None = None):
         super().__init__(data)
-        self._word_ids = word_ids or []
+        self._alignment = alignment
 
     def __getattr__(self, name: str):
         try:
@@ -113,12 +153,76 @@ class BatchEncoding(dict):
             raise AttributeError(name) from None
 
     def to(self, device) -> "BatchEncoding":
-        return BatchEncoding({k: v.to(device) if hasattr(v, "to") else v for k, v in self.items()}, self._word_ids)
+        return BatchEncoding({k: v.to(device) if hasattr(v, "to") else v for k, v in self.items()}, self._alignment)
+
+    def _aligned(self, asked: str) -> Alignment:
+        if self._alignment is None:
+            raise ConfigError(f"{asked}() reads how a tokenizer call cut its texts; this BatchEncoding was made "
+                              "by pad or by hand, which keep no such record")
+        return self._alignment
 
     def word_ids(self, batch_index: int = 0) -> list[int | None]:
         """The word (a whitespace-separated word, or the index into is_split_into_words' list) of each token;
         None for [CLS], [SEP] and padding. With a pair, each text counts its words from 0, as in transformers."""
-        return self._word_ids[batch_index]
+        return self._aligned("word_ids").words(batch_index)
+
+    def sequence_ids(self, batch_index: int = 0) -> list[int | None]:
+        """0 or 1: which text of the pair each token came from; None for [CLS], [SEP] and padding."""
+        return self._aligned("sequence_ids").sequences(batch_index)
+
+    def tokens(self, batch_index: int = 0) -> list[str]:
+        return self._aligned("tokens").tokens(batch_index)
+
+    def token_to_sequence(self, batch_or_token_index: int, token_index: int | None = None) -> int | None:
+        i, j = _indices(batch_or_token_index, token_index)
+        return self.sequence_ids(i)[j]
+
+    def token_to_word(self, batch_or_token_index: int, token_index: int | None = None) -> int | None:
+        i, j = _indices(batch_or_token_index, token_index)
+        return self.word_ids(i)[j]
+
+    def word_to_tokens(self, batch_or_word_index: int, word_index: int | None = None,
+                       sequence_index: int = 0) -> TokenSpan | None:
+        i, w = _indices(batch_or_word_index, word_index)
+        hits = [j for j, (word, seq) in enumerate(zip(self.word_ids(i), self.sequence_ids(i)))
+                if word == w and seq == sequence_index]
+        return TokenSpan(hits[0], hits[-1] + 1) if hits else None
+
+    def token_to_chars(self, batch_or_token_index: int, token_index: int | None = None) -> CharSpan | None:
+        i, j = _indices(batch_or_token_index, token_index)
+        span = self._aligned("token_to_chars").span(i, j, "token_to_chars")
+        return None if span is None else CharSpan(*span)
+
+    def char_to_token(self, batch_or_char_index: int, char_index: int | None = None,
+                      sequence_index: int = 0) -> int | None:
+        """The token covering character `char_index` of the first (sequence_index 0) or second text; None for a
+        character no token covers (a space)."""
+        i, c = _indices(batch_or_char_index, char_index)
+        alignment = self._aligned("char_to_token")
+        for j, seq in enumerate(self.sequence_ids(i)):
+            if seq == sequence_index and (span := alignment.span(i, j, "char_to_token")) and span[0] <= c < span[1]:
+                return j
+        return None
+
+    def word_to_chars(self, batch_or_word_index: int, word_index: int | None = None,
+                      sequence_index: int = 0) -> CharSpan | None:
+        i, w = _indices(batch_or_word_index, word_index)
+        tokens = self.word_to_tokens(i, w, sequence_index)
+        if tokens is None:
+            return None
+        first, last = (self._aligned("word_to_chars").span(i, j, "word_to_chars") for j in (tokens.start, tokens.end - 1))
+        return CharSpan(first[0], last[1])
+
+    def char_to_word(self, batch_or_char_index: int, char_index: int | None = None,
+                     sequence_index: int = 0) -> int | None:
+        i, c = _indices(batch_or_char_index, char_index)
+        j = self.char_to_token(i, c, sequence_index)
+        return None if j is None else self.word_ids(i)[j]
+
+
+def _indices(batch_or_index: int, index: int | None) -> tuple[int, int]:
+    """transformers' two call forms: (batch_index, index), or (index) alone for the first row."""
+    return (batch_or_index, index) if index is not None else (0, batch_or_index)
 
 
 def windows(a: list, b: list | None, budget: int, strategy: str, stride: int) -> list[tuple[list, list | None]]:
