@@ -187,6 +187,47 @@ def test_the_alignment_maps_answer_as_a_fast_tokenizers(both, options):
         ours.pad([ours(TEXTS[0])]).sequence_ids(0)
 
 
+def squad_training_features(tokenizer, questions: list[str], contexts: list[str], answers: list[dict]) -> dict:
+    """The Hugging Face course's SQuAD preprocessing, as written there for transformers' tokenizers: windows
+    over each context, then each answer's characters located through offsets and sequence_ids."""
+    inputs = tokenizer(questions, contexts, max_length=24, truncation="only_second", stride=6,
+                       return_overflowing_tokens=True, return_offsets_mapping=True, padding="max_length")
+    offsets_of, samples = inputs.pop("offset_mapping"), inputs.pop("overflow_to_sample_mapping")
+    starts, ends = [], []
+    for i, offsets in enumerate(offsets_of):
+        answer = answers[samples[i]]
+        first, last = answer["start"], answer["start"] + len(answer["text"])
+        sequence_ids = inputs.sequence_ids(i)
+        context_start = sequence_ids.index(1)
+        context_end = len(sequence_ids) - 1 - sequence_ids[::-1].index(1)
+        if offsets[context_start][0] > first or offsets[context_end][1] < last:
+            starts.append(0), ends.append(0)  # the answer is not inside this window
+            continue
+        idx = context_start
+        while idx <= context_end and offsets[idx][0] <= first:
+            idx += 1
+        starts.append(idx - 1)
+        idx = context_end
+        while idx >= context_start and offsets[idx][1] >= last:
+            idx -= 1
+        ends.append(idx + 1)
+    return {**inputs, "start_positions": starts, "end_positions": ends}
+
+
+def test_the_courses_squad_preprocessing_gives_transformers_features(both):
+    ours, theirs = both
+    contexts = ["Anne Elliot walked along the shore at Lyme, and the wind was cold, and Captain Wentworth "
+                "came down to the sea after her.", "Mary went to Uppercross, and Charles too."]
+    questions, answers = ["Who came to the sea?", "Where did Mary go?"], [
+        {"text": "Captain Wentworth", "start": contexts[0].index("Captain")},
+        {"text": "Uppercross", "start": contexts[1].index("Uppercross")}]
+    mine, reference = (squad_training_features(t, questions, contexts, answers) for t in (ours, theirs))
+    assert mine == reference and len(mine["input_ids"]) > len(contexts) and any(mine["start_positions"])
+    for ids, start, end in zip(mine["input_ids"], mine["start_positions"], mine["end_positions"]):
+        if start:  # a window holding the answer spans its words
+            assert ours.decode(ids[start:end + 1]).lower() in ("captain wentworth", "uppercross")
+
+
 def test_word_ids_count_a_character_outside_the_vocabulary_in_its_word(both):
     """A character the vocabulary lacks (an emoji, another script) becomes a <unk> inside its word, and word_ids()
     keeps it there, as transformers: it used to start a new word, and so did the rest of that word, shifting the
