@@ -65,6 +65,10 @@ class AlbertConfig:
     # layer its own group (needs G == L, inner_group_num == 1) and then tie one sub-layer across all layers:
     # "attention" shares only attention, "ffn" only the feed-forward, "none" nothing (BERT-style).
     sharing: str = "all"
+    # What a model's call returns when it does not say (transformers' habit:
+    # AutoModel.from_pretrained(path, output_hidden_states=True) for every layer's states); a call's own flag wins.
+    output_hidden_states: bool = False
+    output_attentions: bool = False
     architectures: list[str] | None = None
     extra: dict[str, Any] = field(default_factory=dict, repr=False)  # unknown config.json keys, round-tripped
 
@@ -121,6 +125,8 @@ class AlbertConfig:
         need(self.initializer_range >= 0, f"initializer_range must be >= 0, got {self.initializer_range!r}")
         need(self.pad_token_id is None or 0 <= self.pad_token_id < self.vocab_size,
              f"pad_token_id {self.pad_token_id} outside vocab_size {self.vocab_size}")
+        for name in ("output_hidden_states", "output_attentions"):
+            need(isinstance(getattr(self, name), bool), f"{name} must be true or false, got {getattr(self, name)!r}")
         need(self.problem_type is None or self.problem_type in PROBLEM_TYPES,
              f"unknown problem_type {self.problem_type!r}; choose from {', '.join(PROBLEM_TYPES)}")
         # HF's AlbertForMaskedLM can keep a separate decoder matrix; litebert's heads have no slot for it, so
@@ -133,6 +139,11 @@ class AlbertConfig:
                 need(self.extra[key] == neutral, f"{key}={self.extra[key]!r} is not supported (only {neutral})")
 
     # -- derived -----------------------------------------------------------------------------------
+    def outputs_asked(self, output_hidden_states: bool | None, output_attentions: bool | None) -> tuple[bool, bool]:
+        """A call's (output_hidden_states, output_attentions): its own, or where it passed None, this config's."""
+        return (self.output_hidden_states if output_hidden_states is None else output_hidden_states,
+                self.output_attentions if output_attentions is None else output_attentions)
+
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
@@ -157,9 +168,8 @@ class AlbertConfig:
     def replace(self, **changes: Any) -> "AlbertConfig":
         """A copy with `changes` (from_pretrained's keyword overrides); a name that is no field is a ConfigError."""
         unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)} - {"extra"})
-        if unknown:  # transformers' output_* flags are config fields there, arguments of the call here
-            hint = " (litebert takes it as an argument of the model's call)" if unknown[0].startswith("output_") else ""
-            raise ConfigError(f"AlbertConfig has no field {unknown[0]!r}{hint}; its fields: "
+        if unknown:
+            raise ConfigError(f"AlbertConfig has no field {unknown[0]!r}; its fields: "
                               f"{', '.join(f.name for f in dataclasses.fields(self) if f.name != 'extra')}")
         if "num_labels" in changes and "id2label" not in changes:
             changes["id2label"] = None  # a new label count makes the old label names meaningless
@@ -176,8 +186,9 @@ class AlbertConfig:
         out["model_type"] = self.model_type
         if out["architectures"] is None:
             del out["architectures"]
-        if out["problem_type"] is None:
-            del out["problem_type"]
+        for name in ("problem_type", "output_hidden_states", "output_attentions"):  # as transformers: only if set
+            if not out[name]:
+                del out[name]
         return out
 
     @staticmethod

@@ -77,9 +77,10 @@ class AlbertForSequenceClassification(PretrainedMixin, nn.Module):
 
     def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None, output_hidden_states: bool = False,
-                output_attentions: bool = False, packed_positions: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None, output_hidden_states: bool | None = None,
+                output_attentions: bool | None = None, packed_positions: torch.Tensor | None = None,
                 inputs_embeds: torch.Tensor | None = None) -> ClassifierOutput:
+        output_hidden_states, output_attentions = self.config.outputs_asked(output_hidden_states, output_attentions)
         every = output_hidden_states or output_attentions  # those need every position of the last layer
         out = self.albert(input_ids, attention_mask, token_type_ids, position_ids,
                           None if every else cls_position(given_inputs(input_ids, inputs_embeds)),
@@ -102,8 +103,8 @@ class AlbertForTokenClassification(PretrainedMixin, nn.Module):
 
     def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None, output_hidden_states: bool = False,
-                output_attentions: bool = False, packed_positions: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None, output_hidden_states: bool | None = None,
+                output_attentions: bool | None = None, packed_positions: torch.Tensor | None = None,
                 inputs_embeds: torch.Tensor | None = None) -> ClassifierOutput:
         loss_reads = None if labels is None else labels != IGNORE_INDEX  # HF's loss reads labels on padding too
         out = self.albert(input_ids, attention_mask, token_type_ids, position_ids, None, output_hidden_states,
@@ -129,7 +130,7 @@ class AlbertForQuestionAnswering(PretrainedMixin, nn.Module):
     def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                 start_positions: torch.Tensor | None = None, end_positions: torch.Tensor | None = None,
-                output_hidden_states: bool = False, output_attentions: bool = False,
+                output_hidden_states: bool | None = None, output_attentions: bool | None = None,
                 packed_positions: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None
                 ) -> QuestionAnsweringOutput:
         # The loss is a softmax over every position, padding included (as transformers' and TF ALBERT's), so
@@ -165,14 +166,15 @@ class AlbertForMultipleChoice(PretrainedMixin, nn.Module):
 
     def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None, output_hidden_states: bool = False,
-                output_attentions: bool = False, inputs_embeds: torch.Tensor | None = None) -> ClassifierOutput:
+                labels: torch.Tensor | None = None, output_hidden_states: bool | None = None,
+                output_attentions: bool | None = None, inputs_embeds: torch.Tensor | None = None) -> ClassifierOutput:
         B, C, T = given_inputs(input_ids, inputs_embeds).shape[:3]
 
         def flat(t: torch.Tensor | None) -> torch.Tensor | None:  # (B, C, T, ...) -> (B * C, T, ...)
             return None if t is None else t.reshape(B * C, T, *t.shape[3:])
 
         input_ids, inputs_embeds = flat(input_ids), flat(inputs_embeds)
+        output_hidden_states, output_attentions = self.config.outputs_asked(output_hidden_states, output_attentions)
         every = output_hidden_states or output_attentions  # those need every position of the last layer
         out = self.albert(input_ids, flat(attention_mask), flat(token_type_ids), flat(position_ids),
                           None if every else cls_position(given_inputs(input_ids, inputs_embeds)),

@@ -543,19 +543,21 @@ class AlbertModel(PretrainedMixin, nn.Module):
 
     def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                output_positions: torch.Tensor | None = None, output_hidden_states: bool = False,
-                output_attentions: bool = False, packed_positions: torch.Tensor | None = None,
+                output_positions: torch.Tensor | None = None, output_hidden_states: bool | None = None,
+                output_attentions: bool | None = None, packed_positions: torch.Tensor | None = None,
                 loss_reads: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None) -> BaseOutput:
         """`output_positions` (B, Tq): compute the final hidden states only there (a head that reads few
         positions saves most of the last layer); last_hidden_state is then (B, Tq, H), and the pooler reads
         its first column, which must be position 0 ([CLS]). output_hidden_states / output_attentions: also
-        return them, as transformers does (attention probabilities are then computed explicitly, not by SDPA).
+        return them, as transformers does (None: as the config says; attention probabilities are then computed
+        explicitly, not by SDPA).
         `loss_reads` (B, T) bool: the positions of last_hidden_state a head's loss reads; where one is padding,
         `padding_free` stands aside (its states there are zeros, transformers' are not, and the loss would differ).
         `packed_positions` (from litebert.model.packed_positions, with `attention_mask`): run padding-free with the
         token count the host chose, whatever `padding_free` says; output positions and `loss_reads` must then be
         real tokens (not checked: that would read the device). `inputs_embeds` (B, T, E): the word embeddings,
         given instead of `input_ids` (attributions and adversarial training differentiate with respect to them)."""
+        output_hidden_states, output_attentions = self.config.outputs_asked(output_hidden_states, output_attentions)
         given_inputs(input_ids, inputs_embeds, attention_mask=attention_mask, token_type_ids=token_type_ids,
                      position_ids=position_ids)
         if attention_mask is not None and attention_mask.dim() != 2:  # transformers also takes (B, 1, T, T)
@@ -751,10 +753,11 @@ class AlbertForPreTraining(PretrainedMixin, nn.Module):
     def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, sentence_order_label: torch.Tensor | None = None,
-                output_hidden_states: bool = False, output_attentions: bool = False,
+                output_hidden_states: bool | None = None, output_attentions: bool | None = None,
                 packed_positions: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None
                 ) -> PreTrainingOutput:
         """`packed_positions`: as AlbertModel's (pretraining's padding-free batches under --cuda-graphs)."""
+        output_hidden_states, output_attentions = self.config.outputs_asked(output_hidden_states, output_attentions)
         positions = None
         if labels is not None and not (output_hidden_states or output_attentions):  # those need every position
             positions, labels = loss_positions(labels, with_cls=True, max_predictions=self.max_predictions_per_seq,
@@ -792,8 +795,9 @@ class AlbertForMaskedLM(PretrainedMixin, nn.Module):
 
     def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None, output_hidden_states: bool = False,
-                output_attentions: bool = False, inputs_embeds: torch.Tensor | None = None) -> MaskedLMOutput:
+                labels: torch.Tensor | None = None, output_hidden_states: bool | None = None,
+                output_attentions: bool | None = None, inputs_embeds: torch.Tensor | None = None) -> MaskedLMOutput:
+        output_hidden_states, output_attentions = self.config.outputs_asked(output_hidden_states, output_attentions)
         positions = None
         if labels is not None and not (output_hidden_states or output_attentions):  # those need every position
             positions, labels = loss_positions(labels, with_cls=False, max_predictions=self.max_predictions_per_seq,

@@ -159,11 +159,13 @@ def test_a_number_field_of_another_type_is_named(tmp_path, field, value, message
 
 
 def test_an_override_that_is_no_config_field_is_a_config_error(tmp_path):
-    """from_pretrained(dir, output_hidden_states=True), a transformers habit, raised a TypeError from the
-    dataclass's __init__ (a traceback, not a one-line error)."""
+    """A keyword that is no config field raised a TypeError from the dataclass's __init__ (a traceback, not a
+    one-line error); a flag of the wrong type is named too."""
     AlbertModel(AlbertConfig(**SMALL)).save_pretrained(tmp_path)
-    with pytest.raises(ConfigError, match="no field 'output_hidden_states' .*argument of the model's call"):
-        AlbertModel.from_pretrained(tmp_path, output_hidden_states=True)
+    with pytest.raises(ConfigError, match="AlbertConfig has no field 'output_hiden_states'; its fields"):
+        AlbertModel.from_pretrained(tmp_path, output_hiden_states=True)
+    with pytest.raises(ConfigError, match="output_hidden_states must be true or false, got 'yes'"):
+        AlbertModel.from_pretrained(tmp_path, output_hidden_states="yes")
     with pytest.raises(ConfigError, match="AlbertConfig has no field 'hidden_sise'; its fields: vocab_size"):
         AlbertConfig(**SMALL).replace(hidden_sise=32)
     assert AlbertModel.from_pretrained(tmp_path, hidden_dropout_prob=0.1).config.hidden_dropout_prob == 0.1

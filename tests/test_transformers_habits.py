@@ -331,6 +331,35 @@ def test_outputs_index_and_hold_hidden_states_as_transformers(name, tmp_path):
     assert torch.allclose(a["hidden_states"][-1], b["hidden_states"][-1], atol=1e-5)
 
 
+@pytest.mark.parametrize("name", HEAD_NAMES)
+def test_output_flags_given_to_from_pretrained_are_every_calls_default_as_in_transformers(name, tmp_path):
+    """`AutoModel.from_pretrained(path, output_hidden_states=True)` (layer-wise features) was refused: the flags
+    were arguments of the call only. Now they are config fields, as transformers': every call returns what they
+    ask unless it says otherwise, config.json records them when set, and transformers reads that file alike."""
+    from litebert.heads import MODEL_CLASSES
+
+    twins(name, tmp_path / "start")
+    ours = MODEL_CLASSES[name].from_pretrained(tmp_path / "start", output_hidden_states=True,
+                                               output_attentions=True).eval()
+    theirs = getattr(transformers, name).from_pretrained(str(tmp_path / "start"), output_hidden_states=True,
+                                                         output_attentions=True, attn_implementation="eager").eval()
+    x = inputs_for(name)
+    with torch.no_grad():
+        a, b = ours(**x), theirs(**x)
+        assert len(a.hidden_states) == len(b.hidden_states) == 3 and len(a.attentions) == len(b.attentions) == 2
+        for ours_t, theirs_t in zip(a.hidden_states + a.attentions, b.hidden_states + b.attentions, strict=True):
+            torch.testing.assert_close(ours_t, theirs_t, atol=1e-5, rtol=1e-4)
+        told = ours(**x, output_hidden_states=False, output_attentions=False)  # the call's own flags win
+        assert told.hidden_states is None and told.attentions is None
+        ours.config.output_attentions = False  # set after loading, as transformers users do
+        assert ours(**x).attentions is None and ours(**x).hidden_states is not None
+    ours.save_pretrained(tmp_path / "saved")
+    saved = json.loads((tmp_path / "saved" / "config.json").read_text())
+    assert saved["output_hidden_states"] is True and "output_attentions" not in saved  # written only when set
+    assert getattr(transformers, name).from_pretrained(str(tmp_path / "saved")).config.output_hidden_states
+    assert MODEL_CLASSES[name].from_pretrained(tmp_path / "saved").config.output_hidden_states
+
+
 def test_indexing_with_labels_and_mapping_habits(tmp_path):
     ours, theirs = twins("AlbertForSequenceClassification", tmp_path)
     x = {**inputs_for("AlbertForSequenceClassification"), "labels": torch.tensor([0, 2])}
