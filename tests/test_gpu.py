@@ -36,6 +36,9 @@ from litebert.training.metrics_log import read_metrics
 
 pytestmark = pytest.mark.gpu
 DEVICE = os.environ.get("LITEBERT_GPU_TESTS_DEVICE", "cuda")
+# CUDA graphs capture on a CUDA device only (the verbs refuse them elsewhere, tested on every machine): these
+# tests have nothing to check under LITEBERT_GPU_TESTS_DEVICE=cpu.
+captures_on_cuda = pytest.mark.skipif(DEVICE != "cuda", reason="--cuda-graphs captures on a CUDA GPU only")
 TINY = dict(embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
             max_position_embeddings=64)
 ROOT = Path(__file__).resolve().parents[1]
@@ -298,6 +301,7 @@ def test_a_compiled_training_step_equals_eager_on_the_gpu(scope):
         torch.testing.assert_close(p.grad, g_eager, rtol=1e-3, atol=1e-5)
 
 
+@captures_on_cuda
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_cuda_graphs_train_as_eager_and_resume(prepared, tmp_path, precision):
     """--cuda-graphs: the first micro-steps of a batch shape run eagerly (warm-up), the rest replay one captured
@@ -317,7 +321,7 @@ def test_cuda_graphs_train_as_eager_and_resume(prepared, tmp_path, precision):
     assert_close_weights(tmp_path / "eager" / "step_6", tmp_path / "graphed" / "step_6", **tol)
 
 
-@pytest.mark.parametrize("graphs", [False, True])
+@pytest.mark.parametrize("graphs", [False, pytest.param(True, marks=captures_on_cuda)])
 def test_pretrain_padding_free_on_the_gpu_learns_as_the_padded_run(prepared, tmp_path, graphs):
     """`pretrain --padding-free` in bf16 (varlen flash attention), eager and captured (batches padded to the data's
     length with their real tokens' places): its losses within bf16 tolerance of the padded run's."""
@@ -330,6 +334,7 @@ def test_pretrain_padding_free_on_the_gpu_learns_as_the_padded_run(prepared, tmp
     assert [free[s] for s in padded] == pytest.approx(list(padded.values()), rel=TOLERANCE["bf16"]["rtol"] * 10)
 
 
+@captures_on_cuda
 def test_cuda_graphs_with_compiled_blocks_train_as_eager(prepared, tmp_path):
     """--cuda-graphs --compile (the fastest albert-base step on an H100, docs/gpu.md): inductor's block kernels are
     compiled in the eager warm-up and run inside the captured graph; fp32 with TF32 off, its losses within the
@@ -343,6 +348,7 @@ def test_cuda_graphs_with_compiled_blocks_train_as_eager(prepared, tmp_path):
     assert [graphed[s] for s in eager] == pytest.approx(list(eager.values()), rel=1e-2)
 
 
+@captures_on_cuda
 def test_finetune_cuda_graphs_capture_the_padding_free_step_and_learn_as_eager(pretrained, tmp_path, monkeypatch):
     """finetune --cuda-graphs pads each batch to --max-length and rounds its real tokens up to a multiple of it, so
     the padding-free step (varlen flash attention) meets a few shapes and each is captured once; the run's losses
