@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from litebert.config import IGNORE_INDEX, AlbertConfig
-from litebert.errors import CheckpointError
+from litebert.errors import CheckpointError, ConfigError
 from litebert.model import (
     AlbertForMaskedLM,
     AlbertForPreTraining,
@@ -168,7 +168,11 @@ class AlbertForMultipleChoice(PretrainedMixin, nn.Module):
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, output_hidden_states: bool | None = None,
                 output_attentions: bool | None = None, inputs_embeds: torch.Tensor | None = None) -> ClassifierOutput:
-        B, C, T = given_inputs(input_ids, inputs_embeds).shape[:3]
+        given = given_inputs(input_ids, inputs_embeds)
+        if given.dim() < (3 if input_ids is not None else 4):  # a row per choice, the choices of a question stacked
+            raise ConfigError(f"AlbertForMultipleChoice takes (batch, choices, length) inputs, got shape "
+                              f"{tuple(given.shape)}: encode each choice beside its question and stack them")
+        B, C, T = given.shape[:3]
 
         def flat(t: torch.Tensor | None) -> torch.Tensor | None:  # (B, C, T, ...) -> (B * C, T, ...)
             return None if t is None else t.reshape(B * C, T, *t.shape[3:])

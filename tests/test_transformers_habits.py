@@ -228,6 +228,21 @@ def test_the_courses_squad_preprocessing_gives_transformers_features(both):
             assert ours.decode(ids[start:end + 1]).lower() in ("captain wentworth", "uppercross")
 
 
+def test_multiple_choice_given_a_row_per_text_names_the_shape_it_takes(both):
+    """(batch, length) ids given to AlbertForMultipleChoice, as a classifier takes them, failed on "not enough
+    values to unpack" (transformers: a view error); now one line names the (batch, choices, length) layout."""
+    from litebert.errors import ConfigError
+    from litebert.heads import MODEL_CLASSES
+
+    ours, _ = both
+    model = MODEL_CLASSES["AlbertForMultipleChoice"](tiny_config()).eval()
+    flat = ours(TEXTS, PAIRS, padding=True, return_tensors="pt")
+    with pytest.raises(ConfigError, match=r"takes \(batch, choices, length\) inputs, got shape \(3, \d+\)"):
+        model(**flat)
+    stacked = {k: v.unsqueeze(0) for k, v in flat.items()}  # one question, its three choices
+    assert model(**stacked).logits.shape == (1, 3)
+
+
 def test_word_ids_count_a_character_outside_the_vocabulary_in_its_word(both):
     """A character the vocabulary lacks (an emoji, another script) becomes a <unk> inside its word, and word_ids()
     keeps it there, as transformers: it used to start a new word, and so did the rest of that word, shifting the
