@@ -261,10 +261,11 @@ class Tokenizer(TokenNames):
         cuts to `model_max_length` (the model's positions).
 
         The defaults are transformers': lists (flat for one text), unpadded, so that `len(tok(text)["input_ids"])`
-        counts tokens and `datasets.map(tok, batched=True)` leaves padding to the collator. A batch the model takes
-        as it is: `model(**tok(texts, padding=True, return_tensors="pt"))`. truncation=None (the default) cuts only
-        when max_length is given, as transformers does without padding; with no max_length nothing is cut, and a
-        row longer than model_max_length warns, as in transformers (the model would refuse it).
+        counts tokens and `dataset.map(lambda b: tok(b["text"]), batched=True)` leaves padding to the collator.
+        A batch the model takes as it is: `model(**tok(texts, padding=True, return_tensors="pt"))`.
+        truncation=None (the default) cuts only when max_length is given, as transformers does without padding;
+        with no max_length nothing is cut, and a row longer than model_max_length warns, as in transformers (the
+        model would refuse it).
         return_overflowing_tokens: a text longer than max_length gives several rows, `stride` tokens
         overlapping, and overflow_to_sample_mapping names each row's input (a pair windows the side that
         truncation="only_first"/"only_second" names). Offsets (return_offsets_mapping) follow AlbertTokenizerFast, except that a quote written as `` or ''

@@ -243,6 +243,30 @@ def test_multiple_choice_given_a_row_per_text_names_the_shape_it_takes(both):
     assert model(**stacked).logits.shape == (1, 3)
 
 
+def test_an_encoding_pickles_small_and_a_datasets_batch_is_refused_by_name(both):
+    """An encoding keeps its rows' alignment, not the vocabulary: pickled (a DataLoader worker's items), it
+    stays small and answers as before. A datasets batch handed whole (a dict) was encoded as its column names."""
+    import pickle
+
+    from litebert.errors import ConfigError
+
+    ours, theirs = both
+    encoded = ours(TEXTS[0])
+    back = pickle.loads(pickle.dumps(encoded))
+    assert len(pickle.dumps(encoded)) < 2000 and back.tokens() == encoded.tokens() == theirs(TEXTS[0]).tokens()
+    with pytest.raises(ConfigError, match=r"got a dict \(a datasets batch: pass its column, tok\(batch\['text'\]\)\)"):
+        ours({"text": TEXTS})
+
+
+def test_a_row_of_one_text_ignores_sequence_index_as_the_tokenizers_library(both):
+    ours, theirs = both
+    a, b = ours(TEXTS[0], return_offsets_mapping=True), theirs(TEXTS[0], return_offsets_mapping=True)
+    for sequence_index in (0, 1):
+        assert a.word_to_tokens(0, 1, sequence_index) == b.word_to_tokens(0, 1, sequence_index) is not None
+        assert a.char_to_token(0, 5, sequence_index) == b.char_to_token(0, 5, sequence_index) is not None
+        assert a.word_to_chars(0, 1, sequence_index) == b.word_to_chars(0, 1, sequence_index)
+
+
 def test_word_ids_count_a_character_outside_the_vocabulary_in_its_word(both):
     """A character the vocabulary lacks (an emoji, another script) becomes a <unk> inside its word, and word_ids()
     keeps it there, as transformers: it used to start a new word, and so did the rest of that word, shifting the

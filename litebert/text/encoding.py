@@ -93,6 +93,9 @@ def added_special(token_id: int) -> tuple:
 
 def as_batch(text, split_into_words: bool) -> tuple[list, bool]:
     """(a list of inputs, whether one was given): an input is a string, or a list of words with is_split_into_words."""
+    if not isinstance(text, (str, list, tuple)):  # a datasets batch is a dict: list() of it gives its keys
+        raise ConfigError(f"expected a text, a list of texts or a list of words, got a {type(text).__name__}"
+                          + (" (a datasets batch: pass its column, tok(batch['text']))" if isinstance(text, dict) else ""))
     single = isinstance(text, str) or (split_into_words and isinstance(text, (list, tuple))
                                        and all(isinstance(w, str) for w in text))
     if isinstance(text, str) and split_into_words:
@@ -112,6 +115,12 @@ class Alignment:
     def __init__(self, rows: list[tuple[list[tuple], list[int]]], width: int | None, pieces: list[str], pad_id: int,
                  spans: bool):
         self.rows, self.width, self.pieces, self.pad_id, self.has_spans = rows, width, pieces, pad_id, spans
+
+    def __getstate__(self) -> dict:
+        """The pieces of the ids the rows hold, not the vocabulary (a 30k one would ride along with every pickled
+        encoding: DataLoader workers, process pools)."""
+        used = {t[0] for items, _ in self.rows for t in items} | {self.pad_id}
+        return {**self.__dict__, "pieces": {i: self.pieces[i] for i in used}}
 
     def _pads(self, i: int) -> list:
         return [None] * max(0, (self.width or 0) - len(self.rows[i][0]))
@@ -181,9 +190,14 @@ class BatchEncoding(dict):
         i, j = _indices(batch_or_token_index, token_index)
         return self.word_ids(i)[j]
 
+    def _sequence(self, i: int, sequence_index: int) -> int:
+        """The sequence a map reads: a row of one text ignores sequence_index, as the tokenizers library does."""
+        return sequence_index if 1 in self.sequence_ids(i) else 0
+
     def word_to_tokens(self, batch_or_word_index: int, word_index: int | None = None,
                        sequence_index: int = 0) -> TokenSpan | None:
         i, w = _indices(batch_or_word_index, word_index)
+        sequence_index = self._sequence(i, sequence_index)
         hits = [j for j, (word, seq) in enumerate(zip(self.word_ids(i), self.sequence_ids(i)))
                 if word == w and seq == sequence_index]
         return TokenSpan(hits[0], hits[-1] + 1) if hits else None
@@ -198,7 +212,7 @@ class BatchEncoding(dict):
         """The token covering character `char_index` of the first (sequence_index 0) or second text; None for a
         character no token covers (a space)."""
         i, c = _indices(batch_or_char_index, char_index)
-        alignment = self._aligned("char_to_token")
+        alignment, sequence_index = self._aligned("char_to_token"), self._sequence(i, sequence_index)
         for j, seq in enumerate(self.sequence_ids(i)):
             if seq == sequence_index and (span := alignment.span(i, j, "char_to_token")) and span[0] <= c < span[1]:
                 return j
