@@ -267,6 +267,21 @@ class AlbertConfig:
         return cls(**{**PRESETS[name], **overrides})
 
 
+def turn_off_output_flags(model: Any) -> list[str]:
+    """Set output_hidden_states / output_attentions to False in every AlbertConfig inside `model` (an nn.Module;
+    its submodules may hold their own); returns the names that were on. For a loop that reads neither: with them
+    on, every call computes each layer's attention explicitly (no SDPA, no padding-free path, B*H*T^2 more memory)
+    for outputs it drops."""
+    was_on = set()
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        for name in ("output_hidden_states", "output_attentions"):
+            if isinstance(config, AlbertConfig) and getattr(config, name):
+                setattr(config, name, False)
+                was_on.add(name)
+    return sorted(was_on)
+
+
 def _is_number(value: Any, kind: type) -> bool:
     """Whether `value` is a number of `kind`: an int for int, an int or a float for float; a bool is neither."""
     return isinstance(value, int if kind is int else (int, float)) and not isinstance(value, bool)

@@ -528,3 +528,23 @@ def test_every_litebert_error_crosses_a_process_boundary_as_itself():
         error = cls(*samples.get(cls, ("a message",)))
         again = pickle.loads(pickle.dumps(error))
         assert type(again) is cls and str(again) == str(error)
+
+
+def test_training_turns_off_a_configs_output_flags_and_says_so(tmp_path, caplog):
+    """A config with output_attentions on (from_pretrained(path, output_attentions=True), or a transformers
+    config.json that set it) made every training step compute each layer's attention explicitly, without SDPA or
+    the padding-free path, and drop it. Training reads neither output: it turns them off, in one logged line."""
+    from litebert.config import AlbertConfig
+    from litebert.model import AlbertForMaskedLM
+
+    torch.manual_seed(0)
+    model = AlbertForMaskedLM(AlbertConfig(
+        vocab_size=VOCAB, embedding_size=8, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=32, max_position_embeddings=SEQ, output_attentions=True, output_hidden_states=True))
+    attentions = []
+    model.albert.register_forward_hook(lambda module, args, kwargs, out: attentions.append(out.attentions),
+                                       with_kwargs=True)
+    with caplog.at_level("WARNING", logger="litebert"):
+        train(model, toy_batches(8, 8), toy_config(tmp_path, max_steps=2))
+    assert "the model's config had output_attentions and output_hidden_states on" in caplog.text
+    assert attentions == [None, None] and not model.config.output_attentions

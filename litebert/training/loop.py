@@ -40,6 +40,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
+from litebert.config import turn_off_output_flags
 from litebert.errors import CheckpointError, ConfigError, LitebertError
 from litebert.files import write_text_atomically
 from litebert.model import compile_layers
@@ -123,6 +124,9 @@ def train(model: nn.Module, data: ShuffledData | BatchFn, cfg: TrainConfig, eval
             raise ConfigError(f"--cuda-graphs captures one process's steps on a CUDA GPU, with --compile only of "
                               f"the blocks (this run: {env.device}, {env.world_size} process(es), compile "
                               f"{cfg.compile_scope if cfg.compile else 'off'})")
+        if was_on := turn_off_output_flags(model):
+            log.warning("the model's config had %s on; training reads neither, so they are off for this run and "
+                        "its checkpoints", " and ".join(was_on))
         run = _start(model, data, cfg, env, tokenizer, configs, identity, early_stopping)
         progress = run.state.progress
         result = TrainResult(progress.step, {}, {}, run.resumed_from)
