@@ -902,7 +902,10 @@ def test_no_user_fixable_value_error_is_left_in_the_files_converted():
 
 # ==================================================================================== property-based readers
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# derandomize: the same 150 examples on every run, so CI passes or fails on the code alone. A random draw found the
+# unlabelled-question case above once in many runs (2026-11-28), and CI would have failed on the test, not the code;
+# to explore, run with derandomize=False and a larger max_examples locally.
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
                            lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
                                st.sampled_from(["id", "text", "label", "question", "options", "context", "answers",
@@ -973,7 +976,8 @@ def test_read_squad_returns_examples_or_a_data_error(doc, skip, cut):
     for content in (text, text[:cut]):
         result = _read_file(".json", content.encode(), lambda p: read_squad(p, errors=errors))
         if result is not None:
-            assert all(e.context[a.start:a.start + len(a.text)] == a.text for e in result for a in e.answers)
+            # answers None: an unlabelled question (a test file may have none), which has no spans to check
+            assert all(e.context[a.start:a.start + len(a.text)] == a.text for e in result for a in e.answers or [])
 
 
 @SETTINGS
