@@ -53,8 +53,8 @@ def hub_options(name_or_path: str, **given: Any) -> dict[str, Any]:
     return options
 
 
-def fetch_from_hub(repo_id: str, fetch, local_files_only: bool = False, revision: str | None = None,
-                   token: str | bool | None = None) -> str:
+def fetch_from_hub(repo_id: str, fetch, local_files_only: bool = False, options: dict[str, Any] | None = None
+                   ) -> str:
     """fetch(huggingface_hub, local_files_only) -> a local path, for a name that is not a local path; otherwise
     one line saying that `repo_id` is neither here nor fetchable, within about HUB_TIMEOUT_S.
 
@@ -62,8 +62,8 @@ def fetch_from_hub(repo_id: str, fetch, local_files_only: bool = False, revision
     is first looked up once, with a short timeout and no retries: a name the Hub does not have fails at once; a
     Hub that does not answer falls back to the local cache (as HF_HUB_OFFLINE=1 does, without asking); a name
     it has is downloaded (or its cached copy checked) by the client as usual. local_files_only (transformers'
-    keyword) reads the cache alone, as HF_HUB_OFFLINE=1 does. `revision` and `token` go to the lookup (fetch
-    takes them, and cache_dir, itself)."""
+    keyword) reads the cache alone, as HF_HUB_OFFLINE=1 does. `options` (hub_options' dict): its revision and
+    token go to the lookup too (fetch takes them, and cache_dir, itself)."""
     try:
         import huggingface_hub
         from huggingface_hub import constants
@@ -72,7 +72,7 @@ def fetch_from_hub(repo_id: str, fetch, local_files_only: bool = False, revision
                                 "as a Hub id)") from None
     online = not (constants.HF_HUB_OFFLINE or local_files_only)
     why_offline = "local_files_only=True" if local_files_only else "HF_HUB_OFFLINE is set"
-    asked = {k: v for k, v in (("revision", revision), ("token", token)) if v is not None}
+    asked = {k: v for k, v in (options or {}).items() if k != "cache_dir"}  # a lookup caches nothing
     missing = _hub_lookup(huggingface_hub, repo_id, asked) if online else why_offline
     if missing is None:
         try:

@@ -50,7 +50,7 @@ def resolve_model_dir(name_or_path: str | os.PathLike, local_files_only: bool = 
         raise FileNotFoundError(f"no such directory: {path}")
     return fetch_from_hub(path, lambda hub, local: _whole(hub.snapshot_download(
         path, allow_patterns=["*.json", "*.safetensors", "*.bin", "*.model"], local_files_only=local, **options)),
-        local_files_only, revision, token)
+        local_files_only, options)
 
 
 def _whole(directory: str) -> str:

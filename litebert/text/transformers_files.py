@@ -216,4 +216,4 @@ def download_tokenizer(repo_id: str, local_files_only: bool = False, **options: 
         except EntryNotFoundError:  # the repo has none: the defaults are its flags
             pass  # any other failure goes up: a tokenizer loaded with flags not its own would go unnoticed
         return path
-    return fetch_from_hub(repo_id, fetch, local_files_only, options.get("revision"), options.get("token"))
+    return fetch_from_hub(repo_id, fetch, local_files_only, options)
