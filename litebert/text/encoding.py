@@ -122,26 +122,26 @@ class Alignment:
         used = {t[0] for items, _ in self.rows for t in items} | {self.pad_id}
         return {**self.__dict__, "pieces": {i: self.pieces[i] for i in used}}
 
-    def _pads(self, i: int) -> list:
-        return [None] * max(0, (self.width or 0) - len(self.rows[i][0]))
+    def _pad_count(self, i: int) -> int:
+        return max(0, (self.width or 0) - len(self.rows[i][0]))
 
     def words(self, i: int) -> list[int | None]:
-        return [t[1] for t in self.rows[i][0]] + self._pads(i)
+        return [t[1] for t in self.rows[i][0]] + [None] * self._pad_count(i)
 
     def sequences(self, i: int) -> list[int | None]:
         """0 or 1 for a token of the first or second text; None for an added [CLS]/[SEP] (no word) and padding."""
         items, types = self.rows[i]
-        return [None if t[1] is None else kind for t, kind in zip(items, types)] + self._pads(i)
+        return [None if t[1] is None else kind for t, kind in zip(items, types)] + [None] * self._pad_count(i)
 
     def tokens(self, i: int) -> list[str]:
-        return [self.pieces[t[0]] for t in self.rows[i][0]] + [self.pieces[self.pad_id]] * len(self._pads(i))
+        return [self.pieces[t[0]] for t in self.rows[i][0]] + [self.pieces[self.pad_id]] * self._pad_count(i)
 
     def span(self, i: int, j: int, asked: str) -> tuple[int, int] | None:
         """Token j's characters in its text; None for an added [CLS]/[SEP] or padding."""
         if not self.has_spans:  # sentencepiece's offsets cost ~6x the encoding; transformers' Rust makes them always
             raise ConfigError(f"{asked}() needs character offsets: encode with return_offsets_mapping=True")
         items = self.rows[i][0]
-        j = j + len(items) + len(self._pads(i)) if j < 0 else j
+        j = j + len(items) + self._pad_count(i) if j < 0 else j
         return items[j][2] if j < len(items) and items[j][1] is not None else None
 
 
